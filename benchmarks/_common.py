@@ -1,0 +1,44 @@
+"""Helpers shared by the benchmark scripts: timing, device discovery, table printing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+def best_of(fn: Callable[[], Any], repeat: int = 5, warmup: int = 1) -> float:
+    """Smallest wall time in seconds of ``fn()`` over ``repeat`` runs (fn must include its own sync)."""
+    for _ in range(warmup):
+        fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def torch_or_none() -> Any:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def vkblas_devices() -> list[str]:
+    import vkblas
+
+    return vkblas.devices()
+
+
+def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(c) for c in header]] + [[f"{c:.4g}" if isinstance(c, float) else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = [title, " | ".join(h.ljust(w) for h, w in zip(cells[0], widths, strict=True)),
+             "-|-".join("-" * w for w in widths)]
+    lines += [" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells[1:]]
+    text = "\n".join(lines)
+    print(text, flush=True)
+    return text

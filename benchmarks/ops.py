@@ -1,0 +1,146 @@
+"""Host cost and bandwidth of elementwise ops, vkblas on every device vs numpy and PyTorch, in one run.
+
+(a) µs per op for a chain of N dependent small elementwise ops (x = x * a + b, alternating), ending in one sync.
+(b) GB/s (bytes read + written) for ``add`` on 2**26-element float32 tensors, and the same for a plain copy on the
+    device; the last column is add as % of copy bandwidth.
+
+    python benchmarks/ops.py [--chain 10000] [--log2n 26] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import best_of, print_table, torch_or_none, vkblas_devices  # noqa: E402
+
+
+def chain_vkblas(dev: str, n_ops: int) -> float:
+    import vkblas
+
+    x0 = vkblas.ones(64, device=dev)
+
+    def run() -> None:
+        x = x0
+        for i in range(n_ops):
+            x = x * 1.0001 if i % 2 == 0 else x + 0.0001
+        x.numpy()
+
+    return best_of(run, repeat=3) / n_ops * 1e6
+
+
+def chain_numpy(n_ops: int) -> float:
+    x0 = np.ones(64, np.float32)
+
+    def run() -> None:
+        x = x0
+        for i in range(n_ops):
+            x = x * np.float32(1.0001) if i % 2 == 0 else x + np.float32(0.0001)
+
+    return best_of(run, repeat=3) / n_ops * 1e6
+
+
+def chain_torch(torch: object, dev: str, n_ops: int) -> float:
+    x0 = torch.ones(64, device=dev)  # type: ignore[attr-defined]
+
+    def run() -> None:
+        x = x0
+        for i in range(n_ops):
+            x = x * 1.0001 if i % 2 == 0 else x + 0.0001
+        x.cpu()
+
+    return best_of(run, repeat=3) / n_ops * 1e6
+
+
+def bandwidth(add: callable, copy: callable, n: int) -> tuple[float, float]:
+    t_add = best_of(add, repeat=5)
+    t_copy = best_of(copy, repeat=5)
+    return 3 * 4 * n / t_add / 1e9, 2 * 4 * n / t_copy / 1e9
+
+
+def bw_vkblas(dev: str, n: int, reps: int = 10) -> tuple[float, float]:
+    import vkblas
+
+    a, b = vkblas.rand(n, device=dev), vkblas.rand(n, device=dev)
+    vkblas.synchronize()
+
+    def add() -> None:
+        for _ in range(reps):
+            a + b  # noqa: B018
+        vkblas.synchronize()
+
+    def copy() -> None:
+        for _ in range(reps):
+            a.clone()
+        vkblas.synchronize()
+
+    ga, gc = bandwidth(add, copy, n)
+    return ga * reps, gc * reps
+
+
+def bw_numpy(n: int) -> tuple[float, float]:
+    a, b = np.random.rand(n).astype(np.float32), np.random.rand(n).astype(np.float32)
+    return bandwidth(lambda: a + b, lambda: a.copy(), n)
+
+
+def bw_torch(torch: object, dev: str, n: int, reps: int = 10) -> tuple[float, float]:
+    a = torch.rand(n, device=dev)  # type: ignore[attr-defined]
+    b = torch.rand(n, device=dev)  # type: ignore[attr-defined]
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)  # type: ignore[attr-defined]
+
+    def add() -> None:
+        for _ in range(reps):
+            a + b  # noqa: B018
+        sync()
+
+    def copy() -> None:
+        for _ in range(reps):
+            a.clone()
+        sync()
+
+    ga, gc = bandwidth(add, copy, n)
+    return ga * reps, gc * reps
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--chain", type=int, default=10_000, help="ops in the dependent chain (default 10000)")
+    p.add_argument("--log2n", type=int, default=26, help="log2 of the bandwidth tensors' size (default 26)")
+    p.add_argument("--devices", nargs="*", help="vkblas devices (default: all)")
+    p.add_argument("--json", help="also write the results here")
+    args = p.parse_args(argv)
+    n = 1 << args.log2n
+    torch = torch_or_none()
+    rows = []
+    for dev in args.devices or vkblas_devices():
+        import vkblas
+
+        info = vkblas.backend.get(dev).describe()
+        label = f"vkblas {dev} ({info.get('adapter', info.get('device', ''))})"
+        us = chain_vkblas(dev, args.chain)
+        ga, gc = bw_vkblas(dev, n)
+        rows.append([label, us, ga, gc, 100 * ga / gc])
+    us = chain_numpy(args.chain)
+    ga, gc = bw_numpy(n)
+    rows.append(["numpy", us, ga, gc, 100 * ga / gc])
+    if torch is not None:
+        tdevs = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+        for dev in tdevs:
+            us = chain_torch(torch, dev, args.chain)
+            ga, gc = bw_torch(torch, dev, n)
+            rows.append([f"torch {torch.__version__} {dev}", us, ga, gc, 100 * ga / gc])
+    header = ["engine", "chain us/op", "add GB/s", "copy GB/s", "add % of copy"]
+    print_table(f"elementwise ops: chain of {args.chain} dependent ops; bandwidth at n=2^{args.log2n} fp32",
+                header, rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"header": header, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,197 @@
+"""Reverse-mode autograd: a define-by-run tape of :class:`Node` objects, walked iteratively.
+
+An op whose inputs require grad records a Node holding its inputs, the tensors its backward rule needs (``saved``)
+and the rule itself. ``backward()`` orders the graph with an iterative depth-first search (deep graphs must not hit
+Python's recursion limit), runs each rule once with the summed incoming gradient, undoes broadcasting in exactly one
+place (:func:`_sum_to_shape`), and accumulates into ``.grad`` of leaves. Rules are written with Tensor ops, so
+autograd lives above the backends and is written once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
+
+Rule = Callable[["Node", "Tensor"], Sequence["Tensor | None"]]
+
+
+class _GradMode(threading.local):
+    enabled = True
+
+
+_mode = _GradMode()
+
+
+def is_grad_enabled() -> bool:
+    return _mode.enabled
+
+
+class set_grad_enabled(contextlib.ContextDecorator):
+    """Context manager / decorator that sets whether ops record the graph (PyTorch's name and behaviour)."""
+
+    def __init__(self, mode: bool) -> None:
+        self.mode = bool(mode)
+        self.prev = True
+
+    def __enter__(self) -> None:
+        self.prev = _mode.enabled
+        _mode.enabled = self.mode
+
+    def __exit__(self, *exc: object) -> None:
+        _mode.enabled = self.prev
+
+
+class no_grad(set_grad_enabled):
+    """Ops inside record nothing: for evaluation and for optimizer updates."""
+
+    def __init__(self) -> None:
+        super().__init__(False)
+
+
+class enable_grad(set_grad_enabled):
+    def __init__(self) -> None:
+        super().__init__(True)
+
+
+class Node:
+    """One recorded op. ``needs[i]`` says whether input i wants a gradient, so rules can skip work."""
+
+    __slots__ = ("name", "inputs", "saved", "rule", "needs", "_versions", "extra")
+
+    def __init__(self, name: str, inputs: Sequence[Tensor | None], rule: Rule, saved: Sequence[Any] = (), **extra: Any):
+        self.name = name
+        self.inputs: tuple[Tensor | None, ...] | None = tuple(inputs)
+        self.needs = tuple(t is not None and t.requires_grad for t in self.inputs)
+        self.rule: Rule | None = rule
+        self.saved = tuple(saved)
+        self._versions = tuple(getattr(s, "_version", None) for s in self.saved)
+        self.extra = extra
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
+
+    def name_(self) -> str:
+        return self.name
+
+    def check_saved(self) -> None:
+        for i, (s, v) in enumerate(zip(self.saved, self._versions, strict=True)):
+            if v is not None and s._version != v:
+                raise RuntimeError(
+                    f"one of the variables needed for gradient computation has been modified by an inplace "
+                    f"operation: saved tensor {i} of {self.name} (shape {tuple(s.shape)}) is at version {s._version}; "
+                    f"expected version {v} instead."
+                )
+
+
+def record(out: Tensor, name: str, inputs: Sequence[Tensor | None], rule: Rule, saved: Sequence[Any] = (), **extra):
+    """Attach a Node to ``out`` if grad mode is on and some input requires grad. Returns ``out``."""
+    if _mode.enabled and any(t is not None and t.requires_grad for t in inputs):
+        out.grad_fn = Node(name, inputs, rule, saved, **extra)
+        out.requires_grad = True
+    return out
+
+
+def _sum_to_shape(g: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """Undo broadcasting: sum ``g`` over the dims that were broadcast to reach its shape."""
+    if g.shape == shape:
+        return g
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape) if n == 1 and g.shape[i + lead] != 1)
+    if axes:
+        g = g.sum(dim=axes, keepdim=True)
+    return g.reshape(shape)
+
+
+def _topo_order(root: Node) -> list[Node]:
+    """Nodes reachable from root, each after every node that consumes it (iterative post-order DFS)."""
+    order: list[Node] = []
+    visited: set[int] = {id(root)}
+    stack: list[tuple[Node, Iterator[Tensor | None]]] = [(root, iter(root.inputs or ()))]
+    while stack:
+        node, it = stack[-1]
+        for t in it:
+            child = t.grad_fn if t is not None else None
+            if child is not None and id(child) not in visited:
+                visited.add(id(child))
+                stack.append((child, iter(child.inputs or ())))
+                break
+        else:
+            stack.pop()
+            order.append(node)
+    order.reverse()
+    return order
+
+
+def backward(tensor: Tensor, gradient: Tensor | None = None, retain_graph: bool = False) -> None:
+    from .tensor import Tensor
+
+    if not tensor.requires_grad:
+        raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+    if gradient is None:
+        # Deliberate difference: PyTorch requires an explicit gradient for non-scalar outputs; vkblas seeds with ones.
+        gradient = tensor.new_ones(tensor.shape)
+    elif not isinstance(gradient, Tensor):
+        gradient = Tensor._from_value(gradient, dtype=tensor.dtype, device=tensor.device)
+    if tuple(gradient.shape) != tuple(tensor.shape):
+        raise RuntimeError(f"grad can be implicitly created only for matching shapes: gradient has shape "
+                           f"{tuple(gradient.shape)} but the output has shape {tuple(tensor.shape)}")
+    if gradient.device != tensor.device:
+        raise RuntimeError(f"gradient is on {gradient.device} but the output is on {tensor.device}")
+    root = tensor.grad_fn
+    with no_grad():
+        if root is None:  # a leaf
+            tensor._accumulate_grad(gradient)
+            return
+        if root.inputs is None:
+            raise RuntimeError(
+                "Trying to backward through the graph a second time (or directly access saved tensors after they "
+                "have already been freed). Specify retain_graph=True if you need to backward through the graph a "
+                "second time."
+            )
+        grads: dict[int, Tensor] = {id(root): gradient}
+        for node in _topo_order(root):
+            g = grads.pop(id(node), None)
+            if g is None or node.inputs is None:
+                if node.inputs is None:
+                    raise RuntimeError(f"Trying to backward through the graph a second time ({node.name} was freed); "
+                                       "specify retain_graph=True on the first backward.")
+                continue
+            node.check_saved()
+            assert node.rule is not None
+            in_grads = node.rule(node, g)
+            for t, need, gi in zip(node.inputs, node.needs, in_grads, strict=True):
+                if not need or gi is None or t is None:
+                    continue
+                gi = _sum_to_shape(gi, t.shape)
+                if gi.dtype != t.dtype:
+                    gi = gi.to(t.dtype)
+                if t.grad_fn is None:
+                    t._accumulate_grad(gi)
+                else:
+                    if t._retains_grad:
+                        t._accumulate_grad(gi)
+                    key = id(t.grad_fn)
+                    grads[key] = grads[key] + gi if key in grads else gi
+            if not retain_graph:
+                node.inputs, node.rule, node.saved = None, None, ()
+
+
+def grad(outputs: Tensor, inputs: Sequence[Tensor], grad_outputs: Tensor | None = None,
+         retain_graph: bool = False) -> tuple[Tensor | None, ...]:
+    """Gradients of ``outputs`` with respect to ``inputs`` without touching their ``.grad`` (first order only)."""
+    saved = [(t.grad, t._retains_grad) for t in inputs]
+    for t in inputs:
+        t.grad = None
+        if t.grad_fn is not None:
+            t._retains_grad = True
+    try:
+        backward(outputs, grad_outputs, retain_graph=retain_graph)
+        return tuple(t.grad for t in inputs)
+    finally:
+        for t, (g, r) in zip(inputs, saved, strict=True):
+            t.grad, t._retains_grad = g, r

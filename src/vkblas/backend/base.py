@@ -1,0 +1,168 @@
+"""The backend contract: the few primitives every backend implements. Everything else is built from them in ``ops``.
+
+A backend owns *storage* (a flat buffer of ``numel`` elements of one dtype) and runs primitives over *views* of it.
+A :class:`View` is storage plus shape, strides and offset, all counted in elements; a stride of 0 broadcasts. Views
+are how transposes, slices and broadcasting reach kernels without copies.
+
+Primitives (all outputs are views the caller allocated; inputs may be any views, overlapping included):
+
+=====================  ==============================================================================================
+``elementwise``        ``out = OPS[op](*args)`` where args are views shaped like ``out`` (broadcast by strides) or
+                       Python numbers; see ``backend/elementwise.py``. Casts happen on store when dtypes differ.
+``reduce``             sum / max / min / argmax / argmin of ``x`` over ``axes``; ``out`` has ``x``'s shape with
+                       those axes removed. argmax/argmin take one axis and give int32 (first index on ties).
+``matmul``             ``out[..., m, n] = sum_k a[..., m, k] * b[..., k, n]``; equal batch shapes (broadcast by
+                       strides), ``out`` contiguous.
+``gather``             ``out[i][j][k] = x[i][index[i][j][k]][k]`` (for ``dim=1``; ``torch.gather`` semantics).
+``scatter_add``        ``out[i][index[i][j][k]][k] += src[i][j][k]`` (accumulates into ``out`` in place).
+``random``             fill ``out`` from the counter-based generator: ``uniform`` in [0, 1) or ``normal`` (0, 1),
+                       from ``(seed, counter)``; the same numbers on every backend (up to float rounding).
+``to_numpy`` / ``from_numpy``   the only host transfers; ``to_numpy`` is a sync point.
+=====================  ==============================================================================================
+
+Backends never see autograd. They raise :class:`BackendError` subclasses with messages that name the op, the
+device, the shapes and the dtypes involved; they never fall back to another device.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import DType
+
+Scalar = bool | int | float
+
+
+class BackendError(RuntimeError):
+    """Base of the errors a backend raises."""
+
+
+class UnsupportedError(BackendError):
+    """The device cannot run this op or dtype (it is never silently run elsewhere)."""
+
+
+class DeviceOutOfMemoryError(BackendError, MemoryError):
+    """An allocation did not fit on the device."""
+
+
+class NoAdapterError(BackendError):
+    """No adapter of the requested kind exists on this machine."""
+
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def numel(shape: Sequence[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+class Storage:
+    """A flat buffer owned by one backend. Subclasses hold the actual memory."""
+
+    __slots__ = ("dtype", "numel", "version", "__weakref__")
+
+    def __init__(self, dtype: DType, numel: int) -> None:
+        self.dtype = dtype
+        self.numel = numel
+        #: bumped by every in-place write; autograd uses it to detect a saved tensor modified before backward
+        self.version = 0
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    storage: Any
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int = 0
+
+    @property
+    def dtype(self) -> DType:
+        return self.storage.dtype
+
+    @property
+    def numel(self) -> int:
+        return numel(self.shape)
+
+    def is_contiguous(self) -> bool:
+        expected = 1
+        for n, s in zip(reversed(self.shape), reversed(self.strides), strict=True):
+            if n != 1 and s != expected:
+                return False
+            expected *= n
+        return True
+
+    @staticmethod
+    def of(storage: Any, shape: Sequence[int]) -> View:
+        shape = tuple(shape)
+        return View(storage, shape, contiguous_strides(shape), 0)
+
+
+class Backend(ABC):
+    """One kind of device. ``name`` is what users type: ``"cpu"`` or ``"vulkan"``."""
+
+    name: str
+
+    # -- description
+    @abstractmethod
+    def supports(self, dtype: DType) -> bool: ...
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    # -- memory
+    @abstractmethod
+    def alloc(self, numel: int, dtype: DType) -> Storage: ...
+
+    @abstractmethod
+    def from_numpy(self, array: np.ndarray, dtype: DType) -> Storage:
+        """A new storage holding ``array`` (any shape; flattened in C order) converted to ``dtype``."""
+
+    @abstractmethod
+    def to_numpy(self, view: View) -> np.ndarray:
+        """The view's values as a new numpy array of its shape (bool -> np.bool_). A sync point."""
+
+    def synchronize(self) -> None:  # noqa: B027 - optional for synchronous backends
+        """Wait until all recorded work has finished."""
+
+    # -- compute
+    @abstractmethod
+    def elementwise(self, op: str, out: View, args: Sequence[View | Scalar]) -> None: ...
+
+    @abstractmethod
+    def reduce(self, op: str, out: View, x: View, axes: tuple[int, ...]) -> None: ...
+
+    @abstractmethod
+    def matmul(self, out: View, a: View, b: View) -> None: ...
+
+    @abstractmethod
+    def gather(self, out: View, x: View, dim: int, index: View) -> None: ...
+
+    @abstractmethod
+    def scatter_add(self, out: View, dim: int, index: View, src: View) -> None: ...
+
+    @abstractmethod
+    def random(self, out: View, distribution: str, seed: int, counter: int) -> None: ...
+
+
+REDUCE_OPS = ("sum", "max", "min", "argmax", "argmin")
+RANDOM_DISTRIBUTIONS = ("uniform", "normal")
+
+# The counter-based generator every backend implements bit for bit (uint32 arithmetic, wrapping):
+#   pcg(x)   = w ^ (w >> 22)  where  s = x * 747796405 + 2891336453,  w = ((s >> ((s >> 28) + 4)) ^ s) * 277803737
+#   bits(i)  = pcg((counter + i) ^ pcg(seed))           for the i-th element of the output in C order
+#   uniform  = (bits >> 8) * 2**-24                     in [0, 1)
+#   normal   = sqrt(-2 log(u1)) * cos(2 pi u2)          u1 = ((pcg(bits) >> 8) + 1) * 2**-24,  u2 = uniform
+PCG_MUL, PCG_INC, PCG_OUT = 747796405, 2891336453, 277803737

@@ -1,0 +1,144 @@
+"""The numpy backend: exact reference semantics, the oracle of the tests, and the fallback device of machines with
+no hardware Vulkan adapter (only when chosen by the device policy, never per op)."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..dtypes import DType, float64
+from . import elementwise as ew
+from .base import PCG_INC, PCG_MUL, PCG_OUT, Backend, Scalar, Storage, View
+
+
+class CpuStorage(Storage):
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray, dtype: DType) -> None:
+        super().__init__(dtype, array.size)
+        self.array = array
+
+
+def _np(view: View) -> np.ndarray:
+    """The view as a numpy array sharing memory with its storage."""
+    base = view.storage.array
+    if view.offset == 0 and view.storage.numel == view.numel and view.is_contiguous():
+        return base.reshape(view.shape)
+    item = base.itemsize
+    return np.lib.stride_tricks.as_strided(
+        base[view.offset :] if view.offset < base.size else base[:0],
+        shape=view.shape,
+        strides=tuple(s * item for s in view.strides),
+    )
+
+
+def _sign(a: np.ndarray) -> np.ndarray:
+    return np.sign(a)
+
+
+def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return np.power(a, b)
+
+
+# numpy as the math namespace of backend/elementwise.py
+_NUMPY_MATH = types.SimpleNamespace(
+    exp=np.exp,
+    log=np.log,
+    sqrt=np.sqrt,
+    abs=np.abs,
+    sign=_sign,
+    sin=np.sin,
+    cos=np.cos,
+    tanh=np.tanh,
+    where=np.where,
+    maximum=np.maximum,
+    minimum=np.minimum,
+    pow=_pow,
+    logical_not=np.logical_not,
+    logical_and=np.logical_and,
+    logical_or=np.logical_or,
+)
+
+
+def pcg_hash(x: np.ndarray) -> np.ndarray:
+    s = x * np.uint32(PCG_MUL) + np.uint32(PCG_INC)
+    w = ((s >> ((s >> np.uint32(28)) + np.uint32(4))) ^ s) * np.uint32(PCG_OUT)
+    return w ^ (w >> np.uint32(22))
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+
+    def supports(self, dtype: DType) -> bool:
+        return True
+
+    def describe(self) -> dict[str, object]:
+        return {"name": "cpu", "adapter": "numpy " + np.__version__, "backend_type": "numpy"}
+
+    def alloc(self, numel: int, dtype: DType) -> CpuStorage:
+        return CpuStorage(np.empty(numel, dtype=dtype.np), dtype)
+
+    def from_numpy(self, array: np.ndarray, dtype: DType) -> CpuStorage:
+        return CpuStorage(np.array(array, dtype=dtype.np, copy=True).reshape(-1), dtype)
+
+    def to_numpy(self, view: View) -> np.ndarray:
+        return np.array(_np(view), copy=True)
+
+    def elementwise(self, op: str, out: View, args: Sequence[View | Scalar]) -> None:
+        spec = ew.OPS[op]
+        vals = [_np(a) if isinstance(a, View) else a for a in args]
+        with np.errstate(all="ignore"):
+            result = spec.fn(_NUMPY_MATH, *vals)
+        target = _np(out)
+        if out.dtype.is_bool:
+            np.copyto(target, np.asarray(result).astype(bool), casting="unsafe")
+        else:
+            np.copyto(target, result, casting="unsafe")
+
+    def reduce(self, op: str, out: View, x: View, axes: tuple[int, ...]) -> None:
+        a = _np(x)
+        target = _np(out)
+        if a.size == 0 and op != "sum":
+            raise ValueError(f"{op}() of an empty tensor of shape {x.shape} has no identity")
+        if op in ("argmax", "argmin"):
+            (axis,) = axes
+            result = (np.argmax if op == "argmax" else np.argmin)(a, axis=axis)
+        else:
+            fn = {"sum": np.sum, "max": np.max, "min": np.min}[op]
+            acc = a if op != "sum" or not x.dtype.is_floating else a.astype(np.float64 if x.dtype is float64 else np.float32)
+            result = fn(acc, axis=axes)
+        np.copyto(target, result, casting="unsafe")
+
+    def matmul(self, out: View, a: View, b: View) -> None:
+        A, B = _np(a), _np(b)
+        if A.dtype == np.float16:  # accumulate half in fp32, as the GPU path does
+            A, B = A.astype(np.float32), B.astype(np.float32)
+        np.copyto(_np(out), np.matmul(A, B), casting="unsafe")
+
+    def gather(self, out: View, x: View, dim: int, index: View) -> None:
+        np.copyto(_np(out), np.take_along_axis(_np(x), _np(index).astype(np.intp), axis=dim))
+
+    def scatter_add(self, out: View, dim: int, index: View, src: View) -> None:
+        target = _np(out)
+        idx = _np(index).astype(np.intp)
+        grids = list(np.indices(idx.shape, sparse=True))
+        grids[dim] = idx
+        np.add.at(target, tuple(grids), _np(src))
+
+    def random(self, out: View, distribution: str, seed: int, counter: int) -> None:
+        n = out.numel
+        i = np.arange(n, dtype=np.uint64)
+        ctr = ((np.uint64(counter) + i) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        bits = pcg_hash(ctr ^ pcg_hash(np.array([seed & 0xFFFFFFFF], dtype=np.uint32))[0])
+        u = (bits >> np.uint32(8)).astype(np.float64) * 2.0**-24
+        if distribution == "uniform":
+            vals = u
+        elif distribution == "normal":
+            u1 = ((pcg_hash(bits) >> np.uint32(8)).astype(np.float64) + 1.0) * 2.0**-24
+            vals = np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u)
+        else:
+            raise ValueError(f"unknown distribution {distribution!r}")
+        np.copyto(_np(out), vals.reshape(out.shape), casting="unsafe")

@@ -1,0 +1,45 @@
+"""A launch plan: what one kernel call needs beyond the per-call element offsets and scalar operands.
+
+Plans are cached by the (op, dtypes, shapes, strides) of a call, so a repeated op costs one dict lookup, one
+``struct.pack_into`` and three C calls. The params window of every kernel is laid out as
+``[offset of each bound view..., dynamic scalars..., static words...]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..device import Kernel
+
+
+def span(shape: Sequence[int], strides: Sequence[int]) -> tuple[int, int]:
+    """(lowest, highest) element reached relative to a view's offset; (0, -1) when the view is empty."""
+    lo = hi = 0
+    for n, s in zip(shape, strides, strict=True):
+        if n == 0:
+            return 0, -1
+        if s > 0:
+            hi += (n - 1) * s
+        else:
+            lo += (n - 1) * s
+    return lo, hi
+
+
+@dataclass(slots=True)
+class Plan:
+    kernel: Kernel
+    fmt: str
+    static: tuple[Any, ...]
+    groups: tuple[int, int, int]
+    #: per bound view: (lo, hi) of span(); the backend checks offset+lo >= 0 and offset+hi < storage.numel
+    spans: tuple[tuple[int, int], ...]
+
+
+def out_of_bounds(views: Sequence[Any], spans: Sequence[tuple[int, int]]) -> int:
+    """Index of the first view reaching outside its storage (unchecked kernels must never do that), else -1."""
+    for i, (v, (lo, hi)) in enumerate(zip(views, spans, strict=True)):
+        if hi >= 0 and (v.offset + lo < 0 or v.offset + hi >= v.storage.numel):
+            return i
+    return -1

@@ -1,0 +1,348 @@
+"""WGSL building blocks shared by every kernel generator.
+
+* dtype -> WGSL storage / compute types (bool lives in a u32 word, float16 needs ``enable f16``),
+* :class:`Expr` / :class:`WgslMath`: the math namespace that lets ``backend/elementwise.py``'s table generate WGSL.
+  Values are WGSL expression strings with a type; every intermediate is bound to a ``let`` so shared
+  sub-expressions (``_sigmoid`` used twice in ``silu_grad``) are not textually duplicated. Python numbers in a
+  formula become ``T(x)`` literals of the other operand's type (numpy/NEP 50 rules: a float literal with an int
+  operand promotes to f32; ints divide as floats),
+* the kernel header (uniform params block + storage bindings) and the strided-index code generator.
+
+Params: every kernel reads its per-dispatch parameters from ``P``, a 256-byte window of one uniform ring buffer
+bound with a dynamic offset (see ``queue.py``). ``pu(i)`` / ``pi(i)`` / ``pf(i)`` read word ``i`` as u32/i32/f32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ....dtypes import DType, bool_, float16, float32, int32
+
+WORKGROUP = 256
+PARAM_WORDS = 64  # 256-byte params window per dispatch
+
+STORAGE_TYPE = {float32: "f32", float16: "f16", int32: "i32", bool_: "u32"}
+COMPUTE_TYPE = {float32: "f32", float16: "f16", int32: "i32", bool_: "bool"}
+_RANK = {"bool": 0, "i32": 1, "f16": 2, "f32": 3}
+
+
+def load(buf: str, index: str, dtype: DType) -> str:
+    """A WGSL expression loading element ``index`` of binding ``buf`` as the dtype's compute type."""
+    return f"({buf}[{index}] != 0u)" if dtype is bool_ else f"{buf}[{index}]"
+
+
+def convert(code: str, src: str, dst: str) -> str:
+    """Convert a WGSL value between compute types (bool <-> numbers included)."""
+    if src == dst:
+        return code
+    if dst == "bool":
+        return f"({code} != {src}(0))"
+    return f"{dst}({code})"
+
+
+def store_value(code: str, src: str, dtype: DType) -> str:
+    """Expression for storing a compute value of type ``src`` into storage of ``dtype`` (cast on store)."""
+    if dtype is bool_:
+        return f"select(0u, 1u, {convert(code, src, 'bool')})"
+    return convert(code, src, COMPUTE_TYPE[dtype])
+
+
+def literal(x: Any, ty: str) -> str:
+    if ty == "bool":
+        return "true" if x else "false"
+    if ty == "i32":
+        return f"i32({int(x)})"
+    return f"{ty}({float(x)!r})"
+
+
+class Emitter:
+    """Collects ``let`` statements and helper functions while an op formula is evaluated."""
+
+    def __init__(self, default_type: str) -> None:
+        self.lines: list[str] = []
+        self.helpers: dict[str, str] = {}
+        self.default_type = default_type
+        self._n = 0
+
+    def let(self, code: str, ty: str) -> Expr:
+        name = f"t{self._n}"
+        self._n += 1
+        self.lines.append(f"    let {name}: {ty} = {code};")
+        return Expr(name, ty, self)
+
+    def value(self, x: Any, like: str | None = None) -> tuple[str, str]:
+        """(code, type) of an Expr or a Python number (typed like ``like`` where NEP 50 allows)."""
+        if isinstance(x, Expr):
+            return x.code, x.ty
+        ty = like or self.default_type
+        if isinstance(x, bool):
+            return literal(x, "bool"), "bool"
+        if isinstance(x, float) and ty in ("i32", "bool"):
+            ty = "f32"  # int tensor with a float literal -> float result (numpy promotes)
+        elif ty == "bool":
+            ty = "i32"
+        return literal(x, ty), ty
+
+
+def _unify(em: Emitter, a: Any, b: Any, arith: bool) -> tuple[str, str, str]:
+    """Codes of a and b converted to one common type (bool -> i32 when used in arithmetic)."""
+    ta = a.ty if isinstance(a, Expr) else None
+    tb = b.ty if isinstance(b, Expr) else None
+    ca, ta = em.value(a, tb)
+    cb, tb = em.value(b, ta)
+    ty = ta if _RANK[ta] >= _RANK[tb] else tb
+    if arith and ty == "bool":
+        ty = "i32"
+    return convert(ca, ta, ty), convert(cb, tb, ty), ty
+
+
+class Expr:
+    """A typed WGSL expression; Python operators build new expressions."""
+
+    __slots__ = ("code", "ty", "em")
+    __hash__ = None  # type: ignore[assignment]  # == builds an expression
+
+    def __init__(self, code: str, ty: str, em: Emitter) -> None:
+        self.code, self.ty, self.em = code, ty, em
+
+    def _bin(self, other: Any, op: str, reverse: bool = False) -> Expr:
+        a, b = (other, self) if reverse else (self, other)
+        ca, cb, ty = _unify(self.em, a, b, arith=True)
+        if op == "/" and ty == "i32":  # numpy true division of ints
+            ca, cb, ty = f"f32({ca})", f"f32({cb})", "f32"
+        return self.em.let(f"{ca} {op} {cb}", ty)
+
+    def _cmp(self, other: Any, op: str) -> Expr:
+        ca, cb, ty = _unify(self.em, self, other, arith=op not in ("==", "!="))
+        return self.em.let(f"{ca} {op} {cb}", "bool")
+
+    def __add__(self, o: Any) -> Expr:
+        return self._bin(o, "+")
+
+    def __radd__(self, o: Any) -> Expr:
+        return self._bin(o, "+", True)
+
+    def __sub__(self, o: Any) -> Expr:
+        return self._bin(o, "-")
+
+    def __rsub__(self, o: Any) -> Expr:
+        return self._bin(o, "-", True)
+
+    def __mul__(self, o: Any) -> Expr:
+        return self._bin(o, "*")
+
+    def __rmul__(self, o: Any) -> Expr:
+        return self._bin(o, "*", True)
+
+    def __truediv__(self, o: Any) -> Expr:
+        return self._bin(o, "/")
+
+    def __rtruediv__(self, o: Any) -> Expr:
+        return self._bin(o, "/", True)
+
+    def __neg__(self) -> Expr:
+        ty = "i32" if self.ty == "bool" else self.ty
+        return self.em.let(f"-{convert(self.code, self.ty, ty)}", ty)
+
+    def __lt__(self, o: Any) -> Expr:
+        return self._cmp(o, "<")
+
+    def __le__(self, o: Any) -> Expr:
+        return self._cmp(o, "<=")
+
+    def __gt__(self, o: Any) -> Expr:
+        return self._cmp(o, ">")
+
+    def __ge__(self, o: Any) -> Expr:
+        return self._cmp(o, ">=")
+
+    def __eq__(self, o: Any) -> Expr:  # type: ignore[override]
+        return self._cmp(o, "==")
+
+    def __ne__(self, o: Any) -> Expr:  # type: ignore[override]
+        return self._cmp(o, "!=")
+
+
+# Helper functions, generated per type T. pow follows numpy: pow(x, 0) = 1 (NaN included), negative bases only with
+# integral exponents (sign from the exponent's parity), 0 ** negative = inf; ints by repeated squaring (wrapping).
+_POW_FLOAT = """
+fn vk_pow_{T}(a: {T}, b: {T}) -> {T} {{
+    if (b == {T}(0)) {{ return {T}(1); }}
+    if (a == {T}(0)) {{
+        if (b > {T}(0)) {{ return {T}(0); }}
+        return {T}(bitcast<f32>(0x7f800000u));
+    }}
+    let r = pow(abs(a), b);
+    if (a > {T}(0)) {{ return r; }}
+    if (floor(b) != b) {{ return {T}(bitcast<f32>(0x7fc00000u)); }}
+    if (floor(b * {T}(0.5)) != b * {T}(0.5)) {{ return -r; }}
+    return r;
+}}
+"""
+_POW_INT = """
+fn vk_pow_i32(a: i32, b: i32) -> i32 {
+    if (b < 0) { return select(select(0, 1, a == 1), select(1, -1, (b & 1) != 0), a == -1); }
+    var r = 1;
+    var base = a;
+    var e = b;
+    loop {
+        if (e == 0) { break; }
+        if ((e & 1) != 0) { r = r * base; }
+        base = base * base;
+        e = e >> 1u;
+    }
+    return r;
+}
+"""
+
+
+class WgslMath:
+    """The ``m`` namespace for ``backend/elementwise.py`` formulas, producing WGSL."""
+
+    def __init__(self, em: Emitter) -> None:
+        self.em = em
+
+    def _float(self, x: Any) -> tuple[str, str]:
+        code, ty = self.em.value(x)
+        if ty in ("f32", "f16"):
+            return code, ty
+        return convert(code, ty, "f32"), "f32"  # numpy: float functions of ints give floats
+
+    def _call(self, fn: str, x: Any) -> Expr:
+        code, ty = self._float(x)
+        return self.em.let(f"{fn}({code})", ty)
+
+    def exp(self, x: Any) -> Expr:
+        return self._call("exp", x)
+
+    def log(self, x: Any) -> Expr:
+        return self._call("log", x)
+
+    def sqrt(self, x: Any) -> Expr:
+        return self._call("sqrt", x)
+
+    def sin(self, x: Any) -> Expr:
+        return self._call("sin", x)
+
+    def cos(self, x: Any) -> Expr:
+        return self._call("cos", x)
+
+    def tanh(self, x: Any) -> Expr:
+        code, ty = self._float(x)
+        # clamp: some drivers compute tanh through exp and return NaN for large |x|; tanh(15) rounds to 1 in f32
+        return self.em.let(f"tanh(clamp({code}, {ty}(-15.0), {ty}(15.0)))", ty)
+
+    def abs(self, x: Any) -> Expr:
+        code, ty = self.em.value(x)
+        if ty == "bool":
+            return self.em.let(code, ty)
+        return self.em.let(f"abs({code})", ty)
+
+    def sign(self, x: Any) -> Expr:
+        code, ty = self.em.value(x)
+        if ty == "bool":
+            return self.em.let(code, ty)
+        z, one = literal(0, ty), literal(1, ty)
+        s = f"select(select({z}, -{one}, {code} < {z}), {one}, {code} > {z})"
+        if ty != "i32":
+            s = f"select({s}, {code}, {code} != {code})"  # sign(nan) = nan, as numpy
+        return self.em.let(s, ty)
+
+    def where(self, c: Any, a: Any, b: Any) -> Expr:
+        cc, ct = self.em.value(c, "bool")
+        ca, cb, ty = _unify(self.em, a, b, arith=False)
+        return self.em.let(f"select({cb}, {ca}, {convert(cc, ct, 'bool')})", ty)
+
+    def maximum(self, a: Any, b: Any) -> Expr:
+        ca, cb, ty = _unify(self.em, a, b, arith=True)
+        return self.em.let(f"max({ca}, {cb})", ty)
+
+    def minimum(self, a: Any, b: Any) -> Expr:
+        ca, cb, ty = _unify(self.em, a, b, arith=True)
+        return self.em.let(f"min({ca}, {cb})", ty)
+
+    def pow(self, a: Any, b: Any) -> Expr:
+        ca, cb, ty = _unify(self.em, a, b, arith=True)
+        self.em.helpers[f"pow_{ty}"] = _POW_INT if ty == "i32" else _POW_FLOAT.format(T=ty)
+        return self.em.let(f"vk_pow_{ty}({ca}, {cb})", ty)
+
+    def _bool(self, x: Any) -> str:
+        code, ty = self.em.value(x, "bool")
+        return convert(code, ty, "bool")
+
+    def logical_not(self, a: Any) -> Expr:
+        return self.em.let(f"!{self._bool(a)}", "bool")
+
+    def logical_and(self, a: Any, b: Any) -> Expr:
+        return self.em.let(f"({self._bool(a)} && {self._bool(b)})", "bool")
+
+    def logical_or(self, a: Any, b: Any) -> Expr:
+        return self.em.let(f"({self._bool(a)} || {self._bool(b)})", "bool")
+
+
+def header(buffers: Sequence[tuple[str, str]], f16: bool) -> str:
+    """Enable line, params window, storage bindings ``(name, wgsl element type)`` from binding 1 on."""
+    out = ["enable f16;"] if f16 else []
+    out.append(f"@group(0) @binding(0) var<uniform> P: array<vec4<u32>, {PARAM_WORDS // 4}>;")
+    # every binding read_write: the same buffer may be bound twice (in-place ops), and wgpu forbids mixing
+    # read-only and writable storage usages of one buffer within a dispatch
+    for i, (name, ty) in enumerate(buffers):
+        out.append(f"@group(0) @binding({i + 1}) var<storage, read_write> {name}: array<{ty}>;")
+    out.append("fn pu(i: u32) -> u32 { return P[i >> 2u][i & 3u]; }")
+    out.append("fn pi(i: u32) -> i32 { return bitcast<i32>(pu(i)); }")
+    out.append("fn pf(i: u32) -> f32 { return bitcast<f32>(pu(i)); }")
+    return "\n".join(out) + "\n"
+
+
+MAIN_1D = (
+    f"@compute @workgroup_size({WORKGROUP})\n"
+    "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n"
+    "        @builtin(local_invocation_index) lid: u32) {\n"
+    f"    let gid = (wid.y * nwg.x + wid.x) * {WORKGROUP}u + lid;\n"
+)
+
+
+def strided_offsets(
+    lin: str, rank: int, shape_at: int, names: Sequence[str], inits: Sequence[str], strides_at: Sequence[int]
+) -> str:
+    """WGSL declaring ``var <name>: i32`` = init + sum(coord_d * stride_d) for each operand, where the coords are
+    those of the linear C-order index ``lin`` over a shape of ``rank`` dims (params words ``shape_at..``; operand
+    k's strides at words ``strides_at[k]..``). Unrolled: the rank is a specialisation of the kernel."""
+    lines = [f"    var {n}: i32 = {i};" for n, i in zip(names, inits, strict=True)]
+    if rank:
+        lines.append(f"    var rem: u32 = {lin};")
+    for d in reversed(range(rank)):
+        if d:
+            lines.append(f"    let c{d} = i32(rem % pu({shape_at + d}u)); rem = rem / pu({shape_at + d}u);")
+        else:
+            lines.append("    let c0 = i32(rem);")
+        for n, st in zip(names, strides_at, strict=True):
+            lines.append(f"    {n} += c{d} * pi({st + d}u);")
+    return "\n".join(lines) + "\n"
+
+
+def grid(groups: int, limit: int = 65535) -> tuple[int, int, int]:
+    """Workgroup counts covering ``groups`` linear workgroups within the per-dimension limit (2D when needed)."""
+    if groups <= limit:
+        return groups, 1, 1
+    y = -(-groups // limit)
+    return limit, y, 1
+
+
+def coalesce(shape: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple[list[int], list[list[int]]]:
+    """Drop size-1 dims and merge neighbours that are contiguous in every operand (fewer index divisions)."""
+    out_shape: list[int] = []
+    out_strides: list[list[int]] = [[] for _ in strides]
+    for d, n in enumerate(shape):
+        if n == 1:
+            continue
+        if out_shape and all(st[-1] == s[d] * n for st, s in zip(out_strides, strides, strict=True)):
+            out_shape[-1] *= n
+            for st, s in zip(out_strides, strides, strict=True):
+                st[-1] = s[d]
+            continue
+        out_shape.append(n)
+        for st, s in zip(out_strides, strides, strict=True):
+            st.append(s[d])
+    return out_shape, out_strides

@@ -1,0 +1,58 @@
+"""Transforms on numpy images, for one image ``(H, W)`` / ``(C, H, W)`` or a batch ``(N, ...)`` alike.
+
+Datasets apply them to whole batches at once, so they are vectorised numpy, not per-image Python.
+
+>>> import numpy as np
+>>> t = Compose([ToTensor(), Normalize((0.5,), (0.5,))])
+>>> t(np.array([[0, 255]], dtype=np.uint8)).tolist()
+[[[-1.0, 1.0]]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+Transform = Callable[[np.ndarray], np.ndarray]
+
+
+class Compose:
+    def __init__(self, transforms: Sequence[Transform]) -> None:
+        self.transforms = list(transforms)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        for t in self.transforms:
+            x = t(x)
+        return x
+
+    def __repr__(self) -> str:
+        return f"Compose({self.transforms!r})"
+
+
+class ToTensor:
+    """uint8 pixels ``[..., H, W]`` -> float32 in [0, 1] with a channel axis: ``[..., 1, H, W]``."""
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return np.expand_dims(np.asarray(x, dtype=np.float32) / np.float32(255.0), -3)
+
+    def __repr__(self) -> str:
+        return "ToTensor()"
+
+
+class Normalize:
+    """``(x - mean) / std`` per channel (the channel axis is ``-3``)."""
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        if len(mean) != len(std):
+            raise ValueError(f"Normalize: {len(mean)} means but {len(std)} standard deviations")
+        if any(s <= 0 for s in std):
+            raise ValueError(f"Normalize: standard deviations must be positive, got {tuple(std)}")
+        self.mean = np.asarray(mean, dtype=np.float32).reshape(-1, 1, 1)
+        self.inv_std = (1.0 / np.asarray(std, dtype=np.float32)).reshape(-1, 1, 1)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return ((x - self.mean) * self.inv_std).astype(np.float32, copy=False)
+
+    def __repr__(self) -> str:
+        return f"Normalize(mean={self.mean.ravel().tolist()}, std={(1 / self.inv_std).ravel().tolist()})"

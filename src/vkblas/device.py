@@ -1,0 +1,52 @@
+"""``vkblas.device``: a small value naming where a tensor lives, like ``torch.device``."""
+
+from __future__ import annotations
+
+from . import backend as _backends
+
+
+class device:  # noqa: N801 - PyTorch's name
+    __slots__ = ("type", "index")
+
+    def __init__(self, spec: str | device, index: int | None = None) -> None:
+        if isinstance(spec, device):
+            self.type, self.index = spec.type, spec.index
+            return
+        kind, idx = _backends.parse(spec)
+        self.type = kind
+        self.index = index if index is not None else idx
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    def __repr__(self) -> str:
+        return f"device(type='{self.type}'" + ("" if self.index is None else f", index={self.index}") + ")"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            try:
+                other = device(other)
+            except ValueError:
+                return False
+        if not isinstance(other, device):
+            return NotImplemented
+        return self.type == other.type and (self.index == other.index or None in (self.index, other.index))
+
+    def __hash__(self) -> int:
+        return hash(self.type)
+
+
+DeviceLike = str | device | None
+
+
+def resolve(dev: DeviceLike) -> _backends.Backend:
+    """The backend a device argument means; ``None`` is the default device."""
+    if dev is None:
+        return _backends.get(_backends.default_device_name()[0])
+    return _backends.get(str(dev))
+
+
+def of_backend(b: _backends.Backend) -> device:
+    if b.name == "cpu":
+        return device("cpu")
+    return device("vulkan", getattr(b, "adapter_index", 0))

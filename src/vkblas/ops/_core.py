@@ -1,0 +1,249 @@
+"""Shared plumbing of the ops: device and dtype checks, broadcasting, allocation, running a backend primitive."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..autograd import is_grad_enabled
+from ..backend.base import Backend, UnsupportedError, View, contiguous_strides, numel
+from ..backend.elementwise import OPS
+from ..dtypes import DType, bool_, float32, int32, promote, result_type
+from ..tensor import Tensor
+
+Scalar = bool | int | float
+
+
+def norm_dim(dim: int, ndim: int) -> int:
+    lo, hi = -max(ndim, 1), max(ndim, 1) - 1
+    if not lo <= dim <= hi:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{lo}, {hi}], but got {dim})")
+    return dim % max(ndim, 1)
+
+
+def norm_dims(dims: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
+    if dims is None:
+        return tuple(range(ndim))
+    if isinstance(dims, int):
+        dims = (dims,)
+    out = tuple(sorted({norm_dim(d, ndim) for d in dims}))
+    if len(out) != len(tuple(dims)):
+        raise RuntimeError(f"dim {tuple(dims)} appears multiple times in the list of dims")
+    return out
+
+
+def check_backend(b: Backend, dtype: DType, op: str) -> None:
+    if not b.supports(dtype):
+        raise UnsupportedError(f"{op}: dtype {dtype.name} is not supported on device '{b.name}'"
+                               + (" (no shader-f16 feature)" if dtype.name == "float16" else ""))
+
+
+def empty(shape: tuple[int, ...], dtype: DType, backend: Backend) -> Tensor:
+    if not backend.supports(dtype):
+        check_backend(backend, dtype, "empty")
+    for n in shape:
+        if n.__class__ is not int:
+            if not isinstance(n, (int, np.integer)):
+                raise ValueError(f"invalid shape {shape}: sizes must be non-negative integers")
+            shape = tuple(int(k) for k in shape)
+            break
+    if min(shape, default=0) < 0:
+        raise ValueError(f"invalid shape {shape}: sizes must be non-negative integers")
+    return Tensor._make(View(backend.alloc(numel(shape), dtype), shape, contiguous_strides(shape), 0), backend)
+
+
+def full(shape: tuple[int, ...], value: Scalar, dtype: DType, backend: Backend) -> Tensor:
+    out = empty(shape, dtype, backend)
+    if out.numel():
+        backend.elementwise("copy", out._view, [coerce_scalar(value, dtype)])
+    return out
+
+
+def coerce_scalar(v: Any, dtype: DType) -> Scalar:
+    if isinstance(v, Tensor):
+        raise TypeError("expected a Python number, got a Tensor")
+    if dtype.is_floating:
+        return float(v)
+    if dtype is bool_:
+        return bool(v)
+    return int(v)
+
+
+def same_backend(op: str, tensors: Sequence[Tensor]) -> Backend:
+    b = tensors[0]._backend
+    for t in tensors[1:]:
+        if t._backend is not b:
+            devs = ", ".join(f"{x.device} {tuple(x.shape)}" for x in tensors)
+            raise RuntimeError(f"Expected all tensors to be on the same device, but {op} got tensors on: {devs}")
+    return b
+
+
+def broadcast_shapes(*shapes: tuple[int, ...], op: str = "broadcast") -> tuple[int, ...]:
+    nd = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(nd):
+        size = 1
+        for s in shapes:
+            n = s[i - nd + len(s)] if i - nd + len(s) >= 0 else 1
+            if n != 1:
+                if size not in (1, n):
+                    raise RuntimeError(
+                        f"{op}: shapes {' and '.join(str(tuple(x)) for x in shapes)} cannot be broadcast together "
+                        f"(size {size} vs {n} at dim {i - nd})"
+                    )
+                size = n
+        out.append(size)
+    return tuple(out)
+
+
+def expand_view(v: View, shape: tuple[int, ...]) -> View:
+    """The view broadcast to ``shape`` with stride 0 on new or size-1 dims (no copy)."""
+    if v.shape == shape:
+        return v
+    lead = len(shape) - len(v.shape)
+    strides = [0] * lead
+    for i, (n, s) in enumerate(zip(v.shape, v.strides, strict=True)):
+        if n == shape[lead + i]:
+            strides.append(s if n != 1 else 0)
+        elif n == 1:
+            strides.append(0)
+        else:
+            raise RuntimeError(f"the expanded size of the tensor ({shape[lead + i]}) must match the existing size "
+                               f"({n}) at non-singleton dimension {i}; target size {shape}, tensor size {v.shape}")
+    return View(v.storage, shape, tuple(strides), v.offset)
+
+
+FLOAT_OPS = frozenset(
+    "exp log sqrt rsqrt sin cos tanh sigmoid silu gelu gelu_tanh div reciprocal pow sigmoid_grad tanh_grad "
+    "silu_grad gelu_grad gelu_tanh_grad".split()
+)
+
+
+def compute_dtype(op: str, operands: Sequence[Any]) -> DType:
+    spec = OPS[op]
+    dt: DType | None = None
+    scalars = []
+    for i, o in enumerate(operands):
+        if i == spec.bool_operand:
+            continue
+        if isinstance(o, Tensor):
+            d = o._view.storage.dtype
+            dt = d if dt is None or dt is d else promote(dt, d)
+        else:
+            scalars.append(o)
+    if dt is None:
+        dt = int32 if scalars and isinstance(scalars[0], (int, np.integer)) else float32
+        dt = result_type(dt, scalars[0]) if scalars else dt
+    for o in scalars:
+        dt = result_type(dt, o)
+    if not dt.is_floating and op in FLOAT_OPS:
+        dt = float32
+    return dt
+
+
+def elementwise(op: str, *operands: Any, out_dtype: DType | None = None, dtype: DType | None = None) -> Tensor:
+    """Run an elementwise op with broadcasting and promotion. No autograd here (see pointwise.py).
+
+    This is the hottest path of the framework (every op of a training step passes here), so the common case
+    (tensors of one shape and dtype, plain Python numbers) avoids the general broadcasting and promotion code.
+    """
+    spec = OPS[op]
+    tensors = [o for o in operands if isinstance(o, Tensor)]
+    if not tensors:
+        raise TypeError(f"{op}: expected at least one Tensor operand")
+    backend = tensors[0]._backend
+    shape = tensors[0]._view.shape
+    uniform = True
+    for t in tensors[1:]:
+        if t._backend is not backend:
+            same_backend(op, tensors)
+        if t._view.shape != shape:
+            uniform = False
+    if not uniform:
+        shape = broadcast_shapes(*(t.shape for t in tensors), op=op)
+    cdt = dtype or compute_dtype(op, operands)
+    args: list[View | Scalar] = []
+    for i, o in enumerate(operands):
+        want = bool_ if i == spec.bool_operand else cdt
+        if isinstance(o, Tensor):
+            if o._view.storage.dtype is not want:
+                o = cast(o, want)
+            args.append(o._view if uniform else expand_view(o._view, shape))
+        elif isinstance(o, (bool, int, float, np.number, np.bool_)):
+            args.append(coerce_scalar(o, want))
+        else:
+            raise TypeError(f"{op}: unsupported operand type {type(o).__name__}")
+    out = empty(shape, out_dtype or (bool_ if spec.returns_bool else cdt), backend)
+    if out._view.storage.numel:
+        backend.elementwise(op, out._view, args)
+    return out
+
+
+def cast(t: Tensor, dtype: DType) -> Tensor:
+    if t.dtype is dtype:
+        return t
+    out = empty(t.shape, dtype, t._backend)
+    if out.numel():
+        t._backend.elementwise("copy", out._view, [t._view])
+    return out
+
+
+def contiguous_copy(t: Tensor) -> Tensor:
+    out = empty(t.shape, t.dtype, t._backend)
+    if out.numel():
+        t._backend.elementwise("copy", out._view, [t._view])
+    return out
+
+
+def write_into(dst: Tensor, op: str, *operands: Any) -> Tensor:
+    """In-place: ``dst = op(*operands)`` written through dst's view (no autograd; bumps dst's version)."""
+    tensors = [o for o in operands if isinstance(o, Tensor)]
+    backend = same_backend(op, [dst, *tensors])
+    spec = OPS[op]
+    args: list[View | Scalar] = []
+    for i, o in enumerate(operands):
+        want = bool_ if i == spec.bool_operand else dst.dtype if not spec.returns_bool else o.dtype
+        if isinstance(o, Tensor):
+            if o.dtype is not want:
+                o = cast(o, want)
+            if o._view.storage is dst._view.storage and o._view != dst._view:
+                o = contiguous_copy(o)  # a shifted alias of dst would race with the writes
+            shape = broadcast_shapes(dst.shape, o.shape, op=op + "_")
+            if shape != dst.shape:
+                raise RuntimeError(f"{op}_: output with shape {dst.shape} doesn't match the broadcast shape {shape}")
+            args.append(expand_view(o._view, dst.shape))
+        else:
+            args.append(coerce_scalar(o, want))
+    if dst.numel():
+        backend.elementwise(op, dst._view, args)
+    dst._view.storage.version += 1
+    return dst
+
+
+def check_inplace(t: Tensor, op: str) -> bool:
+    """Whether the in-place op must be recorded for autograd; raises for a leaf that requires grad."""
+    if not is_grad_enabled():
+        return False
+    if t.requires_grad and t.is_leaf:
+        raise RuntimeError(
+            f"a leaf Variable that requires grad is being used in an in-place operation ({op}); "
+            "wrap it in vkblas.no_grad() if this is an update of a parameter"
+        )
+    return t.requires_grad
+
+
+def rebase_inplace(t: Tensor, result: Tensor) -> Tensor:
+    """Make ``t`` hold ``result``'s values and history (a recorded in-place op)."""
+    t._backend.elementwise("copy", t._view, [expand_view(result._view, t.shape)]) if t.numel() else None
+    t._view.storage.version += 1
+    t.grad_fn, t.requires_grad = result.grad_fn, result.requires_grad
+    return t
+
+
+def alias(t: Tensor) -> Tensor:
+    """A second Tensor object for the same values and history (the 'before' side of an in-place op)."""
+    a = Tensor._make(t._view, t._backend, t.requires_grad)
+    a.grad_fn = t.grad_fn
+    return a

@@ -1,0 +1,66 @@
+"""Matrix products. The backend primitive takes >=2-D operands with equal batch shapes (broadcast by strides)."""
+
+from __future__ import annotations
+
+from ..autograd import Node, record
+from ..backend.base import View
+from ..tensor import Tensor
+from ._core import broadcast_shapes, cast, empty, expand_view, same_backend
+from ..dtypes import promote
+
+
+def _matmul_nd(a: Tensor, b: Tensor) -> Tensor:
+    if a.shape[-1] != b.shape[-2]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({'x'.join(map(str, a.shape))} and "
+                           f"{'x'.join(map(str, b.shape))})")
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], op="matmul")
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    out = empty((*batch, m, n), a.dtype, a._backend)
+    if out.numel():
+        if k == 0:
+            a._backend.elementwise("copy", out._view, [0.0])
+        else:
+            av: View = expand_view(a._view, (*batch, m, k))
+            bv: View = expand_view(b._view, (*batch, k, n))
+            a._backend.matmul(out._view, av, bv)
+
+    def rule(node: Node, g: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        x, y = node.saved
+        return (_matmul_nd(g, y.mT) if node.needs[0] else None, _matmul_nd(x.mT, g) if node.needs[1] else None)
+
+    return record(out, "MmBackward", (a, b), rule, (a, b))
+
+
+def matmul(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
+    if not isinstance(input, Tensor) or not isinstance(other, Tensor):
+        raise TypeError("matmul: both operands must be Tensors")
+    same_backend("matmul", [input, other])
+    if input.ndim == 0 or other.ndim == 0:
+        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {input.ndim}D and "
+                           f"{other.ndim}D")
+    dt = promote(input.dtype, other.dtype)
+    if not dt.is_floating:
+        raise RuntimeError(f"matmul is implemented for floating point dtypes only (got {input.dtype!r} and "
+                           f"{other.dtype!r})")
+    a = input if input.dtype is dt else cast(input, dt)
+    b = other if other.dtype is dt else cast(other, dt)
+    a2 = a.unsqueeze(0) if a.ndim == 1 else a
+    b2 = b.unsqueeze(-1) if b.ndim == 1 else b
+    out = _matmul_nd(a2, b2)
+    if a.ndim == 1:
+        out = out.squeeze(-2)
+    if b.ndim == 1:
+        out = out.squeeze(-1)
+    return out
+
+
+def mm(input: Tensor, mat2: Tensor) -> Tensor:  # noqa: A002
+    if input.ndim != 2 or mat2.ndim != 2:
+        raise RuntimeError(f"mm: expected 2D tensors, got {input.ndim}D and {mat2.ndim}D")
+    return matmul(input, mat2)
+
+
+def bmm(input: Tensor, mat2: Tensor) -> Tensor:  # noqa: A002
+    if input.ndim != 3 or mat2.ndim != 3 or input.shape[0] != mat2.shape[0]:
+        raise RuntimeError(f"bmm: expected 3D tensors with equal batch size, got {input.shape} and {mat2.shape}")
+    return matmul(input, mat2)

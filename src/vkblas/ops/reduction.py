@@ -1,0 +1,185 @@
+"""Reductions (sum, max, min, arg*), and what is composed from them: mean, var, std, logsumexp, softmax."""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from collections.abc import Sequence
+from typing import Any
+
+from ..autograd import Node, record
+from ..dtypes import bool_, float32, int32
+from ..tensor import Tensor
+from ._core import cast, elementwise, empty, norm_dim, norm_dims
+from .pointwise import binary, unary, where
+
+Dims = int | Sequence[int] | None
+ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
+
+
+def _reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdim: bool) -> tuple[int, ...]:
+    if keepdim:
+        return tuple(1 if i in axes else n for i, n in enumerate(shape))
+    return tuple(n for i, n in enumerate(shape) if i not in axes)
+
+
+def _raw_reduce(op: str, x: Tensor, axes: tuple[int, ...], keepdim: bool) -> Tensor:
+    if op != "sum":
+        for a in axes:
+            if x.shape[a] == 0:
+                raise IndexError(f"{op}(): Expected reduction dim {a} to have non-zero size (input shape {x.shape})")
+    odt = int32 if op.startswith("arg") else x.dtype
+    out = empty(_reduced_shape(x.shape, axes, False), odt, x._backend)
+    if out.numel():
+        x._backend.reduce(op, out._view, x._view, axes)
+    return out.reshape(_reduced_shape(x.shape, axes, True)) if keepdim else out
+
+
+def _expand_back(g: Tensor, shape: tuple[int, ...], axes: tuple[int, ...], keepdim: bool) -> Tensor:
+    if not keepdim:
+        g = g.reshape(_reduced_shape(shape, axes, True))
+    return g.expand(shape)
+
+
+def sum(input: Tensor, dim: Dims = None, keepdim: bool = False, dtype: Any = None) -> Tensor:  # noqa: A001,A002
+    x = input
+    if x.dtype is bool_:
+        x = cast(x, int32)
+    if dtype is not None:
+        x = x.to(dtype)
+    axes = norm_dims(dim, x.ndim)
+    if not axes and dim is not None and not isinstance(dim, int):
+        return x
+    out = _raw_reduce("sum", x, axes, keepdim)
+    return record(out, "SumBackward", (x,), lambda n, g: (_expand_back(g, n.extra["shape"], axes, keepdim),),
+                  shape=x.shape)
+
+
+def mean(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A002
+    if not input.dtype.is_floating:
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be floating point, got "
+                           f"{input.dtype!r}")
+    axes = norm_dims(dim, input.ndim)
+    count = 1
+    for a in axes:
+        count *= input.shape[a]
+    return sum(input, axes, keepdim) * (1.0 / count if count else float("nan"))
+
+
+def _minmax(op: str, input: Tensor, dim: int | None, keepdim: bool) -> Any:
+    if dim is None:
+        if input.numel() == 0:
+            raise RuntimeError(f"{op}(): Expected reduction dim to be specified for input.numel() == 0.")
+        out = _raw_reduce(op, input, tuple(range(input.ndim)), False)
+
+        def rule_all(n: Node, g: Tensor) -> tuple[Tensor]:
+            x, m = n.saved
+            mask = cast(elementwise("eq", x, m), x.dtype)
+            return (mask * (g / sum(mask)),)  # ties share the gradient evenly, as in PyTorch
+
+        return record(out, op.capitalize() + "Backward", (input,), rule_all, (input, out.detach()))
+    d = norm_dim(dim, input.ndim)
+    values = _raw_reduce(op, input, (d,), keepdim)
+    indices = _raw_reduce("arg" + op, input, (d,), keepdim)
+
+    def rule(n: Node, g: Tensor) -> tuple[Tensor]:
+        idx = indices if keepdim else indices.unsqueeze(d)
+        gg = g if keepdim else g.unsqueeze(d)
+        return (n.extra["zeros"]().scatter_add(d, idx, gg),)
+
+    record(values, op.capitalize() + "Backward", (input,), rule,
+           zeros=lambda: input.new_zeros(input.shape))
+    return ValuesIndices(values, indices)
+
+
+def max(input: Tensor, dim: Any = None, keepdim: bool = False) -> Any:  # noqa: A001,A002
+    if isinstance(dim, Tensor):
+        return binary("maximum", input, dim)
+    return _minmax("max", input, dim, keepdim)
+
+
+def min(input: Tensor, dim: Any = None, keepdim: bool = False) -> Any:  # noqa: A001,A002
+    if isinstance(dim, Tensor):
+        return binary("minimum", input, dim)
+    return _minmax("min", input, dim, keepdim)
+
+
+def amax(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A002
+    axes = norm_dims(dim, input.ndim)
+    out = _raw_reduce("max", input, axes, keepdim)
+
+    def rule(n: Node, g: Tensor) -> tuple[Tensor]:
+        x, m = n.saved
+        mk = m if keepdim else m.reshape(_reduced_shape(x.shape, axes, True))
+        mask = cast(elementwise("eq", x, mk), x.dtype)
+        cnt = sum(mask, axes, keepdim=True)
+        gk = g if keepdim else g.reshape(_reduced_shape(x.shape, axes, True))
+        return (mask * (gk / cnt),)
+
+    return record(out, "AmaxBackward", (input,), rule, (input, out.detach()))
+
+
+def amin(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A002
+    return -amax(-input, dim, keepdim)
+
+
+def _arg(op: str, input: Tensor, dim: int | None, keepdim: bool) -> Tensor:
+    if dim is None:
+        flat = input.reshape(-1)
+        out = _raw_reduce(op, flat, (0,), False)
+        return out.reshape((1,) * input.ndim) if keepdim else out
+    return _raw_reduce(op, input, (norm_dim(dim, input.ndim),), keepdim)
+
+
+def argmax(input: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:  # noqa: A002
+    return _arg("argmax", input, dim, keepdim)
+
+
+def argmin(input: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:  # noqa: A002
+    return _arg("argmin", input, dim, keepdim)
+
+
+def all(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001,A002
+    b = input if input.dtype is bool_ else elementwise("ne", input, 0)
+    return elementwise("eq", _raw_reduce("min", cast(b, int32), norm_dims(dim, input.ndim), keepdim), 1)
+
+
+def any(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001,A002
+    b = input if input.dtype is bool_ else elementwise("ne", input, 0)
+    return elementwise("eq", _raw_reduce("max", cast(b, int32), norm_dims(dim, input.ndim), keepdim), 1)
+
+
+def var(input: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False, *,
+        correction: float | None = None) -> Tensor:  # noqa: A002
+    if correction is None:
+        correction = 1 if unbiased is None or unbiased else 0
+    axes = norm_dims(dim, input.ndim)
+    n = 1
+    for a in axes:
+        n *= input.shape[a]
+    centered = input - mean(input, axes, keepdim=True)
+    scale = 1.0 / (n - correction) if n - correction > 0 else float("nan")
+    return sum(unary("square", centered), axes, keepdim) * scale
+
+
+def std(input: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False, *,
+        correction: float | None = None) -> Tensor:  # noqa: A002
+    return unary("sqrt", var(input, dim, unbiased, keepdim, correction=correction))
+
+
+def logsumexp(input: Tensor, dim: Dims, keepdim: bool = False) -> Tensor:  # noqa: A002
+    axes = norm_dims(dim, input.ndim)
+    m = amax(input.detach(), axes, keepdim=True)
+    m = where(elementwise("eq", unary("abs", m), float("inf")), 0.0, m)  # all -inf rows stay -inf, not nan
+    out = unary("log", sum(unary("exp", input - m), axes, keepdim=True)) + m
+    return out if keepdim else out.reshape(_reduced_shape(input.shape, axes, False))
+
+
+def softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:  # noqa: A002
+    x = input if dtype is None else input.to(dtype)
+    e = unary("exp", x - amax(x.detach(), dim, keepdim=True))
+    return e / sum(e, dim, keepdim=True)
+
+
+def log_softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:  # noqa: A002
+    x = input if dtype is None else input.to(dtype)
+    return x - logsumexp(x, dim, keepdim=True)
