@@ -36,8 +36,11 @@ def vkblas_devices() -> list[str]:
 def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [[str(c) for c in header]] + [[f"{c:.4g}" if isinstance(c, float) else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = [title, " | ".join(h.ljust(w) for h, w in zip(cells[0], widths, strict=True)),
-             "-|-".join("-" * w for w in widths)]
+    lines = [
+        title,
+        " | ".join(h.ljust(w) for h, w in zip(cells[0], widths, strict=True)),
+        "-|-".join("-" * w for w in widths),
+    ]
     lines += [" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells[1:]]
     text = "\n".join(lines)
     print(text, flush=True)

@@ -135,8 +135,9 @@ def main(argv: list[str] | None = None) -> int:
             ga, gc = bw_torch(torch, dev, n)
             rows.append([f"torch {torch.__version__} {dev}", us, ga, gc, 100 * ga / gc])
     header = ["engine", "chain us/op", "add GB/s", "copy GB/s", "add % of copy"]
-    print_table(f"elementwise ops: chain of {args.chain} dependent ops; bandwidth at n=2^{args.log2n} fp32",
-                header, rows)
+    print_table(
+        f"elementwise ops: chain of {args.chain} dependent ops; bandwidth at n=2^{args.log2n} fp32", header, rows
+    )
     if args.json:
         Path(args.json).write_text(json.dumps({"header": header, "rows": rows}, indent=1))
     return 0

@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
 if [ -z "${VKBLAS_DATA:-}" ] && [ -d ../shared/data ]; then export VKBLAS_DATA=$PWD/../shared/data; fi
-.venv/bin/vkblas info --short || true
+.venv/bin/vkblas info || true
 exec .venv/bin/vkblas train mnist --model mlp --epochs 3 --out runs/mnist-mlp "$@"

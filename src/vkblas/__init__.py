@@ -67,7 +67,7 @@ def info() -> dict[str, Any]:
     return {"default_device": name, "why": why, "adapters": list(_backends.vulkan_adapters()), "cpu": "numpy"}
 
 
-def synchronize(device: Any = None) -> None:
+def synchronize(device: Any = None) -> None:  # noqa: F811 - PyTorch's argument name
     """Wait for all work recorded on ``device`` (or on every device in use) to finish."""
     targets = [_backends.get(str(device))] if device is not None else _backends.loaded()
     for b in targets:

@@ -138,8 +138,10 @@ def backward(tensor: Tensor, gradient: Tensor | None = None, retain_graph: bool 
     elif not isinstance(gradient, Tensor):
         gradient = Tensor._from_value(gradient, dtype=tensor.dtype, device=tensor.device)
     if tuple(gradient.shape) != tuple(tensor.shape):
-        raise RuntimeError(f"grad can be implicitly created only for matching shapes: gradient has shape "
-                           f"{tuple(gradient.shape)} but the output has shape {tuple(tensor.shape)}")
+        raise RuntimeError(
+            f"grad can be implicitly created only for matching shapes: gradient has shape "
+            f"{tuple(gradient.shape)} but the output has shape {tuple(tensor.shape)}"
+        )
     if gradient.device != tensor.device:
         raise RuntimeError(f"gradient is on {gradient.device} but the output is on {tensor.device}")
     root = tensor.grad_fn
@@ -158,8 +160,10 @@ def backward(tensor: Tensor, gradient: Tensor | None = None, retain_graph: bool 
             g = grads.pop(id(node), None)
             if g is None or node.inputs is None:
                 if node.inputs is None:
-                    raise RuntimeError(f"Trying to backward through the graph a second time ({node.name} was freed); "
-                                       "specify retain_graph=True on the first backward.")
+                    raise RuntimeError(
+                        f"Trying to backward through the graph a second time ({node.name} was freed); "
+                        "specify retain_graph=True on the first backward."
+                    )
                 continue
             node.check_saved()
             assert node.rule is not None
@@ -181,8 +185,9 @@ def backward(tensor: Tensor, gradient: Tensor | None = None, retain_graph: bool 
                 node.inputs, node.rule, node.saved = None, None, ()
 
 
-def grad(outputs: Tensor, inputs: Sequence[Tensor], grad_outputs: Tensor | None = None,
-         retain_graph: bool = False) -> tuple[Tensor | None, ...]:
+def grad(
+    outputs: Tensor, inputs: Sequence[Tensor], grad_outputs: Tensor | None = None, retain_graph: bool = False
+) -> tuple[Tensor | None, ...]:
     """Gradients of ``outputs`` with respect to ``inputs`` without touching their ``.grad`` (first order only)."""
     saved = [(t.grad, t._retains_grad) for t in inputs]
     for t in inputs:

@@ -11,7 +11,9 @@ import numpy as np
 from . import device as _dev
 from .backend.base import View
 from .dtypes import INT32_MAX, INT32_MIN, DType, bool_, float32, int32, to_dtype
-from .ops._core import check_backend, elementwise, empty as _empty, full as _full
+from .ops._core import check_backend, elementwise
+from .ops._core import empty as _empty
+from .ops._core import full as _full
 from .random import Generator, default_generator
 from .tensor import Tensor
 
@@ -80,8 +82,10 @@ def from_numpy(array: np.ndarray, device: _dev.DeviceLike = None) -> Tensor:
 
 
 def as_tensor(data: Any, dtype: Any = None, device: _dev.DeviceLike = None) -> Tensor:
-    if isinstance(data, Tensor) and (dtype is None or to_dtype(dtype) is data.dtype) and (
-        device is None or _dev.device(device) == data.device
+    if (
+        isinstance(data, Tensor)
+        and (dtype is None or to_dtype(dtype) is data.dtype)
+        and (device is None or _dev.device(device) == data.device)
     ):
         return data
     if isinstance(data, Tensor):
@@ -108,36 +112,61 @@ def ones(*size: Any, dtype: Any = None, device: _dev.DeviceLike = None, requires
     return _new(size, dtype, device, requires_grad, 1)
 
 
-def full(size: Shape, fill_value: float, dtype: Any = None, device: _dev.DeviceLike = None,
-         requires_grad: bool = False) -> Tensor:
+def full(
+    size: Shape, fill_value: float, dtype: Any = None, device: _dev.DeviceLike = None, requires_grad: bool = False
+) -> Tensor:
     if dtype is None:
         dtype = bool_ if isinstance(fill_value, bool) else int32 if isinstance(fill_value, int) else float32
     return _new((size,) if isinstance(size, int) else tuple(size), dtype, device, requires_grad, fill_value)
 
 
-def zeros_like(input: Tensor, dtype: Any = None, device: _dev.DeviceLike = None,  # noqa: A002
-               requires_grad: bool = False) -> Tensor:
+def zeros_like(
+    input: Tensor,
+    dtype: Any = None,
+    device: _dev.DeviceLike = None,  # noqa: A002
+    requires_grad: bool = False,
+) -> Tensor:
     return zeros(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
 
 
-def ones_like(input: Tensor, dtype: Any = None, device: _dev.DeviceLike = None,  # noqa: A002
-              requires_grad: bool = False) -> Tensor:
+def ones_like(
+    input: Tensor,
+    dtype: Any = None,
+    device: _dev.DeviceLike = None,  # noqa: A002
+    requires_grad: bool = False,
+) -> Tensor:
     return ones(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
 
 
-def empty_like(input: Tensor, dtype: Any = None, device: _dev.DeviceLike = None,  # noqa: A002
-               requires_grad: bool = False) -> Tensor:
+def empty_like(
+    input: Tensor,
+    dtype: Any = None,
+    device: _dev.DeviceLike = None,  # noqa: A002
+    requires_grad: bool = False,
+) -> Tensor:
     return empty(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
 
 
-def full_like(input: Tensor, fill_value: float, dtype: Any = None, device: _dev.DeviceLike = None,  # noqa: A002
-              requires_grad: bool = False) -> Tensor:
-    return full(input.shape, fill_value, dtype=dtype or input.dtype, device=device or input.device,
-                requires_grad=requires_grad)
+def full_like(
+    input: Tensor,
+    fill_value: float,
+    dtype: Any = None,
+    device: _dev.DeviceLike = None,  # noqa: A002
+    requires_grad: bool = False,
+) -> Tensor:
+    return full(
+        input.shape, fill_value, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad
+    )
 
 
-def arange(start: float, end: float | None = None, step: float = 1, dtype: Any = None,
-           device: _dev.DeviceLike = None, requires_grad: bool = False) -> Tensor:
+def arange(
+    start: float,
+    end: float | None = None,
+    step: float = 1,
+    dtype: Any = None,
+    device: _dev.DeviceLike = None,
+    requires_grad: bool = False,
+) -> Tensor:
     if end is None:
         start, end = 0, start
     if step == 0:
@@ -146,24 +175,26 @@ def arange(start: float, end: float | None = None, step: float = 1, dtype: Any =
     dt = to_dtype(dtype) if dtype is not None else int32 if is_int else float32
     n = max(0, math.ceil((end - start) / step))
     # computed in float64 on the host: exact for every int32 value and for float steps
-    return tensor(start + step * np.arange(n, dtype=np.float64), dtype=dt, device=device,
-                  requires_grad=requires_grad)
+    return tensor(start + step * np.arange(n, dtype=np.float64), dtype=dt, device=device, requires_grad=requires_grad)
 
 
-def linspace(start: float, end: float, steps: int, dtype: Any = None, device: _dev.DeviceLike = None,
-             requires_grad: bool = False) -> Tensor:
+def linspace(
+    start: float, end: float, steps: int, dtype: Any = None, device: _dev.DeviceLike = None, requires_grad: bool = False
+) -> Tensor:
     if steps < 0:
         raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
     return tensor(np.linspace(start, end, steps), dtype=dtype or float32, device=device, requires_grad=requires_grad)
 
 
-def eye(n: int, m: int | None = None, dtype: Any = None, device: _dev.DeviceLike = None,
-        requires_grad: bool = False) -> Tensor:
+def eye(
+    n: int, m: int | None = None, dtype: Any = None, device: _dev.DeviceLike = None, requires_grad: bool = False
+) -> Tensor:
     return tensor(np.eye(n, m), dtype=dtype or float32, device=device, requires_grad=requires_grad)
 
 
-def _random(size: tuple[int, ...], distribution: str, dtype: Any, device: _dev.DeviceLike,
-            generator: Generator | None) -> Tensor:
+def _random(
+    size: tuple[int, ...], distribution: str, dtype: Any, device: _dev.DeviceLike, generator: Generator | None
+) -> Tensor:
     dt = to_dtype(dtype) if dtype is not None else float32
     if not dt.is_floating:
         raise RuntimeError(f"random {distribution} numbers need a floating dtype, got {dt!r}")
@@ -176,20 +207,36 @@ def _random(size: tuple[int, ...], distribution: str, dtype: Any, device: _dev.D
     return out
 
 
-def rand(*size: Any, dtype: Any = None, device: _dev.DeviceLike = None, requires_grad: bool = False,
-         generator: Generator | None = None) -> Tensor:
+def rand(
+    *size: Any,
+    dtype: Any = None,
+    device: _dev.DeviceLike = None,
+    requires_grad: bool = False,
+    generator: Generator | None = None,
+) -> Tensor:
     t = _random(_shape(size), "uniform", dtype, device, generator)
     return t.requires_grad_(True) if requires_grad else t
 
 
-def randn(*size: Any, dtype: Any = None, device: _dev.DeviceLike = None, requires_grad: bool = False,
-          generator: Generator | None = None) -> Tensor:
+def randn(
+    *size: Any,
+    dtype: Any = None,
+    device: _dev.DeviceLike = None,
+    requires_grad: bool = False,
+    generator: Generator | None = None,
+) -> Tensor:
     t = _random(_shape(size), "normal", dtype, device, generator)
     return t.requires_grad_(True) if requires_grad else t
 
 
-def randint(low: int, high: int | None = None, size: Shape = (), dtype: Any = None, device: _dev.DeviceLike = None,
-            generator: Generator | None = None) -> Tensor:
+def randint(
+    low: int,
+    high: int | None = None,
+    size: Shape = (),
+    dtype: Any = None,
+    device: _dev.DeviceLike = None,
+    generator: Generator | None = None,
+) -> Tensor:
     if high is None:
         low, high = 0, low
     if high <= low:

@@ -28,8 +28,15 @@ def _numeric(fn: Callable[..., Tensor], inputs: list[Tensor], i: int, eps: float
     return grad
 
 
-def gradcheck(fn: Callable[..., Tensor], inputs: Sequence[Tensor], eps: float = 1e-6, atol: float = 1e-5,
-              rtol: float = 1e-3, raise_exception: bool = True, seed: int = 0) -> bool:
+def gradcheck(
+    fn: Callable[..., Tensor],
+    inputs: Sequence[Tensor],
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    raise_exception: bool = True,
+    seed: int = 0,
+) -> bool:
     """True if the analytic gradient of ``sum(fn(*inputs) * w)`` (random ``w``) matches finite differences for every
     input that requires grad. Raises with the worst mismatch unless ``raise_exception=False``."""
     inputs = list(inputs)

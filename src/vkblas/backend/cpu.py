@@ -108,7 +108,9 @@ class CpuBackend(Backend):
             result = (np.argmax if op == "argmax" else np.argmin)(a, axis=axis)
         else:
             fn = {"sum": np.sum, "max": np.max, "min": np.min}[op]
-            acc = a if op != "sum" or not x.dtype.is_floating else a.astype(np.float64 if x.dtype is float64 else np.float32)
+            # sums of floats accumulate in at least fp32 (as the GPU kernels do), float64 stays float64
+            wide = np.float64 if x.dtype is float64 else np.float32
+            acc = a.astype(wide) if op == "sum" and x.dtype.is_floating else a
             result = fn(acc, axis=axes)
         np.copyto(target, result, casting="unsafe")
 

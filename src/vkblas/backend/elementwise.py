@@ -90,26 +90,25 @@ _TABLE = [
     ElementwiseOp("leaky_relu_grad", 3, lambda m, g, x, slope: m.where(x > 0, g, g * slope)),
     ElementwiseOp("sigmoid_grad", 2, lambda m, g, y: g * y * (1.0 - y)),
     ElementwiseOp("tanh_grad", 2, lambda m, g, y: g * (1.0 - y * y)),
-    ElementwiseOp(
-        "silu_grad", 2, lambda m, g, x: g * _sigmoid(m, x) * (1.0 + x * (1.0 - _sigmoid(m, x)))
-    ),
+    ElementwiseOp("silu_grad", 2, lambda m, g, x: g * _sigmoid(m, x) * (1.0 + x * (1.0 - _sigmoid(m, x)))),
     ElementwiseOp(
         "gelu_grad",
         2,
-        lambda m, g, x: g
-        * (0.5 * (1.0 + _erf(m, x * SQRT_HALF)) + x * INV_SQRT_2PI * m.exp(-0.5 * x * x)),
+        lambda m, g, x: g * (0.5 * (1.0 + _erf(m, x * SQRT_HALF)) + x * INV_SQRT_2PI * m.exp(-0.5 * x * x)),
     ),
     ElementwiseOp(
         "gelu_tanh_grad",
         2,
-        lambda m, g, x: g
-        * (
-            0.5 * (1.0 + _gelu_tanh_inner(m, x))
-            + 0.5
-            * x
-            * (1.0 - _gelu_tanh_inner(m, x) * _gelu_tanh_inner(m, x))
-            * SQRT_2_OVER_PI
-            * (1.0 + 3.0 * 0.044715 * x * x)
+        lambda m, g, x: (
+            g
+            * (
+                0.5 * (1.0 + _gelu_tanh_inner(m, x))
+                + 0.5
+                * x
+                * (1.0 - _gelu_tanh_inner(m, x) * _gelu_tanh_inner(m, x))
+                * SQRT_2_OVER_PI
+                * (1.0 + 3.0 * 0.044715 * x * x)
+            )
         ),
     ),
     # --- ternary

@@ -7,7 +7,7 @@ from ..creation import bernoulli_, normal_, uniform_
 from ._core import empty, full, norm_dim
 from .indexing import gather, getitem, index_select, one_hot, scatter_add, setitem
 from .linalg import bmm, matmul, mm
-from .pointwise import (
+from .pointwise import (  # noqa: F401
     BINARY,
     COMPARE,
     UNARY,
@@ -20,6 +20,7 @@ from .pointwise import (
     clip,
     copy_,
     div_,
+    exp_,
     fill_,
     gelu,
     leaky_relu,
@@ -28,13 +29,15 @@ from .pointwise import (
     masked_fill,
     masked_fill_,
     mul_,
+    neg_,
     pow_,
+    relu_,
+    sqrt_,
     sub,
     sub_,
     where,
     zero_,
 )
-from .pointwise import exp_, neg_, relu_, sqrt_  # noqa: F401
 from .reduction import (
     all,
     amax,
@@ -76,8 +79,11 @@ from .shape import (
     view_as,
 )
 
-globals().update(UNARY)
+globals().update({k: v for k, v in UNARY.items() if k != "gelu"})  # gelu(approximate=...) is defined above
 globals().update({k: v for k, v in BINARY.items() if k not in ("add", "sub")})
 globals().update(COMPARE)
 
 __all__ = [n for n in dir() if not n.startswith("_")]
+
+from .conv import avg_pool2d, conv2d, max_pool2d  # noqa: E402  (conv is composed from the ops above)
+__all__ += ["avg_pool2d", "conv2d", "max_pool2d"]

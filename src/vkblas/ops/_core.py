@@ -36,8 +36,10 @@ def norm_dims(dims: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
 
 def check_backend(b: Backend, dtype: DType, op: str) -> None:
     if not b.supports(dtype):
-        raise UnsupportedError(f"{op}: dtype {dtype.name} is not supported on device '{b.name}'"
-                               + (" (no shader-f16 feature)" if dtype.name == "float16" else ""))
+        raise UnsupportedError(
+            f"{op}: dtype {dtype.name} is not supported on device '{b.name}'"
+            + (" (no shader-f16 feature)" if dtype.name == "float16" else "")
+        )
 
 
 def empty(shape: tuple[int, ...], dtype: DType, backend: Backend) -> Tensor:
@@ -110,8 +112,10 @@ def expand_view(v: View, shape: tuple[int, ...]) -> View:
         elif n == 1:
             strides.append(0)
         else:
-            raise RuntimeError(f"the expanded size of the tensor ({shape[lead + i]}) must match the existing size "
-                               f"({n}) at non-singleton dimension {i}; target size {shape}, tensor size {v.shape}")
+            raise RuntimeError(
+                f"the expanded size of the tensor ({shape[lead + i]}) must match the existing size "
+                f"({n}) at non-singleton dimension {i}; target size {shape}, tensor size {v.shape}"
+            )
     return View(v.storage, shape, tuple(strides), v.offset)
 
 

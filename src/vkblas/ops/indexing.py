@@ -51,8 +51,10 @@ def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:  # noqa: A002
     d = norm_dim(dim, input.ndim)
     same_backend("gather", [input, index])
     if index.ndim != input.ndim:
-        raise RuntimeError(f"gather: index tensor must have the same number of dimensions as input tensor "
-                           f"(index {index.shape}, input {input.shape})")
+        raise RuntimeError(
+            f"gather: index tensor must have the same number of dimensions as input tensor "
+            f"(index {index.shape}, input {input.shape})"
+        )
     for i, (a, b) in enumerate(zip(index.shape, input.shape, strict=True)):
         if i != d and a > b:
             raise RuntimeError(f"gather: size of index {index.shape} exceeds input {input.shape} at dimension {i}")
@@ -83,8 +85,10 @@ def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor: 
     d = norm_dim(dim, input.ndim)
     same_backend("scatter_add", [input, index, src])
     if not (index.ndim == input.ndim == src.ndim):
-        raise RuntimeError(f"scatter_add: index {index.shape}, input {input.shape} and src {src.shape} must have the "
-                           "same number of dimensions")
+        raise RuntimeError(
+            f"scatter_add: index {index.shape}, input {input.shape} and src {src.shape} must have the "
+            "same number of dimensions"
+        )
     index = _check_range(cast(index, int32), input.shape[d], d, input.shape)
     out = _scatter_add_into(input.detach().clone(), d, index, cast(src, input.dtype).detach())
 
@@ -128,10 +132,14 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
 # ------------------------------------------------------------------ __getitem__ / __setitem__
 def _expand_items(x: Tensor, index: Index) -> list[Any]:
     items = list(index) if isinstance(index, tuple) else [index]
-    consumed = builtins.sum(1 for it in items if it is not None and it is not Ellipsis
-                            and not (isinstance(it, Tensor) and it.dtype is bool_ and it.ndim > 1))
-    consumed += builtins.sum(it.ndim - 1 for it in items if isinstance(it, Tensor) and it.dtype is bool_
-                             and it.ndim > 1)
+    consumed = builtins.sum(
+        1
+        for it in items
+        if it is not None and it is not Ellipsis and not (isinstance(it, Tensor) and it.dtype is bool_ and it.ndim > 1)
+    )
+    consumed += builtins.sum(
+        it.ndim - 1 for it in items if isinstance(it, Tensor) and it.dtype is bool_ and it.ndim > 1
+    )
     if builtins.sum(1 for it in items if it is Ellipsis) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     if consumed > x.ndim:
@@ -176,8 +184,10 @@ def _basic(x: Tensor, items: list[Any]) -> tuple[View, list[tuple[int, Any]]]:
             try:
                 i = int(it.__index__() if hasattr(it, "__index__") else it)
             except TypeError:
-                raise IndexError(f"unsupported index {it!r}: only integers, slices, None, ..., and integer or "
-                                 "bool tensors are valid indices") from None
+                raise IndexError(
+                    f"unsupported index {it!r}: only integers, slices, None, ..., and integer or "
+                    "bool tensors are valid indices"
+                ) from None
             if not -n <= i < n:
                 raise IndexError(f"index {i} is out of bounds for dimension {d} with size {n} (shape {x.shape})")
             offset += (i % n) * s
@@ -215,8 +225,7 @@ def _bool_to_int(mask: Tensor, x: Tensor) -> Tensor:
 
 def _mask_select(x: Tensor, mask: Tensor) -> Tensor:
     if mask.shape != x.shape[: mask.ndim]:
-        raise IndexError(f"The shape of the mask {mask.shape} does not match the shape of the indexed tensor "
-                         f"{x.shape}")
+        raise IndexError(f"The shape of the mask {mask.shape} does not match the shape of the indexed tensor {x.shape}")
     flat = x.reshape((-1,) + x.shape[mask.ndim :])
     idx = _as_index_tensor(np.flatnonzero(mask.numpy()), x)
     return _take_along(flat, 0, cast(idx, int32))
@@ -261,7 +270,8 @@ def setitem(x: Tensor, index: Index, value: Any) -> None:
     items = _expand_items(x, index)
     view, advanced = _basic(x, items)
     if advanced:
-        raise NotImplementedError("assignment through integer-array indices is not supported; use scatter_add or "
-                                  "index with slices")
+        raise NotImplementedError(
+            "assignment through integer-array indices is not supported; use scatter_add or index with slices"
+        )
     target = Tensor._make(view, x._backend)
     write_into(target, "copy", value)

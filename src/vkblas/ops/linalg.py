@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from ..autograd import Node, record
 from ..backend.base import View
+from ..dtypes import promote
 from ..tensor import Tensor
 from ._core import broadcast_shapes, cast, empty, expand_view, same_backend
-from ..dtypes import promote
 
 
 def _matmul_nd(a: Tensor, b: Tensor) -> Tensor:
     if a.shape[-1] != b.shape[-2]:
-        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({'x'.join(map(str, a.shape))} and "
-                           f"{'x'.join(map(str, b.shape))})")
+        raise RuntimeError(
+            f"mat1 and mat2 shapes cannot be multiplied ({'x'.join(map(str, a.shape))} and "
+            f"{'x'.join(map(str, b.shape))})"
+        )
     batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], op="matmul")
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     out = empty((*batch, m, n), a.dtype, a._backend)
@@ -36,12 +38,14 @@ def matmul(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
         raise TypeError("matmul: both operands must be Tensors")
     same_backend("matmul", [input, other])
     if input.ndim == 0 or other.ndim == 0:
-        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {input.ndim}D and "
-                           f"{other.ndim}D")
+        raise RuntimeError(
+            f"both arguments to matmul need to be at least 1D, but they are {input.ndim}D and {other.ndim}D"
+        )
     dt = promote(input.dtype, other.dtype)
     if not dt.is_floating:
-        raise RuntimeError(f"matmul is implemented for floating point dtypes only (got {input.dtype!r} and "
-                           f"{other.dtype!r})")
+        raise RuntimeError(
+            f"matmul is implemented for floating point dtypes only (got {input.dtype!r} and {other.dtype!r})"
+        )
     a = input if input.dtype is dt else cast(input, dt)
     b = other if other.dtype is dt else cast(other, dt)
     a2 = a.unsqueeze(0) if a.ndim == 1 else a

@@ -69,7 +69,14 @@ BINARY_RULES: dict[str, tuple[str, Callable[[Node, G], tuple[Any, ...]]]] = {
     "minimum": ("xy", lambda n, g: (_pick_half(g, n.saved[1], n.saved[0]), _pick_half(g, n.saved[0], n.saved[1]))),
 }
 
-_SAVE_PARSE = {"": (), "x": ("x",), "out": ("out",), "xy": ("x", "y"), "y,out": ("y", "out"), "xy,out": ("x", "y", "out")}
+_SAVE_PARSE = {
+    "": (),
+    "x": ("x",),
+    "out": ("out",),
+    "xy": ("x", "y"),
+    "y,out": ("y", "out"),
+    "xy,out": ("x", "y", "out"),
+}
 
 
 def _saved(spec: str, x: Any, y: Any, out: Tensor) -> tuple[Any, ...]:
@@ -151,9 +158,14 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:  # noqa: A002
 
 def leaky_relu(input: Tensor, negative_slope: float = 0.01) -> Tensor:  # noqa: A002
     out = elementwise("leaky_relu", input, float(negative_slope))
-    return record(out, "LeakyReluBackward", (input,),
-                  lambda n, g: (elementwise("leaky_relu_grad", g, n.saved[0], n.extra["slope"]),),
-                  (input,), slope=float(negative_slope))
+    return record(
+        out,
+        "LeakyReluBackward",
+        (input,),
+        lambda n, g: (elementwise("leaky_relu_grad", g, n.saved[0], n.extra["slope"]),),
+        (input,),
+        slope=float(negative_slope),
+    )
 
 
 def clamp(input: Tensor, min: float | None = None, max: float | None = None) -> Tensor:  # noqa: A002
@@ -180,8 +192,15 @@ def clamp(input: Tensor, min: float | None = None, max: float | None = None) -> 
         keep = _ew("logical_and", _ew("ge", x, n.extra["lo"]), _ew("le", x, n.extra["hi"]))
         return (where(keep, g, 0.0),)
 
-    return record(out, "ClampBackward", (input,), rule, (input,), lo=lo if min is not None else -3.4e38,
-                  hi=hi if max is not None else 3.4e38)
+    return record(
+        out,
+        "ClampBackward",
+        (input,),
+        rule,
+        (input,),
+        lo=lo if min is not None else -3.4e38,
+        hi=hi if max is not None else 3.4e38,
+    )
 
 
 clip = clamp
@@ -190,16 +209,25 @@ clip = clamp
 def where(condition: Tensor, input: Any, other: Any) -> Tensor:  # noqa: A002
     if not isinstance(condition, Tensor):
         raise TypeError("where: condition must be a bool Tensor")
-    out = elementwise("where", condition.to(dtype=condition.dtype) if condition.dtype.is_bool else condition != 0,
-                      input, other)
+    out = elementwise(
+        "where", condition.to(dtype=condition.dtype) if condition.dtype.is_bool else condition != 0, input, other
+    )
 
     def rule(n: Node, g: G) -> tuple[Any, ...]:
         c = n.saved[0]
-        return (None, elementwise("where", c, g, 0.0) if n.needs[1] else None,
-                elementwise("where", c, 0.0, g) if n.needs[2] else None)
+        return (
+            None,
+            elementwise("where", c, g, 0.0) if n.needs[1] else None,
+            elementwise("where", c, 0.0, g) if n.needs[2] else None,
+        )
 
-    return record(out, "WhereBackward", (None, *(t if isinstance(t, Tensor) else None for t in (input, other))),
-                  rule, (condition,))
+    return record(
+        out,
+        "WhereBackward",
+        (None, *(t if isinstance(t, Tensor) else None for t in (input, other))),
+        rule,
+        (condition,),
+    )
 
 
 def masked_fill(input: Tensor, mask: Tensor, value: float) -> Tensor:  # noqa: A002

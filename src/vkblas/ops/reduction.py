@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..autograd import Node, record
-from ..dtypes import bool_, float32, int32
+from ..dtypes import bool_, int32
 from ..tensor import Tensor
 from ._core import cast, elementwise, empty, norm_dim, norm_dims
 from .pointwise import binary, unary, where
@@ -50,14 +50,16 @@ def sum(input: Tensor, dim: Dims = None, keepdim: bool = False, dtype: Any = Non
     if not axes and dim is not None and not isinstance(dim, int):
         return x
     out = _raw_reduce("sum", x, axes, keepdim)
-    return record(out, "SumBackward", (x,), lambda n, g: (_expand_back(g, n.extra["shape"], axes, keepdim),),
-                  shape=x.shape)
+    return record(
+        out, "SumBackward", (x,), lambda n, g: (_expand_back(g, n.extra["shape"], axes, keepdim),), shape=x.shape
+    )
 
 
 def mean(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A002
     if not input.dtype.is_floating:
-        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be floating point, got "
-                           f"{input.dtype!r}")
+        raise RuntimeError(
+            f"mean(): could not infer output dtype. Input dtype must be floating point, got {input.dtype!r}"
+        )
     axes = norm_dims(dim, input.ndim)
     count = 1
     for a in axes:
@@ -86,8 +88,7 @@ def _minmax(op: str, input: Tensor, dim: int | None, keepdim: bool) -> Any:
         gg = g if keepdim else g.unsqueeze(d)
         return (n.extra["zeros"]().scatter_add(d, idx, gg),)
 
-    record(values, op.capitalize() + "Backward", (input,), rule,
-           zeros=lambda: input.new_zeros(input.shape))
+    record(values, op.capitalize() + "Backward", (input,), rule, zeros=lambda: input.new_zeros(input.shape))
     return ValuesIndices(values, indices)
 
 
@@ -148,8 +149,14 @@ def any(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # no
     return elementwise("eq", _raw_reduce("max", cast(b, int32), norm_dims(dim, input.ndim), keepdim), 1)
 
 
-def var(input: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False, *,
-        correction: float | None = None) -> Tensor:  # noqa: A002
+def var(
+    input: Tensor,
+    dim: Dims = None,
+    unbiased: bool | None = None,
+    keepdim: bool = False,
+    *,
+    correction: float | None = None,
+) -> Tensor:  # noqa: A002
     if correction is None:
         correction = 1 if unbiased is None or unbiased else 0
     axes = norm_dims(dim, input.ndim)
@@ -161,8 +168,14 @@ def var(input: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: 
     return sum(unary("square", centered), axes, keepdim) * scale
 
 
-def std(input: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False, *,
-        correction: float | None = None) -> Tensor:  # noqa: A002
+def std(
+    input: Tensor,
+    dim: Dims = None,
+    unbiased: bool | None = None,
+    keepdim: bool = False,
+    *,
+    correction: float | None = None,
+) -> Tensor:  # noqa: A002
     return unary("sqrt", var(input, dim, unbiased, keepdim, correction=correction))
 
 

@@ -78,8 +78,9 @@ def reshape(input: Tensor, *shape: Any) -> Tensor:  # noqa: A002
         x = contiguous(x)
         strides = contiguous_strides(new)
     in_shape = input.shape
-    return _view_of(x, View(x._view.storage, new, strides, x._view.offset), "ViewBackward",
-                    lambda n, g: (g.reshape(in_shape),))
+    return _view_of(
+        x, View(x._view.storage, new, strides, x._view.offset), "ViewBackward", lambda n, g: (g.reshape(in_shape),)
+    )
 
 
 def view(input: Tensor, *shape: Any) -> Tensor:  # noqa: A002
@@ -87,8 +88,10 @@ def view(input: Tensor, *shape: Any) -> Tensor:  # noqa: A002
         raise NotImplementedError("view(dtype) reinterpretation is not supported")
     new = _infer(_shape_arg(shape), input.numel(), input.shape)
     if _strides_for_view(input._view, new) is None:
-        raise RuntimeError(f"view size is not compatible with input tensor's size and stride (shape {input.shape}, "
-                           f"strides {input._view.strides}); use .reshape(...) instead.")
+        raise RuntimeError(
+            f"view size is not compatible with input tensor's size and stride (shape {input.shape}, "
+            f"strides {input._view.strides}); use .reshape(...) instead."
+        )
     return reshape(input, new)
 
 
@@ -124,8 +127,12 @@ def permute(input: Tensor, *dims: Any) -> Tensor:  # noqa: A002
         raise RuntimeError(f"permute: dims {order} are not a permutation of the {input.ndim} dims of {input.shape}")
     v = input._view
     inverse = tuple(order.index(i) for i in range(len(order)))
-    return _view_of(input, View(v.storage, tuple(v.shape[i] for i in order), tuple(v.strides[i] for i in order),
-                                v.offset), "PermuteBackward", lambda n, g: (g.permute(inverse),))
+    return _view_of(
+        input,
+        View(v.storage, tuple(v.shape[i] for i in order), tuple(v.strides[i] for i in order), v.offset),
+        "PermuteBackward",
+        lambda n, g: (g.permute(inverse),),
+    )
 
 
 def transpose(input: Tensor, dim0: int, dim1: int) -> Tensor:  # noqa: A002
@@ -145,8 +152,10 @@ def expand(input: Tensor, *shape: Any) -> Tensor:  # noqa: A002
     target = list(_shape_arg(shape))
     lead = len(target) - input.ndim
     if lead < 0:
-        raise RuntimeError(f"expand: the number of sizes provided ({len(target)}) must be greater or equal to the "
-                           f"number of dimensions in the tensor ({input.ndim})")
+        raise RuntimeError(
+            f"expand: the number of sizes provided ({len(target)}) must be greater or equal to the "
+            f"number of dimensions in the tensor ({input.ndim})"
+        )
     for i, n in enumerate(target):
         if n == -1:
             if i < lead:
@@ -163,8 +172,10 @@ def expand_as(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
 def repeat(input: Tensor, *sizes: Any) -> Tensor:  # noqa: A002
     reps = _shape_arg(sizes)
     if len(reps) < input.ndim:
-        raise RuntimeError(f"repeat: number of repeat dims ({len(reps)}) can not be smaller than number of "
-                           f"dimensions of tensor ({input.ndim})")
+        raise RuntimeError(
+            f"repeat: number of repeat dims ({len(reps)}) can not be smaller than number of "
+            f"dimensions of tensor ({input.ndim})"
+        )
     x = reshape(input, (1,) * (len(reps) - input.ndim) + input.shape)
     inter: list[int] = []
     for n in x.shape:
@@ -172,8 +183,9 @@ def repeat(input: Tensor, *sizes: Any) -> Tensor:  # noqa: A002
     big: list[int] = []
     for r, n in zip(reps, x.shape, strict=True):
         big += [r, n]
-    return reshape(expand(reshape(x, tuple(inter)), tuple(big)), tuple(r * n for r, n in zip(reps, x.shape,
-                                                                                            strict=True)))
+    return reshape(
+        expand(reshape(x, tuple(inter)), tuple(big)), tuple(r * n for r, n in zip(reps, x.shape, strict=True))
+    )
 
 
 def contiguous(input: Tensor) -> Tensor:  # noqa: A002
@@ -202,8 +214,10 @@ def split(input: Tensor, split_size_or_sections: int | Sequence[int], dim: int =
     else:
         sizes = list(split_size_or_sections)
         if builtins.sum(sizes) != n:
-            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size at "
-                               f"dimension {d}), but got split_sizes={sizes}")
+            raise RuntimeError(
+                f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size at "
+                f"dimension {d}), but got split_sizes={sizes}"
+            )
     out, start = [], 0
     for s in sizes:
         out.append(narrow(input, d, start, s))
@@ -227,8 +241,8 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
         raise RuntimeError("cat(): expected a non-empty list of Tensors")
     ref = builtins.max(tensors, key=lambda x: x.ndim)
     d = norm_dim(dim, ref.ndim)
-    from ._core import same_backend
     from ..dtypes import promote
+    from ._core import same_backend
 
     backend = same_backend("cat", tensors)
     dtype = tensors[0].dtype
@@ -236,10 +250,11 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
         dtype = promote(dtype, x.dtype)
     parts = [x for x in tensors if not (x.ndim == 1 and x.shape[0] == 0)]  # PyTorch skips legacy empty (0,)
     for x in parts:
-        if x.ndim != ref.ndim or any(a != b for i, (a, b) in enumerate(zip(x.shape, ref.shape, strict=True))
-                                     if i != d):
-            raise RuntimeError(f"cat(): sizes of tensors must match except in dimension {d}; got shapes "
-                               f"{[tuple(p.shape) for p in tensors]}")
+        if x.ndim != ref.ndim or any(a != b for i, (a, b) in enumerate(zip(x.shape, ref.shape, strict=True)) if i != d):
+            raise RuntimeError(
+                f"cat(): sizes of tensors must match except in dimension {d}; got shapes "
+                f"{[tuple(p.shape) for p in tensors]}"
+            )
     if not parts:
         return empty((0,), dtype, backend)
     shape = list(parts[0].shape)
@@ -280,8 +295,13 @@ def to(input: Tensor, device: _dev.DeviceLike = None, dtype: DType | None = None
             check_backend(target, want, "to")
             arr = src_backend.to_numpy(x._view)
             moved = Tensor._make(View.of(target.from_numpy(arr, want), x.shape), target)
-            x = record(moved, "ToCopyBackward", (x,),
-                       lambda n, g: (to(g, _dev.of_backend(src_backend), n.extra["dt"]),), dt=input.dtype)
+            x = record(
+                moved,
+                "ToCopyBackward",
+                (x,),
+                lambda n, g: (to(g, _dev.of_backend(src_backend), n.extra["dt"]),),
+                dt=input.dtype,
+            )
             return x
     if dtype is not None and dtype is not x.dtype:
         out = cast(x, dtype)

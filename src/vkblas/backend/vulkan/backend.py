@@ -53,6 +53,10 @@ class VulkanBackend(Backend):
         self.plans: dict[Any, Any] = {}
         self._np_storage = {bool_: np.dtype(np.uint32)}
 
+    @property
+    def adapter_index(self) -> int:
+        return self.dev.index
+
     def __repr__(self) -> str:
         return f"VulkanBackend({self.dev.info['name']!r}, {self.dev.info['adapter_type']})"
 
@@ -219,13 +223,22 @@ class VulkanBackend(Backend):
         return reduce.build(self.dev, op, out, x, axes)
 
     def matmul(self, out: View, a: View, b: View) -> None:
-        if out.shape and len(a.shape) >= 2 and (a.shape[:-2], a.shape[-2], b.shape[-1]) == (
-            out.shape[:-2], out.shape[-2], out.shape[-1]) and a.shape[:-2] == b.shape[:-2] and a.shape[-1] == \
-                b.shape[-2] and a.dtype is b.dtype:
+        if (
+            out.shape
+            and len(a.shape) >= 2
+            and (a.shape[:-2], a.shape[-2], b.shape[-1]) == (out.shape[:-2], out.shape[-2], out.shape[-1])
+            and a.shape[:-2] == b.shape[:-2]
+            and a.shape[-1] == b.shape[-2]
+            and a.dtype is b.dtype
+        ):
             self._check_dtypes("matmul", [out, a, b])
         else:
-            raise self._error(InvalidArgumentError, "matmul", [out, a, b], "expected out[..., m, n] = a[..., m, k] @ "
-                              "b[..., k, n] with equal batch shapes and equal dtypes")
+            raise self._error(
+                InvalidArgumentError,
+                "matmul",
+                [out, a, b],
+                "expected out[..., m, n] = a[..., m, k] @ b[..., k, n] with equal batch shapes and equal dtypes",
+            )
         try:
             encode_matmul(self, out, a, b)
         except BackendError:
@@ -252,8 +265,12 @@ class VulkanBackend(Backend):
         key = ("gather", dim, *[(v.dtype, v.shape, v.strides) for v in (out, x, index)])
         plan = self.plans.get(key)
         if plan is None:
-            plan = self._plan(key, "gather", [out, x, index],
-                              lambda: indexing.build(self.dev, "gather", (out, x, index), x, dim, index))
+            plan = self._plan(
+                key,
+                "gather",
+                [out, x, index],
+                lambda: indexing.build(self.dev, "gather", (out, x, index), x, dim, index),
+            )
         self.launch("gather", plan, (out, x, index))
 
     def scatter_add(self, out: View, dim: int, index: View, src: View) -> None:
@@ -263,14 +280,23 @@ class VulkanBackend(Backend):
         key = ("scatter_add", dim, *[(v.dtype, v.shape, v.strides) for v in (out, index, src)])
         plan = self.plans.get(key)
         if plan is None:
-            plan = self._plan(key, "scatter_add", [out, index, src],
-                              lambda: indexing.build(self.dev, "scatter_add", (out, index, src), out, dim, index))
+            plan = self._plan(
+                key,
+                "scatter_add",
+                [out, index, src],
+                lambda: indexing.build(self.dev, "scatter_add", (out, index, src), out, dim, index),
+            )
         self.launch("scatter_add", plan, (out, index, src))
 
     def random(self, out: View, distribution: str, seed: int, counter: int) -> None:
         if distribution not in RANDOM_DISTRIBUTIONS or not out.dtype.is_floating:
-            raise self._error(InvalidArgumentError, "random", [out], f"distribution {distribution!r} into "
-                              f"{out.dtype.name}; expected one of {RANDOM_DISTRIBUTIONS} into a float tensor")
+            raise self._error(
+                InvalidArgumentError,
+                "random",
+                [out],
+                f"distribution {distribution!r} into "
+                f"{out.dtype.name}; expected one of {RANDOM_DISTRIBUTIONS} into a float tensor",
+            )
         key = ("random", distribution, out.dtype, out.shape, out.strides)
         plan = self.plans.get(key)
         if plan is None:

@@ -80,21 +80,21 @@ def _expected_backend() -> str:
     return "Metal" if sys.platform == "darwin" else "Vulkan"
 
 
-def select_adapter(index: int | None = None) -> Any:
-    """Adapter ``index`` of :func:`list_adapters`, else the best hardware adapter, else any (lavapipe)."""
+def select_adapter(index: int | None = None) -> tuple[int, Any]:
+    """(index, adapter): adapter ``index`` of :func:`list_adapters`, else the best hardware one, else any."""
     adapters = _enumerate()
     if index is not None:
         if not 0 <= index < len(adapters):
             raise NoAdapterError(f"vulkan: adapter index {index} out of range; {len(adapters)} adapter(s) found")
-        return adapters[index]
-    usable = [a for a in adapters if a.info.get("backend_type") == _expected_backend()]
+        return index, adapters[index]
+    usable = [(i, a) for i, a in enumerate(adapters) if a.info.get("backend_type") == _expected_backend()]
     if not usable:
         seen = ", ".join(f"{a.info.get('device')} ({a.info.get('backend_type')})" for a in adapters) or "none"
         raise NoAdapterError(
             f"vulkan: no {_expected_backend()} adapter found (adapters seen: {seen}). Install a Vulkan driver; on "
             "Debian/Ubuntu without a GPU, `apt-get install mesa-vulkan-drivers libvulkan1` provides lavapipe."
         )
-    return min(usable, key=lambda a: _HARDWARE.get(a.info.get("adapter_type", ""), 9))
+    return min(usable, key=lambda ia: _HARDWARE.get(ia[1].info.get("adapter_type", ""), 9))
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +111,7 @@ class Device:
     """The wgpu device plus what kernels need from it: limits, features, compiled-pipeline cache."""
 
     def __init__(self, adapter_index: int | None = None) -> None:
-        self.adapter = select_adapter(adapter_index)
+        self.index, self.adapter = select_adapter(adapter_index)
         self.info = _adapter_info(self.adapter)
         feats = [f for f in _WANTED_FEATURES if f in self.adapter.features]
         alimits = self.adapter.limits

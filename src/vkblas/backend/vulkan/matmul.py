@@ -25,7 +25,8 @@ def _source(dtype: Any, rank: int) -> str:
     t = STORAGE_TYPE[dtype]
     w_str = [_W_BATCH + rank * (i + 1) for i in range(3)]
     src = header([("b0", t), ("b1", t), ("b2", t)], dtype is float16)
-    src += f"var<workgroup> As: array<array<{acc}, {TILE}>, {TILE}>;\nvar<workgroup> Bs: array<array<{acc}, {TILE}>, {TILE}>;\n"
+    for name in ("As", "Bs"):
+        src += f"var<workgroup> {name}: array<array<{acc}, {TILE}>, {TILE}>;\n"
     src += f"@compute @workgroup_size({TILE}, {TILE})\n"
     src += "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {\n"
     src += "    let bidx = wid.z + pu(3u);\n"
@@ -72,8 +73,19 @@ def _plan(backend: Any, out: Any, a: Any, b: Any) -> tuple[Plan, int]:
         nbatch *= n
     kernel = backend.dev.kernel(_source(a.dtype, rank), 3)
     fmt = "<iiiI" + "I" * 3 + "i" * 6 + "I" * rank + "i" * (3 * rank)
-    static = (M, N, K, a.strides[-2], a.strides[-1], b.strides[-2], b.strides[-1], out.strides[-2],
-              out.strides[-1], *bshape, *[s for st in bstrides for s in st])
+    static = (
+        M,
+        N,
+        K,
+        a.strides[-2],
+        a.strides[-1],
+        b.strides[-2],
+        b.strides[-1],
+        out.strides[-2],
+        out.strides[-1],
+        *bshape,
+        *[s for st in bstrides for s in st],
+    )
     groups = (-(-N // TILE), -(-M // TILE), min(nbatch, max_groups))
     spans = tuple(span(v.shape, v.strides) for v in (out, a, b))
     return Plan(kernel, fmt, static, groups, spans), nbatch

@@ -108,8 +108,9 @@ class VulkanStorage(Storage):
         super().__init__(dtype, numel)
         self._pool = None
         # storage bindings need a non-zero, 4-byte multiple size
-        self.buffer = pool.acquire(max(4, (numel * dtype.itemsize + 3) & ~3), f"a {dtype.name} tensor of {numel} "
-                                   "elements")
+        self.buffer = pool.acquire(
+            max(4, (numel * dtype.itemsize + 3) & ~3), f"a {dtype.name} tensor of {numel} elements"
+        )
         self._pool = pool
 
     def __del__(self) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..device import Device
 from ...base import PCG_INC, PCG_MUL, PCG_OUT
+from ..device import Device
 from .plan import Plan, span
 from .wgsl import MAIN_1D, PARAM_WORDS, STORAGE_TYPE, WORKGROUP, coalesce, grid, header, store_value, strided_offsets
 

@@ -65,10 +65,14 @@ def _source(op: str, x: DType, out: DType, rk: int, rr: int, mode: str) -> str:
     src += "    return xr;\n}\n"
     if pair:
         src += _BETTER.format(A=A, cmp=cmp)
-        src += f"var<workgroup> sv: array<{A}, {WORKGROUP}>;\nvar<workgroup> si: array<i32, {WORKGROUP}>;\n" if (
-            mode == "group") else ""
+        src += (
+            f"var<workgroup> sv: array<{A}, {WORKGROUP}>;\nvar<workgroup> si: array<i32, {WORKGROUP}>;\n"
+            if (mode == "group")
+            else ""
+        )
         init = f"    var bv: {A} = {A}(0);\n    var bi: i32 = -1;\n"
-        step = f"        let v = {load.format(r='r')};\n        if (better(v, i32(r), bv, bi)) {{ bv = v; bi = i32(r); }}\n"
+        step = f"        let v = {load.format(r='r')};\n"
+        step += "        if (better(v, i32(r), bv, bi)) { bv = v; bi = i32(r); }\n"
     else:
         src += f"var<workgroup> sv: array<{A}, {WORKGROUP}>;\n" if mode == "group" else ""
         init = f"    var bv: {A} = {A}(0);\n"

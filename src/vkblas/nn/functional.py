@@ -1,0 +1,297 @@
+"""``vkblas.nn.functional``: the stateless operations behind the layers and losses, with PyTorch's signatures.
+
+Everything is composed from differentiable Tensor ops, so it runs and differentiates on every backend. Losses are
+numerically stable: cross-entropy goes through ``log_softmax`` (log-sum-exp), BCE-with-logits through
+``max(x, 0) - x*t + log(1 + exp(-|x|))``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .. import ops
+from ..autograd import no_grad
+from ..dtypes import bool_, float16, float64
+from ..ops.conv import avg_pool2d, conv2d, max_pool2d, pad, unfold
+from ..ops.pointwise import gelu, leaky_relu, where
+from ..tensor import Tensor
+
+__all__ = [
+    "avg_pool2d", "batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "conv2d",
+    "cross_entropy", "dropout", "embedding", "gelu", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_softmax",
+    "max_pool2d", "mse_loss", "nll_loss", "one_hot", "pad", "relu", "rms_norm", "sigmoid", "silu", "softmax", "tanh",
+    "unfold",
+]
+
+one_hot = ops.one_hot
+
+
+# ---------------------------------------------------------------- activations
+def relu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    return input.relu_() if inplace else input.relu()
+
+
+def sigmoid(input: Tensor) -> Tensor:  # noqa: A002
+    return input.sigmoid()
+
+
+def tanh(input: Tensor) -> Tensor:  # noqa: A002
+    return input.tanh()
+
+
+def silu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    return input.silu()
+
+
+def softmax(input: Tensor, dim: int, dtype: object = None) -> Tensor:  # noqa: A002
+    return ops.softmax(input, dim, dtype)
+
+
+def log_softmax(input: Tensor, dim: int, dtype: object = None) -> Tensor:  # noqa: A002
+    return ops.log_softmax(input, dim, dtype)
+
+
+# ---------------------------------------------------------------- layers
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002
+    """``input @ weight.T + bias`` with input (*, in_features), weight (out_features, in_features)."""
+    if input.ndim == 0 or input.shape[-1] != weight.shape[-1]:
+        raise ValueError(f"linear: input of shape {input.shape} does not match weight of shape {weight.shape} "
+                         f"(expected input of shape (*, {weight.shape[-1]}))")
+    out = input.matmul(weight.mT)
+    return out if bias is None else out + bias
+
+
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:  # noqa: A002
+    """Zero each element with probability ``p`` and scale the rest by 1/(1-p) (only when ``training``)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return input * 0.0
+    keep = input.new_empty(input.shape).bernoulli_(1.0 - p)
+    return input * (keep * (1.0 / (1.0 - p)))
+
+
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:  # noqa: A002
+    """Rows of ``weight`` picked by the integer tensor ``input``; ``padding_idx`` rows get no gradient."""
+    if input.dtype.is_floating or input.dtype is bool_:
+        raise TypeError(f"embedding: indices must be an integer tensor, got {input.dtype!r}")
+    out = weight.index_select(0, input.reshape(-1)).reshape(*input.shape, weight.shape[1])
+    if padding_idx is not None and out.requires_grad:
+        pad_rows = (input == padding_idx % weight.shape[0]).unsqueeze(-1)
+        out = where(pad_rows, out.detach(), out)
+    return out
+
+
+def _check_trailing(op: str, input: Tensor, normalized_shape: Sequence[int]) -> tuple[int, ...]:
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if input.shape[input.ndim - len(shape):] != shape or input.ndim < len(shape):
+        raise ValueError(f"{op}: expected input with shape (*, {', '.join(map(str, shape))}), got {input.shape}")
+    return tuple(range(input.ndim - len(shape), input.ndim))
+
+
+def layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None = None,  # noqa: A002
+               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    dims = _check_trailing("layer_norm", input, normalized_shape)
+    mean = input.mean(dims, keepdim=True)
+    centered = input - mean
+    out = centered * (centered.square().mean(dims, keepdim=True) + eps).rsqrt()
+    if weight is not None:
+        out = out * weight
+    return out if bias is None else out + bias
+
+
+_EPS = {float16: 0.0009765625, float64: 2.220446049250313e-16}
+
+
+def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None = None,  # noqa: A002
+             eps: float | None = None) -> Tensor:
+    """``x / sqrt(mean(x^2) + eps) * weight``; ``eps=None`` is the dtype's machine epsilon (PyTorch's default)."""
+    dims = _check_trailing("rms_norm", input, normalized_shape)
+    e = _EPS.get(input.dtype, 1.1920928955078125e-07) if eps is None else eps
+    out = input * (input.square().mean(dims, keepdim=True) + e).rsqrt()
+    return out if weight is None else out * weight
+
+
+def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,  # noqa: A002
+               weight: Tensor | None = None, bias: Tensor | None = None, training: bool = False,
+               momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+    """Normalise over every dim but 1 (channels). In training, batch statistics are used and the running ones
+    updated in place: ``running = (1 - momentum) * running + momentum * batch`` (unbiased variance)."""
+    if input.ndim < 2:
+        raise ValueError(f"batch_norm: expected input of shape (N, C, ...), got {input.shape}")
+    c = input.shape[1]
+    dims = (0, *range(2, input.ndim))
+    bshape = (1, c) + (1,) * (input.ndim - 2)
+    if training or running_mean is None:
+        count = input.numel() // max(c, 1)
+        if count <= 1 and training:
+            raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got input of shape "
+                             f"{input.shape}")
+        mean = input.mean(dims, keepdim=True)
+        centered = input - mean
+        var = centered.square().mean(dims, keepdim=True)
+        if training and running_mean is not None and running_var is not None:
+            with no_grad():
+                running_mean.lerp_(mean.detach().reshape(c), momentum)
+                running_var.lerp_(var.detach().reshape(c) * (count / (count - 1)), momentum)
+    else:
+        assert running_var is not None
+        centered = input - running_mean.reshape(bshape)
+        var = running_var.reshape(bshape)
+    out = centered * (var + eps).rsqrt()
+    if weight is not None:
+        out = out * weight.reshape(bshape)
+    return out if bias is None else out + bias.reshape(bshape)
+
+
+# ---------------------------------------------------------------- losses
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def _reduce(loss: Tensor, reduction: str) -> Tensor:
+    if reduction == "mean":
+        return loss.mean()
+    return loss.sum() if reduction == "sum" else loss
+
+
+def _check_reduction(op: str, reduction: str) -> None:
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{op}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+
+
+def _check_same_shape(op: str, input: Tensor, target: Tensor) -> None:  # noqa: A002
+    if not isinstance(target, Tensor):
+        raise TypeError(f"{op}: target must be a Tensor, got {type(target).__name__}")
+    if input.shape != target.shape:
+        raise ValueError(f"{op}: input shape {input.shape} and target shape {target.shape} must be equal")
+
+
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
+    _check_reduction("mse_loss", reduction)
+    _check_same_shape("mse_loss", input, target)
+    return _reduce((input - target).square(), reduction)
+
+
+def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
+    _check_reduction("l1_loss", reduction)
+    _check_same_shape("l1_loss", input, target)
+    return _reduce((input - target).abs(), reduction)
+
+
+def _rows(op: str, x: Tensor) -> Tensor:
+    """(N, C, d1, ...) -> (N*d1*..., C): the class dim last, one row per prediction."""
+    if x.ndim == 2:
+        return x
+    return x.permute(0, *range(2, x.ndim), 1).reshape(-1, x.shape[1])
+
+
+def _nll_rows(op: str, logp: Tensor, input_shape: tuple[int, ...], target: Tensor, weight: Tensor | None,
+              ignore_index: int, reduction: str, label_smoothing: float) -> Tensor:
+    """Negative log-likelihood of class indices over rows of log-probabilities (M, C), weighted, with ignored
+    targets and label smoothing as PyTorch defines them."""
+    n_classes = logp.shape[1]
+    want = input_shape[:1] + input_shape[2:]
+    if target.shape != want:
+        raise ValueError(f"{op}: expected target of shape {want} for input of shape {input_shape}, got "
+                         f"{target.shape}")
+    if target.dtype is bool_:
+        raise TypeError(f"{op}: class-index targets must be integers, got {target.dtype!r}")
+    flat = target.reshape(-1)
+    ignored = flat == ignore_index
+    safe = where(ignored, 0, flat)
+    if safe.numel():
+        lo, hi = int(safe.min().item()), int(safe.max().item())
+        if lo < 0 or hi >= n_classes:
+            bad = lo if lo < 0 else hi
+            raise IndexError(f"{op}: target class index {bad} is out of range for {n_classes} classes (input shape "
+                             f"{input_shape}; valid targets are 0..{n_classes - 1} or ignore_index={ignore_index})")
+    keep = (~ignored).to(logp.dtype)
+    w = keep if weight is None else weight.index_select(0, safe) * keep
+    loss = -logp.gather(1, safe.unsqueeze(1)).squeeze(1) * w
+    if label_smoothing > 0:
+        per_class = logp if weight is None else logp * weight
+        smooth = -per_class.sum(1) * keep
+        loss = loss * (1 - label_smoothing) + smooth * (label_smoothing / n_classes)
+    if reduction == "none":
+        return loss.reshape(want)
+    return loss.sum() if reduction == "sum" else loss.sum() / w.sum()
+
+
+def _check_weight(op: str, weight: Tensor | None, n_classes: int) -> None:
+    if weight is not None and weight.shape != (n_classes,):
+        raise ValueError(f"{op}: weight must have shape ({n_classes},) (one per class), got {weight.shape}")
+
+
+def _classes_first(op: str, input: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:  # noqa: A002
+    if not isinstance(target, Tensor):
+        raise TypeError(f"{op}: target must be a Tensor, got {type(target).__name__}")
+    if input.ndim == 0:
+        raise ValueError(f"{op}: input must have a class dimension, got a 0-d tensor")
+    if input.ndim == 1:  # a single unbatched prediction
+        return input.unsqueeze(0), target.unsqueeze(0)
+    return input, target
+
+
+def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
+                  ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+    """Cross-entropy of logits ``input`` (N, C, ...) against class indices (N, ...) or class probabilities of the
+    input's shape. Computed from ``log_softmax`` (log-sum-exp), so large logits do not overflow."""
+    _check_reduction("cross_entropy", reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    unbatched = input.ndim == 1
+    x, t = _classes_first("cross_entropy", input, target)
+    n_classes = x.shape[1]
+    _check_weight("cross_entropy", weight, n_classes)
+    logp = _rows("cross_entropy", x.log_softmax(1))
+    if t.dtype.is_floating:  # class probabilities
+        if t.shape != x.shape:
+            raise ValueError(f"cross_entropy: probability targets must have the input's shape {input.shape}, got "
+                             f"{target.shape}")
+        probs = _rows("cross_entropy", t)
+        if label_smoothing > 0:
+            probs = probs * (1 - label_smoothing) + label_smoothing / n_classes
+        terms = logp * probs if weight is None else logp * probs * weight
+        loss = -terms.sum(1)
+        if reduction == "none":
+            return loss.reshape(x.shape[:1] + x.shape[2:]).squeeze(0) if unbatched else loss.reshape(
+                x.shape[:1] + x.shape[2:])
+        return loss.sum() if reduction == "sum" else loss.mean()
+    out = _nll_rows("cross_entropy", logp, x.shape, t, weight, ignore_index, reduction, label_smoothing)
+    return out.squeeze(0) if unbatched and reduction == "none" else out
+
+
+def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,  # noqa: A002
+             reduction: str = "mean") -> Tensor:
+    """Negative log-likelihood of log-probabilities ``input`` (N, C, ...) at class indices ``target`` (N, ...)."""
+    _check_reduction("nll_loss", reduction)
+    unbatched = input.ndim == 1
+    x, t = _classes_first("nll_loss", input, target)
+    _check_weight("nll_loss", weight, x.shape[1])
+    if t.dtype.is_floating:
+        raise TypeError(f"nll_loss: target must hold integer class indices, got {t.dtype!r}")
+    out = _nll_rows("nll_loss", _rows("nll_loss", x), x.shape, t, weight, ignore_index, reduction, 0.0)
+    return out.squeeze(0) if unbatched and reduction == "none" else out
+
+
+def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
+                         reduction: str = "mean") -> Tensor:
+    """``-(t log x + (1 - t) log(1 - x))`` of probabilities ``input``; the logs are clamped at -100 like PyTorch."""
+    _check_reduction("binary_cross_entropy", reduction)
+    _check_same_shape("binary_cross_entropy", input, target)
+    loss = -(target * input.log().clamp(min=-100) + (1 - target) * (1 - input).log().clamp(min=-100))
+    return _reduce(loss if weight is None else loss * weight, reduction)
+
+
+def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
+                                     reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
+    """BCE of ``sigmoid(input)`` computed stably: ``(1 - t) x + (1 + (pw - 1) t) softplus(-x)`` with
+    ``softplus(-x) = log(1 + exp(-|x|)) + max(-x, 0)``."""
+    _check_reduction("binary_cross_entropy_with_logits", reduction)
+    _check_same_shape("binary_cross_entropy_with_logits", input, target)
+    softplus_neg = (1 + (-input.abs()).exp()).log() + (-input).relu()
+    scale = 1 if pos_weight is None else 1 + (pos_weight - 1) * target
+    loss = (1 - target) * input + softplus_neg * scale
+    return _reduce(loss if weight is None else loss * weight, reduction)

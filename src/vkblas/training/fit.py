@@ -1,0 +1,194 @@
+"""A whole training run as ``vkblas train`` does it: data, model, optimizer, epochs, checkpoint, metrics, plot."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from .. import __version__
+from ..data import MNIST, DataLoader, FashionMNIST, Subset
+from ..data.dataset import Dataset
+from ..data.datasets import IDXImageDataset
+from ..data.transforms import Compose, Normalize, ToTensor
+from ..device import device as Device
+from ..random import manual_seed
+from . import checkpoint, models, report
+from .loop import PassResult, evaluate, train_epoch
+
+DATASETS: dict[str, type[IDXImageDataset]] = {"mnist": MNIST, "fashion-mnist": FashionMNIST}
+OPTIMIZERS = ("adam", "adamw", "sgd")
+DEFAULT_LR = {"adam": 1e-3, "adamw": 1e-3, "sgd": 0.05}
+EVAL_BATCH = 1000
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a run; stored in the checkpoint and in ``metrics.json``."""
+
+    dataset: str = "mnist"
+    model: str = "mlp"
+    epochs: int = 10
+    batch_size: int = 128
+    lr: float | None = None  # None: the optimizer's default (DEFAULT_LR)
+    optimizer: str = "adam"
+    device: str | None = None  # None: vkblas's default device
+    seed: int = 0
+    out: str = "runs/mnist-mlp"
+    limit: int | None = None  # use only the first N images of each split
+    data: str | None = None  # a directory searched before $VKBLAS_DATA and the cache
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.dataset not in DATASETS:
+            raise ValueError(f"unknown dataset {self.dataset!r}: choose from {', '.join(DATASETS)}")
+        if self.model not in models.MODELS:
+            raise ValueError(f"unknown model {self.model!r}: choose from {', '.join(models.MODELS)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}: choose from {', '.join(OPTIMIZERS)}")
+        for name in ("epochs", "batch_size", "limit"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value}")
+        if self.lr is not None and not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr}")
+
+    @property
+    def learning_rate(self) -> float:
+        return self.lr if self.lr is not None else DEFAULT_LR[self.optimizer]
+
+
+def load_dataset(name: str, train: bool, data: str | None = None, limit: int | None = None) -> Dataset:
+    """A split of ``mnist`` / ``fashion-mnist``, normalised with the dataset's mean and std, cut to ``limit``."""
+    cls = DATASETS[name]
+    transform = Compose([ToTensor(), Normalize((cls.source.mean,), (cls.source.std,))])
+    ds = cls(data, train=train, transform=transform)
+    return Subset(ds, range(min(limit, len(ds)))) if limit is not None else ds
+
+
+def make_optimizer(name: str, params: Any, lr: float) -> Any:
+    from .. import optim
+
+    if name == "sgd":
+        return optim.SGD(params, lr=lr, momentum=0.9)
+    if name == "adamw":
+        return optim.AdamW(params, lr=lr, weight_decay=0.01)
+    return optim.Adam(params, lr=lr)
+
+
+def cosine_lr(base: float, epoch: int, epochs: int) -> float:
+    """The learning rate of ``epoch`` (0-based) under cosine decay from ``base`` towards 0."""
+    return base * 0.5 * (1 + math.cos(math.pi * epoch / epochs))
+
+
+def resolve_device(name: str | None) -> str:
+    from ..backend import default_device_name
+
+    return str(Device(name if name is not None else default_device_name()[0]))
+
+
+EpochCallback = Callable[[dict[str, Any]], None]
+
+
+def fit(cfg: TrainConfig, on_epoch: EpochCallback | None = None) -> dict[str, Any]:
+    """Train as configured, evaluating on the test set after every epoch; write the checkpoint
+    (``model.safetensors``), ``metrics.json`` and ``curves.png`` into ``cfg.out``; return the metrics."""
+    from .. import nn
+
+    dev = resolve_device(cfg.device)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    train_ds = load_dataset(cfg.dataset, True, cfg.data, cfg.limit)
+    test_ds = load_dataset(cfg.dataset, False, cfg.data, cfg.limit)
+    train_loader = DataLoader(train_ds, cfg.batch_size, shuffle=True, seed=cfg.seed, device=dev)
+    test_loader = DataLoader(test_ds, max(cfg.batch_size, EVAL_BATCH), device=dev)
+
+    manual_seed(cfg.seed)
+    model = models.build(cfg.model).to(dev)
+    optimizer = make_optimizer(cfg.optimizer, model.parameters(), cfg.learning_rate)
+    loss_fn = nn.CrossEntropyLoss()
+
+    history: list[dict[str, Any]] = []
+    train_seconds = 0.0
+    for epoch in range(cfg.epochs):
+        lr = cosine_lr(cfg.learning_rate, epoch, cfg.epochs)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        desc = f"epoch {epoch + 1}/{cfg.epochs}"
+        tr = train_epoch(model, train_loader, optimizer, loss_fn, desc=desc, show=cfg.progress)
+        te = evaluate(model, test_loader, loss_fn, desc="test", show=cfg.progress)
+        train_seconds += tr.seconds
+        history.append(_epoch_record(epoch + 1, lr, tr, te, train_seconds))
+        if cfg.progress:
+            tqdm.write(_epoch_line(history[-1], cfg.epochs))
+        if on_epoch is not None:
+            on_epoch(history[-1])
+
+    info = {
+        "config": dataclasses.asdict(cfg),
+        "device": dev,
+        "vkblas": __version__,
+        "test_accuracy": history[-1]["test_accuracy"],
+        "test_loss": history[-1]["test_loss"],
+        "test_samples": len(test_ds),
+    }
+    checkpoint.save(model, out / "model.safetensors", info)
+    metrics = {**info, "epochs": history, "train_seconds": train_seconds, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    report.write_metrics(out / "metrics.json", metrics)
+    report.plot_curves(out / "curves.png", history, f"{cfg.model.upper()} on {cfg.dataset} ({dev})")
+    return metrics
+
+
+def _epoch_record(epoch: int, lr: float, tr: PassResult, te: PassResult, train_seconds: float) -> dict[str, Any]:
+    return {
+        "epoch": epoch,
+        "lr": lr,
+        "train_loss": tr.loss,
+        "train_accuracy": tr.accuracy,
+        "test_loss": te.loss,
+        "test_accuracy": te.accuracy,
+        "train_samples_per_s": tr.samples_per_s,
+        "eval_samples_per_s": te.samples_per_s,
+        "epoch_seconds": tr.seconds + te.seconds,
+        "train_seconds_total": train_seconds,
+    }
+
+
+def _epoch_line(h: dict[str, Any], epochs: int) -> str:
+    return (
+        f"epoch {h['epoch']}/{epochs}: train loss {h['train_loss']:.4f} acc {100 * h['train_accuracy']:.2f}% | "
+        f"test loss {h['test_loss']:.4f} acc {100 * h['test_accuracy']:.2f}% | "
+        f"{h['train_samples_per_s']:,.0f} samples/s | {h['epoch_seconds']:.1f} s"
+    )
+
+
+def evaluate_checkpoint(
+    path: str,
+    device: str | None = None,
+    data: str | None = None,
+    limit: int | None = None,
+    batch_size: int = EVAL_BATCH,
+    progress: bool = True,
+) -> tuple[PassResult, dict[str, Any]]:
+    """Rebuild the model saved at ``path`` and evaluate it on its dataset's test split (the same images it was
+    evaluated on in training unless ``limit`` says otherwise). Returns (result, the checkpoint's info)."""
+    from .. import nn
+
+    state, info = checkpoint.load(path)
+    cfg = info["config"]
+    dev = resolve_device(device)
+    test_ds = load_dataset(
+        cfg["dataset"],
+        False,
+        data if data is not None else cfg.get("data"),
+        limit if limit is not None else cfg.get("limit"),
+    )
+    model = checkpoint.load_into(models.build(cfg["model"]), state, dev).to(dev)
+    loader = DataLoader(test_ds, batch_size, device=dev)
+    return evaluate(model, loader, nn.CrossEntropyLoss(), desc="eval", show=progress), info

@@ -1,0 +1,48 @@
+"""Shared fixtures: every test that takes ``device`` runs once on ``cpu`` and once on ``vulkan``.
+
+The vulkan case is skipped (with the reason) only when ``vkblas.devices()`` lists no Vulkan adapter. Other test files
+can use the fixture, or the helpers ``vulkan_available()``, ``DEVICES``, ``requires_vulkan`` and ``float_dtype()``::
+
+    from conftest import requires_vulkan
+"""
+
+from __future__ import annotations
+
+import os
+
+# lavapipe wants a runtime dir, and LP_NUM_THREADS=0 keeps it from spawning threads on a 2-core CI runner
+os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+os.environ.setdefault("LP_NUM_THREADS", "0")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import vkblas as vb  # noqa: E402
+
+DEVICES = ["cpu", "vulkan"]
+
+
+def vulkan_available() -> bool:
+    """True when this machine has a Vulkan adapter (lavapipe counts)."""
+    return any(d.startswith("vulkan") for d in vb.devices())
+
+
+NO_VULKAN_REASON = "no Vulkan adapter: vkblas.devices() lists only " + ", ".join(vb.devices())
+requires_vulkan = pytest.mark.skipif(not vulkan_available(), reason=NO_VULKAN_REASON)
+
+
+def float_dtype(device: str) -> vb.DType:
+    """The float dtype tests compute in: float64 on cpu (the oracle), float32 on GPUs (no float64 there)."""
+    return vb.float64 if str(device).startswith("cpu") else vb.float32
+
+
+@pytest.fixture(params=DEVICES)
+def device(request: pytest.FixtureRequest) -> str:
+    if request.param == "vulkan" and not vulkan_available():
+        pytest.skip(NO_VULKAN_REASON)
+    return request.param
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(1234)

@@ -1,0 +1,416 @@
+"""The Vulkan backend through the backend contract, against the numpy reference backend.
+
+Runs on whatever Vulkan adapter exists (lavapipe in CI); run it also with ``VKBLAS_SHADER_CHECKS=1``. Sizes are
+small: lavapipe is a CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from vkblas import dtypes as D
+from vkblas.backend import elementwise as ew
+from vkblas.backend.base import BackendError, NoAdapterError, UnsupportedError, View, contiguous_strides
+from vkblas.backend.cpu import CpuBackend
+
+os.environ.setdefault("LP_NUM_THREADS", "0")
+os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+
+wgpu = pytest.importorskip("wgpu")
+from vkblas.backend.vulkan import VulkanBackend, list_adapters  # noqa: E402
+from vkblas.backend.vulkan import queue as vk_queue  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def vk() -> VulkanBackend:
+    try:
+        return VulkanBackend()
+    except NoAdapterError as e:
+        pytest.skip(f"no Vulkan adapter on this machine: {e}")
+
+
+CPU = CpuBackend()
+RNG = np.random.default_rng(0)
+
+
+def put(be, arr: np.ndarray, dtype: D.DType, shape=None, strides=None, offset: int = 0) -> View:
+    """A view of ``arr`` (flattened into a storage) with the given layout; default contiguous."""
+    flat = np.asarray(arr).reshape(-1)
+    shape = tuple(np.shape(arr)) if shape is None else tuple(shape)
+    strides = contiguous_strides(shape) if strides is None else tuple(strides)
+    return View(be.from_numpy(flat, dtype), shape, strides, offset)
+
+
+def empty(be, shape, dtype: D.DType) -> View:
+    return View.of(be.alloc(max(1, int(np.prod(shape))), dtype), shape)
+
+
+def both(arr, dtype, vk, **layout):
+    """The same view on vulkan (``dtype``) and on cpu (float64 for floats, as the precise reference)."""
+    ref = D.float64 if dtype.is_floating else dtype
+    return put(vk, arr, dtype, **layout), put(CPU, arr, ref, **layout)
+
+
+# ---------------------------------------------------------------- device
+
+
+def test_adapters_and_describe(vk):
+    adapters = list_adapters()
+    assert adapters and all({"name", "adapter_type", "backend_type", "features", "limits"} <= set(a) for a in adapters)
+    d = vk.describe()
+    if sys.platform.startswith("linux"):
+        assert d["backend_type"] == "Vulkan"
+    assert d["limits"]["max-storage-buffer-binding-size"] > 0
+    assert not vk.supports(D.float64)
+    assert vk.supports(D.float16) == ("shader-f16" in d["features"])
+
+
+# ---------------------------------------------------------------- elementwise
+
+
+def _operand_values(op: str, i: int, shape) -> np.ndarray:
+    """Inputs in each op's domain (positive for log/sqrt, integral exponents for negative pow bases...)."""
+    if op in ("log", "sqrt", "rsqrt"):
+        return RNG.uniform(0.1, 3.0, shape)
+    if op == "pow" and i == 1:
+        return RNG.integers(-3, 4, shape).astype(np.float64)
+    if op in ("div", "reciprocal") and i == (0 if op == "reciprocal" else 1):
+        return RNG.uniform(0.5, 2.0, shape) * RNG.choice([-1, 1], shape)
+    if op in ("clamp",) and i > 0:
+        return np.full(shape, -0.5 if i == 1 else 0.7)
+    v = RNG.uniform(-2.0, 2.0, shape)
+    v.flat[0] = 0.0  # sign(0), relu(0), pow(0, x)
+    return v
+
+
+def _check_op(vk, op: str, layouts: list[str]) -> None:
+    spec = ew.OPS[op]
+    shape = (3, 5)
+    vargs, cargs = [], []
+    for i in range(spec.arity):
+        if i == spec.bool_operand:
+            vals = RNG.random(shape) > 0.5
+            v, c = put(vk, vals, D.bool_), put(CPU, vals, D.bool_)
+        elif op.startswith("logical"):
+            vals = RNG.random(shape) > 0.5
+            v, c = put(vk, vals, D.bool_), put(CPU, vals, D.bool_)
+        elif layouts[i] == "scalar":
+            s = 0.3 if op not in ("pow",) else 2.0
+            vargs.append(s)
+            cargs.append(s)
+            continue
+        else:
+            vals = _operand_values(op, i, shape)
+            kind = layouts[i]
+            if kind == "contiguous":
+                v, c = both(vals, D.float32, vk)
+            elif kind == "transposed":  # storage holds the transpose; the view transposes back
+                v, c = both(np.ascontiguousarray(vals.T), D.float32, vk, shape=shape, strides=(1, 3))
+            elif kind == "offset":
+                padded = np.concatenate([np.full(4, 9.0), vals.reshape(-1)])
+                v, c = both(padded, D.float32, vk, shape=shape, strides=(5, 1), offset=4)
+            else:  # broadcast a row: stride 0 along dim 0
+                v, c = both(vals[0], D.float32, vk, shape=shape, strides=(0, 1))
+        vargs.append(v)
+        cargs.append(c)
+    out_dtype = D.bool_ if spec.returns_bool else D.float32
+    out_v = empty(vk, shape, out_dtype)
+    out_c = empty(CPU, shape, D.bool_ if spec.returns_bool else D.float64)
+    vk.elementwise(op, out_v, vargs)
+    CPU.elementwise(op, out_c, cargs)
+    got, want = vk.to_numpy(out_v), CPU.to_numpy(out_c)
+    if spec.returns_bool:
+        np.testing.assert_array_equal(got, want, err_msg=f"{op} {layouts}")
+    else:
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6, err_msg=f"{op} {layouts}")
+
+
+_LAYOUTS = ["contiguous", "transposed", "offset", "broadcast"]
+
+
+@pytest.mark.parametrize("op", sorted(ew.OPS))
+def test_elementwise_ops(vk, op):
+    arity = ew.OPS[op].arity
+    for k, first in enumerate(_LAYOUTS):
+        layouts = [first] + [_LAYOUTS[(k + j + 1) % 4] for j in range(arity - 1)]
+        _check_op(vk, op, layouts)
+    if arity > 1 and ew.OPS[op].bool_operand is None and not op.startswith("logical"):
+        _check_op(vk, op, ["transposed"] + ["scalar"] * (arity - 1))
+
+
+def test_pow_edge_cases(vk):
+    a = np.array([0.0, 0.0, -2.0, -2.0, -2.0, 2.0, -8.0, 0.0], np.float32)
+    b = np.array([0.0, 2.0, 3.0, 2.0, 0.5, -1.0, 1.0 / 3.0, -1.0], np.float32)
+    out = empty(vk, (8,), D.float32)
+    vk.elementwise("pow", out, [put(vk, a, D.float32), put(vk, b, D.float32)])
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(vk.to_numpy(out), np.power(a, b), rtol=1e-6)
+
+
+def test_tanh_sign_extremes(vk):
+    x = np.array([-1e4, -30.0, -0.0, 0.0, 1e-3, 30.0, 1e4], np.float32)
+    with np.errstate(over="ignore"):
+        sig = 1 / (1 + np.exp(-x.astype(np.float64)))
+    for op, ref in (("tanh", np.tanh(x)), ("sign", np.sign(x)), ("sigmoid", sig)):
+        out = empty(vk, x.shape, D.float32)
+        vk.elementwise(op, out, [put(vk, x, D.float32)])
+        np.testing.assert_allclose(vk.to_numpy(out), ref, rtol=1e-6, atol=1e-7, err_msg=op)
+
+
+def test_casts_and_int_ops(vk):
+    f = np.array([-2.7, -0.5, 0.0, 0.4, 1.9, 3.0], np.float32)
+    i = np.array([-3, -1, 0, 1, 2, 7], np.int32)
+    cases = [
+        ("copy", [put(vk, f, D.float32)], D.int32, f.astype(np.int32)),
+        ("copy", [put(vk, i, D.int32)], D.float32, i.astype(np.float32)),
+        ("copy", [put(vk, f, D.float32)], D.bool_, f != 0),
+        ("copy", [put(vk, f != 0, D.bool_)], D.float32, (f != 0).astype(np.float32)),
+        ("add", [put(vk, i, D.int32), 5], D.int32, i + 5),
+        ("mul", [put(vk, i, D.int32), put(vk, i, D.int32)], D.int32, i * i),
+        ("div", [put(vk, i, D.int32), 2], D.float32, i / 2),
+        ("pow", [put(vk, i, D.int32), 3], D.int32, i**3),
+        ("gt", [put(vk, i, D.int32), 0], D.bool_, i > 0),
+        ("abs", [put(vk, i, D.int32)], D.int32, np.abs(i)),
+        ("sign", [put(vk, i, D.int32)], D.int32, np.sign(i)),
+        ("maximum", [put(vk, i, D.int32), 1], D.int32, np.maximum(i, 1)),
+        ("mul", [put(vk, i, D.int32), 0.5], D.float32, i * 0.5),
+        ("copy", [2.5], D.float32, np.full(6, 2.5)),
+        ("where", [put(vk, i > 0, D.bool_), 1.0, put(vk, f, D.float32)], D.float32, np.where(i > 0, 1.0, f)),
+    ]
+    for op, args, out_dtype, want in cases:
+        out = empty(vk, (6,), out_dtype)
+        vk.elementwise(op, out, args)
+        np.testing.assert_allclose(vk.to_numpy(out), want, rtol=1e-6, err_msg=f"{op} -> {out_dtype}")
+
+
+def test_float16(vk):
+    if not vk.supports(D.float16):
+        with pytest.raises(UnsupportedError, match="float16"):
+            vk.alloc(4, D.float16)
+        return
+    a = RNG.uniform(-2, 2, 10).astype(np.float16)
+    out = empty(vk, (10,), D.float16)
+    vk.elementwise("mul", out, [put(vk, a, D.float16), 3.0])
+    np.testing.assert_allclose(vk.to_numpy(out).astype(np.float32), a.astype(np.float32) * 3, rtol=2e-3)
+    s = empty(vk, (), D.float32)
+    vk.reduce("sum", s, put(vk, a, D.float16), (0,))
+    np.testing.assert_allclose(vk.to_numpy(s), a.astype(np.float32).sum(), rtol=1e-3)
+
+
+# ---------------------------------------------------------------- reductions
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+def test_reduce_axes(vk, op):
+    x = RNG.standard_normal((3, 4, 5))
+    xt = np.ascontiguousarray(x.transpose(2, 0, 1))  # stored (5, 3, 4); viewed back as (3, 4, 5)
+    views = [both(x, D.float32, vk), both(xt, D.float32, vk, shape=(3, 4, 5), strides=(4, 1, 12))]
+    for v, c in views:
+        for axes in [(), (0,), (1,), (2,), (0, 2), (1, 2), (0, 1, 2)]:
+            shape = tuple(n for d, n in enumerate(x.shape) if d not in axes)
+            ov, oc = empty(vk, shape, D.float32), empty(CPU, shape, D.float64)
+            vk.reduce(op, ov, v, axes)
+            CPU.reduce(op, oc, c, axes)
+            np.testing.assert_allclose(vk.to_numpy(ov), CPU.to_numpy(oc), rtol=1e-5, atol=1e-6, err_msg=str(axes))
+
+
+def test_reduce_long_and_int(vk):
+    x = RNG.standard_normal((3, 3000)).astype(np.float32)  # long rows: workgroup tree reduction
+    for op in ("sum", "max", "argmin"):
+        out = empty(vk, (3,), D.int32 if op.startswith("arg") else D.float32)
+        vk.reduce(op, out, put(vk, x, D.float32), (1,))
+        want = {"sum": x.sum(1), "max": x.max(1), "argmin": x.argmin(1)}[op]
+        np.testing.assert_allclose(vk.to_numpy(out), want, rtol=1e-4, atol=1e-4, err_msg=op)
+    i = RNG.integers(-100, 100, (4, 6)).astype(np.int32)
+    out = empty(vk, (6,), D.int32)
+    vk.reduce("sum", out, put(vk, i, D.int32), (0,))
+    np.testing.assert_array_equal(vk.to_numpy(out), i.sum(0))
+    b = RNG.random((4, 6)) > 0.5
+    vk.reduce("sum", out, put(vk, b, D.bool_), (0,))
+    np.testing.assert_array_equal(vk.to_numpy(out), b.sum(0))
+
+
+def test_reduce_empty_sum_and_errors(vk):
+    x = put(vk, np.zeros(0, np.float32), D.float32, shape=(2, 0, 3))
+    out = empty(vk, (2, 3), D.float32)
+    vk.reduce("sum", out, x, (1,))
+    np.testing.assert_array_equal(vk.to_numpy(out), np.zeros((2, 3)))
+    vk.reduce("sum", empty(vk, (0, 3), D.float32), x, (0,))  # empty output: nothing to do
+    total = empty(vk, (), D.float32)
+    vk.reduce("sum", total, x, (0, 1, 2))
+    assert vk.to_numpy(total) == 0.0
+    with pytest.raises(ValueError, match="empty"):
+        vk.reduce("max", out, x, (1,))
+
+
+def test_argmax_ties(vk):
+    x = np.array([[1, 3, 3, 0], [2, 2, 2, 2], [5, 1, 5, 5]], np.int32)
+    for op, fn in (("argmax", np.argmax), ("argmin", np.argmin)):
+        for axis in (0, 1):
+            shape = (4,) if axis == 0 else (3,)
+            out = empty(vk, shape, D.int32)
+            vk.reduce(op, out, put(vk, x, D.int32), (axis,))
+            np.testing.assert_array_equal(vk.to_numpy(out), fn(x, axis=axis), err_msg=f"{op} {axis}")
+    xf = np.zeros((2, 300), np.float32)  # all tied over a long row: first index
+    xf[1, 7] = xf[1, 250] = 1.0
+    out = empty(vk, (2,), D.int32)
+    vk.reduce("argmax", out, put(vk, xf, D.float32), (1,))
+    np.testing.assert_array_equal(vk.to_numpy(out), [0, 7])
+
+
+# ---------------------------------------------------------------- matmul
+
+
+@pytest.mark.parametrize(
+    "batch,m,k,n", [((), 1, 1, 1), ((), 7, 13, 11), ((2,), 17, 3, 19), ((2, 3), 5, 16, 4), ((), 33, 40, 2)]
+)
+def test_matmul(vk, batch, m, k, n):
+    a = RNG.standard_normal((*batch, m, k))
+    b = RNG.standard_normal((*batch, k, n))
+    va, ca = both(a, D.float32, vk)
+    vb, cb = both(b, D.float32, vk)
+    out = empty(vk, (*batch, m, n), D.float32)
+    vk.matmul(out, va, vb)
+    np.testing.assert_allclose(vk.to_numpy(out), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_transposed_and_broadcast(vk):
+    a = RNG.standard_normal((6, 5))  # stored (k, m): a.T @ b without a copy
+    b = RNG.standard_normal((6, 3))
+    va = put(vk, a, D.float32, shape=(5, 6), strides=(1, 5))
+    out = empty(vk, (5, 3), D.float32)
+    vk.matmul(out, va, put(vk, b, D.float32))
+    np.testing.assert_allclose(vk.to_numpy(out), a.T @ b, rtol=1e-4, atol=1e-5)
+    w = RNG.standard_normal((3, 4))  # one weight broadcast over a batch of 4 (batch stride 0)
+    xs = RNG.standard_normal((4, 2, 3))
+    out = empty(vk, (4, 2, 4), D.float32)
+    vk.matmul(out, put(vk, xs, D.float32), put(vk, w, D.float32, shape=(4, 3, 4), strides=(0, 4, 1)))
+    np.testing.assert_allclose(vk.to_numpy(out), xs @ w, rtol=1e-4, atol=1e-5)
+    ai = RNG.integers(-5, 5, (3, 4)).astype(np.int32)
+    out = empty(vk, (3, 3), D.int32)
+    vk.matmul(out, put(vk, ai, D.int32), put(vk, ai.T.copy(), D.int32))
+    np.testing.assert_array_equal(vk.to_numpy(out), ai @ ai.T)
+
+
+# ---------------------------------------------------------------- gather / scatter_add
+
+
+def test_gather_scatter_add(vk):
+    x = RNG.standard_normal((3, 5)).astype(np.float32)
+    idx = np.array([[0, 4, 4, 1], [2, 2, 2, 2], [3, 0, -1, 1]], np.int32)  # duplicates and a negative index
+    for dim, index in ((1, idx), (0, np.array([[0, 2, 1, 1, 0], [2, 2, 0, 1, 1]], np.int32))):
+        out_v, out_c = empty(vk, index.shape, D.float32), empty(CPU, index.shape, D.float32)
+        vk.gather(out_v, put(vk, x, D.float32), dim, put(vk, index, D.int32))
+        CPU.gather(out_c, put(CPU, x, D.float32), dim, put(CPU, index, D.int32))
+        np.testing.assert_array_equal(vk.to_numpy(out_v), CPU.to_numpy(out_c))
+    src = RNG.standard_normal((3, 4)).astype(np.float32)
+    for dtype, srcv in ((D.float32, src), (D.int32, (src * 10).astype(np.int32))):
+        base = np.ones((3, 5), dtype.np)
+        tv, tc = put(vk, base, dtype), put(CPU, base, dtype)
+        vk.scatter_add(tv, 1, put(vk, idx, D.int32), put(vk, srcv, dtype))
+        CPU.scatter_add(tc, 1, put(CPU, idx, D.int32), put(CPU, srcv, dtype))
+        np.testing.assert_allclose(vk.to_numpy(tv), CPU.to_numpy(tc), rtol=1e-6)
+    # many threads hitting one element: the atomic CAS loop must not lose updates
+    many = np.ones((1, 2000), np.float32)
+    t = put(vk, np.zeros((1, 1), np.float32), D.float32)
+    vk.scatter_add(t, 1, put(vk, np.zeros((1, 2000), np.int32), D.int32), put(vk, many, D.float32))
+    assert vk.to_numpy(t)[0, 0] == 2000.0
+
+
+# ---------------------------------------------------------------- random
+
+
+def test_random_matches_cpu(vk):
+    shape = (7, 33)
+    for dist, exact in (("uniform", True), ("normal", False)):
+        ov, oc = empty(vk, shape, D.float32), empty(CPU, shape, D.float32)
+        vk.random(ov, dist, 1234, 2**32 - 100)  # counter wraps inside the tensor
+        CPU.random(oc, dist, 1234, 2**32 - 100)
+        got, want = vk.to_numpy(ov), CPU.to_numpy(oc)
+        if exact:
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # strided output: element i in C order of the view still gets counter + i
+    base = put(vk, np.zeros(20, np.float32), D.float32)
+    view = View(base.storage, (2, 3), (1, 5), 2)
+    vk.random(view, "uniform", 5, 0)
+    ref = empty(CPU, (2, 3), D.float32)
+    CPU.random(ref, "uniform", 5, 0)
+    np.testing.assert_array_equal(vk.to_numpy(view), CPU.to_numpy(ref))
+
+
+# ---------------------------------------------------------------- runtime: batching, pool, large grids
+
+
+def test_pool_reuse_with_pending_work(vk):
+    acc = put(vk, np.zeros(50, np.float32), D.float32)
+    want = np.zeros(50, np.float32)
+    for i in range(60):
+        vals = np.full(50, float(i), np.float32)
+        tmp = put(vk, vals, D.float32)  # upload into a recycled buffer while earlier dispatches are pending
+        tmp2 = empty(vk, (50,), D.float32)
+        vk.elementwise("mul", tmp2, [tmp, 2.0])
+        vk.elementwise("add", acc, [acc, tmp2])
+        want += vals * 2
+        del tmp, tmp2
+        if i % 17 == 0:
+            np.testing.assert_array_equal(vk.to_numpy(acc), want)
+    np.testing.assert_array_equal(vk.to_numpy(acc), want)
+    assert vk.pool.cached_bytes > 0
+
+
+def test_chain_beyond_flush_threshold(vk):
+    n = vk_queue.FLUSH_DISPATCHES + 300
+    a = put(vk, np.zeros(8, np.float32), D.float32)
+    b = empty(vk, (8,), D.float32)
+    for _ in range(n):
+        vk.elementwise("add", b, [a, 1.0])
+        a, b = b, a
+    np.testing.assert_array_equal(vk.to_numpy(a), np.full(8, n, np.float32))
+
+
+def test_large_grid_2d(vk):
+    n = 65535 * 256 + 1000  # more workgroups than one grid dimension allows
+    ones = put(vk, np.ones(1, np.int32), D.int32, shape=(n,), strides=(0,))
+    out = empty(vk, (n,), D.int32)
+    vk.elementwise("add", out, [ones, 1])
+    assert (vk.to_numpy(out) == 2).all()
+    tail = View(out.storage, (5,), (1,), n - 5)
+    np.testing.assert_array_equal(vk.to_numpy(tail), np.full(5, 2))
+
+
+# ---------------------------------------------------------------- errors and recovery
+
+
+def test_errors_then_success(vk):
+    limit = vk.describe()["limits"]["max-storage-buffer-binding-size"]
+    with pytest.raises(UnsupportedError, match=str(limit)):
+        vk.alloc(limit // 4 + 1024, D.float32)
+    with pytest.raises(UnsupportedError, match="float64"):
+        vk.alloc(4, D.float64)
+    x = put(vk, np.arange(4, dtype=np.float32), D.float32)
+    with pytest.raises(BackendError, match=r"float32\[4\]"):
+        vk.elementwise("add", empty(vk, (3,), D.float32), [x, x])  # shape mismatch names shapes and dtypes
+    with pytest.raises(BackendError, match="outside"):
+        vk.elementwise("neg", empty(vk, (4,), D.float32), [View(x.storage, (4,), (1,), 2)])
+    out = empty(vk, (4,), D.float32)
+    vk.elementwise("add", out, [x, 1.0])
+    np.testing.assert_array_equal(vk.to_numpy(out), [1, 2, 3, 4])
+
+
+def test_wgpu_validation_error_recovers(vk, caplog):
+    x = put(vk, np.arange(4, dtype=np.float32), D.float32)
+    out = empty(vk, (4,), D.float32)
+    vk.elementwise("neg", out, [x])  # builds a plan; reuse its kernel for a deliberately invalid dispatch
+    plan = next(p for k, p in vk.plans.items() if k[0] == "neg")[0]
+    args = (0, 0, 4, 4, 1, 1)
+    vk.rt.dispatch(plan.kernel, [out.storage.buffer, x.storage.buffer], plan.fmt, args, (70000, 1, 1))
+    with pytest.raises(BackendError, match="lost"):
+        vk.synchronize()
+    vk.elementwise("add", out, [x, 2.0])
+    np.testing.assert_array_equal(vk.to_numpy(out), [2, 3, 4, 5])
