@@ -46,3 +46,12 @@ def device(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that runs on a Vulkan device, so CI can run them again with VKBLAS_SHADER_CHECKS=1."""
+    for item in items:
+        params = getattr(item, "callspec", None)
+        on_vulkan = params is not None and any("vulkan" in str(v) for v in params.params.values())
+        if on_vulkan or "vulkan" in item.nodeid.lower() or "gemm" in item.nodeid.lower():
+            item.add_marker(pytest.mark.vulkan)

@@ -100,7 +100,8 @@ def unary_samples(make: Callable[[Rng, tuple[int, ...]], np.ndarray] = uniform, 
 
 
 def binary_samples(make_a: Callable[[Rng, tuple[int, ...]], np.ndarray] = uniform,
-                   make_b: Callable[[Rng, tuple[int, ...]], np.ndarray] = uniform, scalars: tuple[Any, Any] = (1.5, -0.75)):
+                   make_b: Callable[[Rng, tuple[int, ...]], np.ndarray] = uniform,
+                   scalars: tuple[Any, Any] = (1.5, -0.75)):
     def gen(rng: Rng) -> Iterator[Sample]:
         for sa, sb in BINARY_SHAPES:
             a = scalars[0] if sa is None else make_a(rng, sa)
@@ -472,7 +473,8 @@ OPS: list[OpInfo] = [
            lambda rng: (Sample((uniform(rng, s),)) for s in [(3, 4), (5,), (2, 1, 3)]), differentiable=False),
     OpInfo("logsumexp", vb.logsumexp, lambda x, dim, keepdim=False: np_logsumexp(x, _axis(dim), keepdim),
            lambda rng: (s for s in reduction_samples(rng, empty_ok=False) if "dim" in s.kwargs)),
-    OpInfo("softmax", vb.softmax, np_softmax, lambda rng: (s for s in one_dim_samples(rng) if "keepdim" not in s.kwargs)),
+    OpInfo("softmax", vb.softmax, np_softmax,
+           lambda rng: (s for s in one_dim_samples(rng) if "keepdim" not in s.kwargs)),
     OpInfo("log_softmax", vb.log_softmax, lambda x, dim: np.log(np_softmax(x, dim)),
            lambda rng: (s for s in one_dim_samples(rng) if "keepdim" not in s.kwargs)),
     # --- linear algebra
@@ -500,7 +502,7 @@ OPS: list[OpInfo] = [
     OpInfo("unbind", vb.unbind, lambda x, dim=0: tuple(np.moveaxis(x, dim, 0)),
            lambda rng: (Sample((uniform(rng, (3, 2)),), {"dim": d}) for d in (0, 1))),
     OpInfo("clone", vb.clone, np.copy, unary_samples()),
-    OpInfo("contiguous", vb.contiguous, np.ascontiguousarray, unary_samples()),
+    OpInfo("contiguous", vb.contiguous, np.copy, unary_samples()),
     # --- indexing
     OpInfo("getitem (basic)", lambda x, index: x[index], lambda x, index: x[index], getitem_samples),
     OpInfo("getitem (int array)", lambda x, i: x[i], lambda x, i: x[i], index_array_samples),
@@ -529,7 +531,8 @@ OPS: list[OpInfo] = [
            lambda rng: (Sample((uniform(rng, s),), {"value": 2.5}) for s in [(3, 4), (), (0, 2)])),
     OpInfo("zero_", lambda x: _fresh(x).zero_(), np.zeros_like, unary_samples()),
     OpInfo("masked_fill_", lambda x, m, value: _fresh(x).masked_fill_(m, value),
-           lambda x, m, value: np.where(m, value, x), masked_fill_samples),
+           lambda x, m, value: np.where(m, value, x),
+           lambda rng: (s for s in masked_fill_samples(rng) if np.broadcast(*s.args).shape == s.args[0].shape)),
     OpInfo("clamp_", lambda x, **kw: _fresh(x).clamp_(**kw), lambda x, min=None, max=None: np.clip(x, min, max),  # noqa: A006
            clamp_samples),
 ]

@@ -1,9 +1,14 @@
-"""The ``vkblas`` command: ``info``, ``train``, ``eval`` and ``bench``. Run ``vkblas COMMAND --help``."""
+"""The ``vkblas`` command: ``info``, ``train``, ``eval`` and ``bench``. Run ``vkblas COMMAND --help``.
+
+Bad arguments exit with code 2 and one line on stderr; failures (data not found, device errors) with code 1 and one
+line (set ``VKBLAS_DEBUG=1`` for the traceback).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -247,6 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("vkblas: interrupted", file=sys.stderr)
         return 130
     except (ValueError, RuntimeError, OSError) as e:  # DataError, BackendError … : one clear line, no traceback
+        if os.environ.get("VKBLAS_DEBUG"):
+            raise
         print(f"vkblas {args.command}: error: {e}", file=sys.stderr)
         return 1
 

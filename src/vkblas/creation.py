@@ -62,6 +62,8 @@ def tensor(data: Any, dtype: Any = None, device: _dev.DeviceLike = None, require
     """A new tensor holding a copy of ``data`` (nested lists, numbers, numpy arrays, tensors)."""
     arr = _to_array(data)
     dt = to_dtype(dtype) if dtype is not None else _infer_dtype(arr)
+    if requires_grad and dtype is None and not dt.is_floating:
+        dt = float32  # the issue's example: tensor([1, 2, 3], requires_grad=True) is a float leaf
     if not dt.is_floating and dt is not bool_:
         if arr.dtype.kind == "f" and dtype is None:
             dt = float32

@@ -191,7 +191,8 @@ class Tensor:
         if kwargs:
             raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
         for a in args:
-            if isinstance(a, (_dev.device, str)) and not (isinstance(a, str) and a in ("float32", "float16", "int32")):
+            dtype_names = ("float32", "float16", "float64", "int32", "bool")
+            if isinstance(a, (_dev.device, str)) and not (isinstance(a, str) and a in dtype_names):
                 dev = a
             else:
                 dtype = a
@@ -235,34 +236,34 @@ class Tensor:
 
     # ------------------------------------------------------------------ operators
     def __add__(self, o: Any) -> Tensor:
-        return _ops.add(self, o)
+        return _ops.binary("add", self, o)
 
     def __radd__(self, o: Any) -> Tensor:
-        return _ops.add(o, self)
+        return _ops.binary("add", o, self)
 
     def __sub__(self, o: Any) -> Tensor:
-        return _ops.sub(self, o)
+        return _ops.binary("sub", self, o)
 
     def __rsub__(self, o: Any) -> Tensor:
-        return _ops.sub(o, self)
+        return _ops.binary("sub", o, self)
 
     def __mul__(self, o: Any) -> Tensor:
-        return _ops.mul(self, o)
+        return _ops.binary("mul", self, o)
 
     def __rmul__(self, o: Any) -> Tensor:
-        return _ops.mul(o, self)
+        return _ops.binary("mul", o, self)
 
     def __truediv__(self, o: Any) -> Tensor:
-        return _ops.div(self, o)
+        return _ops.binary("div", self, o)
 
     def __rtruediv__(self, o: Any) -> Tensor:
-        return _ops.div(o, self)
+        return _ops.binary("div", o, self)
 
     def __pow__(self, o: Any) -> Tensor:
-        return _ops.pow(self, o)
+        return _ops.binary("pow", self, o)
 
     def __rpow__(self, o: Any) -> Tensor:
-        return _ops.pow(o, self)
+        return _ops.binary("pow", o, self)
 
     def __matmul__(self, o: Tensor) -> Tensor:
         return _ops.matmul(self, o)
@@ -351,7 +352,7 @@ METHODS = (
     "reciprocal clamp clip maximum minimum eq ne lt le gt ge logical_not logical_and logical_or masked_fill "
     "sum mean max min argmax argmin var std logsumexp softmax log_softmax all any amax amin "
     "matmul mm bmm reshape view view_as flatten squeeze unsqueeze permute transpose expand expand_as repeat split "
-    "chunk unbind contiguous clone gather index_select scatter_add where "
+    "chunk unbind narrow contiguous clone gather index_select scatter_add where "
     "add_ sub_ mul_ div_ zero_ fill_ copy_ clamp_ addcmul_ addcdiv_ lerp_ uniform_ normal_ pow_ sqrt_ neg_ "
     "exp_ relu_ masked_fill_ bernoulli_"
 ).split()

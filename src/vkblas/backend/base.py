@@ -28,8 +28,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -81,8 +80,10 @@ class Storage:
         self.version = 0
 
 
-@dataclass(frozen=True, slots=True)
-class View:
+class View(NamedTuple):
+    """Storage plus shape, strides and offset in elements. A NamedTuple: views are made for every op, and tuple
+    construction is several times cheaper than a frozen dataclass's."""
+
     storage: Any
     shape: tuple[int, ...]
     strides: tuple[int, ...]

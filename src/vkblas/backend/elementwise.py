@@ -116,6 +116,15 @@ _TABLE = [
     ElementwiseOp("clamp", 3, lambda m, a, lo, hi: m.minimum(m.maximum(a, lo), hi)),
     # lerp-style update used by optimizers: a + w * (b - a)
     ElementwiseOp("lerp", 3, lambda m, a, b, w: a + w * (b - a)),
+    # --- fused optimizer updates (one dispatch per tensor each; see vkblas.optim)
+    ElementwiseOp("axpby", 4, lambda m, x, y, a, b: a * x + b * y),
+    ElementwiseOp("ema_sq", 3, lambda m, v, g, beta: beta * v + (1.0 - beta) * g * g),
+    # p * decay - step * m / (sqrt(v) * inv_sqrt_bc2 + eps): Adam / AdamW / RMSprop's parameter update
+    ElementwiseOp(
+        "adam_apply",
+        7,
+        lambda m, p, mom, v, step, inv_sqrt_bc2, eps, decay: p * decay - step * mom / (m.sqrt(v) * inv_sqrt_bc2 + eps),
+    ),
 ]
 
 OPS: dict[str, ElementwiseOp] = {op.name: op for op in _TABLE}

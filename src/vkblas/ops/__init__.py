@@ -15,6 +15,7 @@ from .pointwise import (  # noqa: F401
     add_,
     addcdiv_,
     addcmul_,
+    binary,
     clamp,
     clamp_,
     clip,
@@ -86,4 +87,5 @@ globals().update(COMPARE)
 __all__ = [n for n in dir() if not n.startswith("_")]
 
 from .conv import avg_pool2d, conv2d, max_pool2d  # noqa: E402  (conv is composed from the ops above)
+
 __all__ += ["avg_pool2d", "conv2d", "max_pool2d"]

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..autograd import is_grad_enabled
-from ..backend.base import Backend, UnsupportedError, View, contiguous_strides, numel
+from ..backend.base import Backend, UnsupportedError, View
 from ..backend.elementwise import OPS
 from ..dtypes import DType, bool_, float32, int32, promote, result_type
 from ..tensor import Tensor
@@ -45,15 +45,18 @@ def check_backend(b: Backend, dtype: DType, op: str) -> None:
 def empty(shape: tuple[int, ...], dtype: DType, backend: Backend) -> Tensor:
     if not backend.supports(dtype):
         check_backend(backend, dtype, "empty")
-    for n in shape:
-        if n.__class__ is not int:
-            if not isinstance(n, (int, np.integer)):
+    strides, n = [], 1
+    for k in reversed(shape):
+        if k.__class__ is not int:
+            if not isinstance(k, (int, np.integer)):
                 raise ValueError(f"invalid shape {shape}: sizes must be non-negative integers")
-            shape = tuple(int(k) for k in shape)
-            break
-    if min(shape, default=0) < 0:
-        raise ValueError(f"invalid shape {shape}: sizes must be non-negative integers")
-    return Tensor._make(View(backend.alloc(numel(shape), dtype), shape, contiguous_strides(shape), 0), backend)
+            return empty(tuple(int(x) for x in shape), dtype, backend)
+        if k < 0:
+            raise ValueError(f"invalid shape {shape}: sizes must be non-negative integers")
+        strides.append(n)
+        n *= k if k else 1
+    total = n if 0 not in shape else 0
+    return Tensor._make(View(backend.alloc(total, dtype), tuple(shape), tuple(reversed(strides)), 0), backend)
 
 
 def full(shape: tuple[int, ...], value: Scalar, dtype: DType, backend: Backend) -> Tensor:
@@ -154,6 +157,10 @@ def elementwise(op: str, *operands: Any, out_dtype: DType | None = None, dtype: 
     (tensors of one shape and dtype, plain Python numbers) avoids the general broadcasting and promotion code.
     """
     spec = OPS[op]
+    if len(operands) == 2 and dtype is None and out_dtype is None:
+        fast = _binary_fast(op, spec.returns_bool, operands[0], operands[1])
+        if fast is not None:
+            return fast
     tensors = [o for o in operands if isinstance(o, Tensor)]
     if not tensors:
         raise TypeError(f"{op}: expected at least one Tensor operand")
@@ -182,6 +189,33 @@ def elementwise(op: str, *operands: Any, out_dtype: DType | None = None, dtype: 
     out = empty(shape, out_dtype or (bool_ if spec.returns_bool else cdt), backend)
     if out._view.storage.numel:
         backend.elementwise(op, out._view, args)
+    return out
+
+
+def _binary_fast(op: str, returns_bool: bool, a: Any, b: Any) -> Tensor | None:
+    """``tensor op tensor`` of one shape and dtype, or ``tensor op number`` that keeps the tensor's dtype: the bulk
+    of a training step. Returns None for anything needing promotion or broadcasting (the general path)."""
+    if a.__class__ is not Tensor:
+        return None
+    va = a._view
+    dt = va.storage.dtype
+    if not dt.is_floating and op in FLOAT_OPS:
+        return None
+    bc = b.__class__
+    if bc is Tensor:
+        vb = b._view
+        if vb.shape != va.shape or vb.storage.dtype is not dt or b._backend is not a._backend:
+            return None
+        arg: View | Scalar = vb
+    elif bc is float and dt.is_floating:
+        arg = b
+    elif bc is int and dt is not bool_:
+        arg = float(b) if dt.is_floating else b
+    else:
+        return None
+    out = empty(va.shape, bool_ if returns_bool else dt, a._backend)
+    if out._view.storage.numel:
+        a._backend.elementwise(op, out._view, [va, arg])
     return out
 
 
@@ -247,7 +281,10 @@ def rebase_inplace(t: Tensor, result: Tensor) -> Tensor:
 
 
 def alias(t: Tensor) -> Tensor:
-    """A second Tensor object for the same values and history (the 'before' side of an in-place op)."""
+    """The 'before' side of an in-place op: t's values and history in a copy, since backward rules may save it and
+    the in-place op then overwrites t's storage."""
+    from .shape import clone
+
     a = Tensor._make(t._view, t._backend, t.requires_grad)
-    a.grad_fn = t.grad_fn
-    return a
+    a.grad_fn = t.grad_fn  # t's history as it is now: the in-place op is about to replace t.grad_fn
+    return clone(a)

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..autograd import Node, record
+from ..autograd import record
 from ..backend.base import Backend
 from ..dtypes import int32
 from ..tensor import Tensor

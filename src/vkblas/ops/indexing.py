@@ -58,7 +58,7 @@ def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:  # noqa: A002
     for i, (a, b) in enumerate(zip(index.shape, input.shape, strict=True)):
         if i != d and a > b:
             raise RuntimeError(f"gather: size of index {index.shape} exceeds input {input.shape} at dimension {i}")
-    index = _check_range(cast(index, int32), input.shape[d], d, input.shape)
+    index = cast(_check_range(index, input.shape[d], d, input.shape), int32)
     return _gather_unchecked(input, d, index)
 
 
@@ -89,11 +89,20 @@ def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor: 
             f"scatter_add: index {index.shape}, input {input.shape} and src {src.shape} must have the "
             "same number of dimensions"
         )
-    index = _check_range(cast(index, int32), input.shape[d], d, input.shape)
+    index = cast(_check_range(index, input.shape[d], d, input.shape), int32)
     out = _scatter_add_into(input.detach().clone(), d, index, cast(src, input.dtype).detach())
 
+    src_shape = src.shape
+
     def rule(n: Node, g: Tensor) -> tuple[Tensor | None, None, Tensor | None]:
-        return (g, None, _gather_unchecked(g, d, index) if n.needs[2] else None)
+        if not n.needs[2]:
+            return (g, None, None)
+        gs = _gather_unchecked(g, d, index)
+        if gs.shape != src_shape:  # src beyond index's extent gets no gradient
+            padded = g.new_zeros(src_shape)
+            write_into(padded[tuple(slice(0, k) for k in index.shape)], "copy", gs)
+            gs = padded
+        return (g, None, gs)
 
     return record(out, "ScatterAddBackward", (input, None, src), rule)
 
@@ -103,7 +112,7 @@ def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:  # noqa: A00
     idx = _as_index_tensor(index, input)
     if idx.ndim > 1:
         raise IndexError(f"index_select(): Index is supposed to be a vector, got shape {idx.shape}")
-    idx = _check_range(cast(idx.reshape(-1), int32), input.shape[d], d, input.shape)
+    idx = cast(_check_range(idx.reshape(-1), input.shape[d], d, input.shape), int32)
     return _take_along(input, d, idx)
 
 
@@ -235,7 +244,7 @@ def _advanced(x: Tensor, advanced: list[tuple[int, Any]]) -> Tensor:
     dims = [d for d, _ in advanced]
     idxs = [_as_index_tensor(it, x) for _, it in advanced]
     bshape = broadcast_shapes(*(i.shape for i in idxs), op="indexing")
-    checked = [_check_range(cast(i, int32), x.shape[d], d, x.shape) for d, i in zip(dims, idxs, strict=True)]
+    checked = [cast(_check_range(i, x.shape[d], d, x.shape), int32) for d, i in zip(dims, idxs, strict=True)]
     # move the indexed dims to the front, merge them into one, and index it with the combined flat index
     rest = [d for d in range(x.ndim) if d not in dims]
     xp = x.permute(dims + rest)

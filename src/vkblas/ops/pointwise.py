@@ -7,6 +7,7 @@ result (saved as a detached alias so the graph holds no reference cycle).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -62,7 +63,8 @@ BINARY_RULES: dict[str, tuple[str, Callable[[Node, G], tuple[Any, ...]]]] = {
         "xy,out",
         lambda n, g: (
             g * n.saved[1] * _ew("pow", n.saved[0], n.saved[1] - 1) if n.needs[0] else None,
-            g * n.saved[2] * _ew("log", n.saved[0]) if n.needs[1] else None,
+            g * n.saved[2] * (_ew("log", n.saved[0]) if isinstance(n.saved[0], Tensor) else math.log(n.saved[0]))
+            if n.needs[1] else None,
         ),
     ),
     "maximum": ("xy", lambda n, g: (_pick_half(g, n.saved[0], n.saved[1]), _pick_half(g, n.saved[1], n.saved[0]))),
@@ -98,8 +100,7 @@ def unary(op: str, x: Tensor) -> Tensor:
 
 def binary(op: str, a: Any, b: Any) -> Tensor:
     out = elementwise(op, a, b)
-    ta, tb = isinstance(a, Tensor) and a.requires_grad, isinstance(b, Tensor) and b.requires_grad
-    if (ta or tb) and is_grad_enabled():
+    if (getattr(a, "requires_grad", False) or getattr(b, "requires_grad", False)) and is_grad_enabled():
         save, rule = BINARY_RULES[op]
         inputs = (a if isinstance(a, Tensor) else None, b if isinstance(b, Tensor) else None)
         record(out, _title(op), inputs, rule, _saved(save, a, b, out))
@@ -142,12 +143,16 @@ def logical_not(input: Tensor) -> Tensor:  # noqa: A002
     return elementwise("logical_not", input.to(dtype=input.dtype))
 
 
+def _scaled(other: Any, alpha: float) -> Any:
+    return binary("mul", other, alpha) if isinstance(other, Tensor) else other * alpha
+
+
 def add(input: Any, other: Any, alpha: float = 1) -> Tensor:  # noqa: A002
-    return binary("add", input, other if alpha == 1 else binary("mul", other, alpha))
+    return binary("add", input, other if alpha == 1 else _scaled(other, alpha))
 
 
 def sub(input: Any, other: Any, alpha: float = 1) -> Tensor:  # noqa: A002
-    return binary("sub", input, other if alpha == 1 else binary("mul", other, alpha))
+    return binary("sub", input, other if alpha == 1 else _scaled(other, alpha))
 
 
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:  # noqa: A002
@@ -291,7 +296,8 @@ def fill_(t: Tensor, value: Any) -> Tensor:
     if isinstance(value, Tensor):
         value = value.item()
     if check_inplace(t, "fill_"):
-        return rebase_inplace(t, t.new_full(t.shape, value))
+        filled = record(t.new_full(t.shape, value), "FillBackward", (alias(t),), lambda n, g: (g * 0,))
+        return rebase_inplace(t, filled)
     return write_into(t, "copy", value)
 
 

@@ -1,4 +1,5 @@
-"""Checkpoints: a model's ``state_dict`` in a safetensors file, with what is needed to rebuild it in the metadata.
+"""Checkpoints: a model's ``state_dict`` saved with ``vkblas.save`` (safetensors), plus what is needed to rebuild
+the model (dataset, architecture, training config, accuracy) as JSON in the file's metadata.
 
 The tensor names are the ``state_dict`` keys, so ``safetensors.torch.load_file`` reads the same file into PyTorch.
 """
@@ -11,34 +12,41 @@ from typing import Any
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
-from safetensors.numpy import save_file
 
+from .. import io
 from ..creation import tensor
 from ..data.idx import DataError
+from ..tensor import Tensor
 
 FORMAT = "vkblas-checkpoint-1"
 
 
 def save(model: Any, path: str | os.PathLike[str], info: dict[str, Any]) -> None:
     """Write ``model.state_dict()`` to ``path``; ``info`` (JSON-serialisable) goes into the metadata."""
-    arrays = {k: np.ascontiguousarray(v.detach().numpy()) for k, v in model.state_dict().items()}
-    save_file(arrays, str(path), metadata={"format": FORMAT, "info": json.dumps(info)})
+    io.save(model.state_dict(), path, metadata={"format": FORMAT, "info": json.dumps(info)})
 
 
-def load(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """(state as numpy arrays, info) of a checkpoint written by :func:`save`."""
+def read_info(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ``info`` a checkpoint was saved with; a clear error for anything that is not such a checkpoint."""
     try:
-        with safe_open(str(path), framework="numpy") as f:
+        with safe_open(os.fspath(path), framework="numpy") as f:
             meta = f.metadata() or {}
-            arrays = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open has no __iter__
     except (OSError, SafetensorError) as e:
         raise DataError(f"{path}: not a readable safetensors checkpoint ({e})") from e
     if meta.get("format") != FORMAT:
         raise DataError(f"{path}: not a vkblas training checkpoint (metadata format {meta.get('format')!r})")
-    return arrays, json.loads(meta["info"])
+    return json.loads(meta["info"])
+
+
+def load(path: str | os.PathLike[str], device: Any) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """(state dict with tensors on ``device``, info) of a checkpoint written by :func:`save`."""
+    info = read_info(path)
+    state = io.load(path, device=device)
+    assert isinstance(state, dict)
+    return state, info
 
 
 def load_into(model: Any, state: dict[str, np.ndarray], device: Any) -> Any:
-    """Load ``state`` into ``model`` with every tensor on ``device``."""
+    """Load numpy ``state`` into ``model`` with every tensor on ``device``."""
     model.load_state_dict({k: tensor(v, device=device) for k, v in state.items()})
     return model

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,8 +72,29 @@ def load_dataset(name: str, train: bool, data: str | None = None, limit: int | N
     return Subset(ds, range(min(limit, len(ds)))) if limit is not None else ds
 
 
-def make_optimizer(name: str, params: Any, lr: float) -> Any:
-    from .. import optim
+def make_loaders(
+    dataset: str,
+    batch_size: int,
+    seed: int,
+    device: str | None,
+    data: str | None = None,
+    limit: int | None = None,
+    convert: Callable[[Any], Any] | None = None,
+) -> tuple[DataLoader, DataLoader]:
+    """(shuffled training loader, test loader); the same ``seed`` gives the same batches, whatever ``convert``."""
+    train = DataLoader(
+        load_dataset(dataset, True, data, limit), batch_size, shuffle=True, seed=seed, device=device, convert=convert
+    )
+    test = DataLoader(
+        load_dataset(dataset, False, data, limit), max(batch_size, EVAL_BATCH), device=device, convert=convert
+    )
+    return train, test
+
+
+def make_optimizer(name: str, params: Any, lr: float, optim: Any = None) -> Any:
+    """``name`` (sgd with momentum 0.9, adam, adamw with weight decay 0.01) from ``optim`` (default vkblas.optim)."""
+    if optim is None:
+        from .. import optim
 
     if name == "sgd":
         return optim.SGD(params, lr=lr, momentum=0.9)
@@ -104,10 +125,7 @@ def fit(cfg: TrainConfig, on_epoch: EpochCallback | None = None) -> dict[str, An
     dev = resolve_device(cfg.device)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    train_ds = load_dataset(cfg.dataset, True, cfg.data, cfg.limit)
-    test_ds = load_dataset(cfg.dataset, False, cfg.data, cfg.limit)
-    train_loader = DataLoader(train_ds, cfg.batch_size, shuffle=True, seed=cfg.seed, device=dev)
-    test_loader = DataLoader(test_ds, max(cfg.batch_size, EVAL_BATCH), device=dev)
+    train_loader, test_loader = make_loaders(cfg.dataset, cfg.batch_size, cfg.seed, dev, cfg.data, cfg.limit)
 
     manual_seed(cfg.seed)
     model = models.build(cfg.model).to(dev)
@@ -115,20 +133,15 @@ def fit(cfg: TrainConfig, on_epoch: EpochCallback | None = None) -> dict[str, An
     loss_fn = nn.CrossEntropyLoss()
 
     history: list[dict[str, Any]] = []
-    train_seconds = 0.0
-    for epoch in range(cfg.epochs):
-        lr = cosine_lr(cfg.learning_rate, epoch, cfg.epochs)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        desc = f"epoch {epoch + 1}/{cfg.epochs}"
-        tr = train_epoch(model, train_loader, optimizer, loss_fn, desc=desc, show=cfg.progress)
-        te = evaluate(model, test_loader, loss_fn, desc="test", show=cfg.progress)
-        train_seconds += tr.seconds
-        history.append(_epoch_record(epoch + 1, lr, tr, te, train_seconds))
+    for record in run_epochs(
+        model, optimizer, loss_fn, train_loader, test_loader, cfg.epochs, cfg.learning_rate, show=cfg.progress
+    ):
+        history.append(record)
         if cfg.progress:
-            tqdm.write(_epoch_line(history[-1], cfg.epochs))
+            tqdm.write(_epoch_line(record, cfg.epochs))
         if on_epoch is not None:
-            on_epoch(history[-1])
+            on_epoch(record)
+    train_seconds = history[-1]["train_seconds_total"]
 
     info = {
         "config": dataclasses.asdict(cfg),
@@ -136,13 +149,38 @@ def fit(cfg: TrainConfig, on_epoch: EpochCallback | None = None) -> dict[str, An
         "vkblas": __version__,
         "test_accuracy": history[-1]["test_accuracy"],
         "test_loss": history[-1]["test_loss"],
-        "test_samples": len(test_ds),
+        "test_samples": len(test_loader.dataset),
     }
     checkpoint.save(model, out / "model.safetensors", info)
     metrics = {**info, "epochs": history, "train_seconds": train_seconds, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     report.write_metrics(out / "metrics.json", metrics)
     report.plot_curves(out / "curves.png", history, f"{cfg.model.upper()} on {cfg.dataset} ({dev})")
     return metrics
+
+
+def run_epochs(
+    model: Any,
+    optimizer: Any,
+    loss_fn: Any,
+    train_loader: Any,
+    test_loader: Any,
+    epochs: int,
+    lr: float,
+    show: bool = True,
+    no_grad: Callable[[], Any] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Train for ``epochs`` with a cosine-decayed learning rate, evaluating after each; yield one record per epoch.
+
+    Framework-neutral: the PyTorch side of the benchmark runs the very same loop on torch objects."""
+    train_seconds = 0.0
+    for epoch in range(epochs):
+        epoch_lr = cosine_lr(lr, epoch, epochs)
+        for group in optimizer.param_groups:
+            group["lr"] = epoch_lr
+        tr = train_epoch(model, train_loader, optimizer, loss_fn, desc=f"epoch {epoch + 1}/{epochs}", show=show)
+        te = evaluate(model, test_loader, loss_fn, desc="test", show=show, no_grad=no_grad)
+        train_seconds += tr.seconds
+        yield _epoch_record(epoch + 1, epoch_lr, tr, te, train_seconds)
 
 
 def _epoch_record(epoch: int, lr: float, tr: PassResult, te: PassResult, train_seconds: float) -> dict[str, Any]:
@@ -180,15 +218,16 @@ def evaluate_checkpoint(
     evaluated on in training unless ``limit`` says otherwise). Returns (result, the checkpoint's info)."""
     from .. import nn
 
-    state, info = checkpoint.load(path)
-    cfg = info["config"]
     dev = resolve_device(device)
+    state, info = checkpoint.load(path, dev)
+    cfg = info["config"]
     test_ds = load_dataset(
         cfg["dataset"],
         False,
         data if data is not None else cfg.get("data"),
         limit if limit is not None else cfg.get("limit"),
     )
-    model = checkpoint.load_into(models.build(cfg["model"]), state, dev).to(dev)
+    model = models.build(cfg["model"]).to(dev)
+    model.load_state_dict(state)
     loader = DataLoader(test_ds, batch_size, device=dev)
     return evaluate(model, loader, nn.CrossEntropyLoss(), desc="eval", show=progress), info

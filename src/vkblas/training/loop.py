@@ -9,7 +9,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ..autograd import no_grad
+from ..autograd import no_grad as vkblas_no_grad
 from ..tensor import Tensor
 
 Batches = Iterable[tuple[Tensor, Tensor]]
@@ -91,12 +91,14 @@ def evaluate(
     loss_fn: Callable[[Tensor, Tensor], Tensor],
     desc: str = "eval",
     show: bool = True,
+    no_grad: Callable[[], Any] | None = None,
 ) -> PassResult:
-    """Mean loss and accuracy of ``model`` over ``batches``, without gradients."""
+    """Mean loss and accuracy of ``model`` over ``batches``, without gradients (``no_grad``: the framework's
+    context manager, vkblas's by default)."""
     model.eval()
     totals, start = _Totals(), time.perf_counter()
     bar = _bar(batches, desc, show)
-    with no_grad():
+    with (no_grad or vkblas_no_grad)():
         for x, y in bar:
             logits = model(x)
             totals.add(loss_fn(logits, y), logits, y)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...dtypes import bool_, float16
+from . import gemm
 from .kernels.plan import Plan, span
 from .kernels.wgsl import PARAM_WORDS, STORAGE_TYPE, coalesce, header, store_value, strided_offsets
 
@@ -93,6 +94,9 @@ def _plan(backend: Any, out: Any, a: Any, b: Any) -> tuple[Plan, int]:
 
 def encode_matmul(backend: Any, out: Any, a: Any, b: Any) -> None:
     """Record ``out = a @ b`` (views already validated: shapes agree, dtypes equal, out contiguous)."""
+    if a.dtype in gemm.DTYPES:  # the tuned kernel family (gemm.py, autotune.py); the kernel above is its reference
+        gemm.encode(backend, out, a, b)
+        return
     key = ("matmul", a.dtype, out.shape, out.strides, a.shape, a.strides, b.shape, b.strides)
     cached = backend.plans.get(key)
     if cached is None:

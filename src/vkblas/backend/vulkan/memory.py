@@ -57,8 +57,10 @@ class BufferPool:
         #: called before cached buffers are destroyed (the runtime flushes and drops bind groups naming them)
         self.before_destroy: Any = None
 
-    def acquire(self, nbytes: int, what: str) -> PoolBuffer:
+    def acquire(self, nbytes: int, what: Any) -> PoolBuffer:
+        """A buffer of at least ``nbytes``; ``what`` is (dtype, numel) of the tensor, named in errors."""
         if nbytes > self.limit:
+            what = f"a {what[0].name} tensor of {what[1]} elements" if isinstance(what, tuple) else what
             raise UnsupportedError(
                 f"vulkan: {what} needs {nbytes} bytes, above this adapter's limit of {self.limit} bytes per buffer "
                 "(max-storage-buffer-binding-size / max-buffer-size); chunking large tensors is not implemented"
@@ -71,6 +73,7 @@ class BufferPool:
         try:
             buf = self.device.create_buffer(size=size, usage=_USAGE)
         except Exception:  # noqa: BLE001 - retry once with the cache released
+            what = f"a {what[0].name} tensor of {what[1]} elements" if isinstance(what, tuple) else what
             self.empty_cache()
             try:
                 buf = self.device.create_buffer(size=size, usage=_USAGE)
@@ -108,9 +111,7 @@ class VulkanStorage(Storage):
         super().__init__(dtype, numel)
         self._pool = None
         # storage bindings need a non-zero, 4-byte multiple size
-        self.buffer = pool.acquire(
-            max(4, (numel * dtype.itemsize + 3) & ~3), f"a {dtype.name} tensor of {numel} elements"
-        )
+        self.buffer = pool.acquire(max(4, (numel * dtype.itemsize + 3) & ~3), (dtype, numel))
         self._pool = pool
 
     def __del__(self) -> None:

@@ -1,6 +1,6 @@
 """The layers of ``vkblas.nn``, grouped by kind."""
 
-from .activation import GELU, Identity, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh
+from .activation import GELU, Identity, LeakyReLU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
 from .conv import AvgPool2d, Conv2d, MaxPool2d
 from .linear import Dropout, Embedding, Flatten, Linear
 from .norm import BatchNorm1d, BatchNorm2d, LayerNorm, RMSNorm

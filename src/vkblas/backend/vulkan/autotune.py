@@ -1,0 +1,278 @@
+"""GEMM variant choice: heuristic defaults, an autotuner with a per-adapter cache file, and a correctness self-check.
+
+* **Shape class** of a call: dtype, load modes of a and b, vector stores, batched or not, and M, N, K rounded up to
+  powers of two. Every variant is correct for every shape, so the class only decides what is fastest.
+* **Tuning**: on the first call of a shape class on an adapter, every candidate (variant, split count) of
+  :func:`gemm.candidates` is compiled, self-checked and timed on the call's own operands, in its own compute pass
+  bracketed by GPU timestamp queries where the adapter has ``timestamp-query`` (else wall clock to completion).
+  The winner goes into ``$XDG_CACHE_HOME/vkblas/gemm-autotune.json`` (default ``~/.cache``) under a key made of
+  adapter, vendor, driver and template version, and is reused from then on, in this and later processes.
+* Tuning is skipped (heuristic defaults) for ``VKBLAS_AUTOTUNE=0``, for problems under ``MIN_TUNE_FLOPS`` (launch
+  overhead dominates there) and on CPU adapters such as lavapipe unless ``VKBLAS_AUTOTUNE=1``.
+* **Self-check**: the first time a compiled (variant, spec) is used on a device it runs once on a small problem with
+  the same specialisation (edge tiles included) and is compared with numpy; a variant the driver gets wrong is
+  disabled for this process with a warning, and the next choice is used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import wgpu
+
+from ...dtypes import float16, int32
+from ..base import BackendError, View, contiguous_strides
+from . import gemm
+from .gemm import GemmPlan, Spec, Variant
+
+MIN_TUNE_FLOPS = 1 << 26
+_TARGET_S = 0.02  # GPU time per timed candidate
+_FALLBACK = "32x32k16.4x4.db"
+
+
+def cache_path() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "vkblas" / "gemm-autotune.json"
+
+
+def _bucket(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def shape_class(spec: Spec, m: int, n: int, k: int, nbatch: int) -> str:
+    return (f"{spec.dtype.name}|{spec.a_mode}{spec.b_mode}|{'o4' if spec.out_vec else 'o1'}|"
+            f"{'b' if nbatch > 1 else 's'}|{_bucket(m)}x{_bucket(n)}x{_bucket(k)}")
+
+
+class Tuner:
+    """Per-backend variant choice (one per ``VulkanBackend``, created on its first matmul)."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        info = backend.dev.info
+        env = os.environ.get("VKBLAS_AUTOTUNE", "")
+        self.enabled = env != "0" and (info.get("adapter_type") != "CPU" or env == "1")
+        self.timestamps = "timestamp-query" in backend.dev.features
+        self.key = f"{info['name']}|{info['vendor']}|{info['driver']}|wgpu {wgpu.__version__}|t{gemm.TEMPLATE_VERSION}"
+        self.table: dict[str, str] = self._load().get(self.key, {})
+        self.disabled: set[str] = set()
+        self.verified: set[tuple[str, Spec]] = set()
+        self.log: list[dict[str, Any]] = []  # what tuning measured (the benchmark prints it)
+
+    # -- cache file
+    def _load(self) -> dict[str, Any]:
+        try:
+            data = json.loads(cache_path().read_text())
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def _save(self) -> None:
+        path = cache_path()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            data = self._load()  # merge: another process may have tuned other classes meanwhile
+            data.setdefault(self.key, {}).update(self.table)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".gemm-autotune.")
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f, indent=1, sort_keys=True)
+            os.replace(tmp, path)
+        except OSError as e:  # a read-only home must not break matmul
+            warnings.warn(f"vkblas: could not write the autotune cache {path}: {e}", stacklevel=3)
+
+    # -- choice
+    def plan(self, out: View, a: View, b: View) -> GemmPlan:
+        M, N, K = out.shape[-2], out.shape[-1], a.shape[-1]
+        nbatch = max(1, out.numel // max(1, M * N))
+        limits = self.backend.dev.limits
+        spec = gemm.make_spec(out, a, b, False)
+        choice: tuple[Variant, int] | None = None
+        if self.enabled and 2 * M * N * K * nbatch >= MIN_TUNE_FLOPS:
+            cls = shape_class(spec, M, N, K, nbatch)
+            choice = self._parse(self.table.get(cls))
+            if choice is None:
+                choice = self.tune(out, a, b, cls)
+        if choice is None or choice[0].name in self.disabled:
+            choice = gemm.default_choice(a.dtype, M, N, K, nbatch, limits)
+        # then the small fallback, then any other variant: a driver bug in one variant must not stop matmul
+        tried = [choice, (gemm.BY_NAME[_FALLBACK], 1), *[(v, 1) for v in reversed(gemm.VARIANTS)]]
+        for v, s in tried:
+            if v.name in self.disabled or not gemm.applicable(v, spec, limits):
+                continue
+            gp = gemm.build_plan(self.backend, out, a, b, v, s)
+            if self.verify(gp):
+                return gp
+        raise BackendError(f"matmul on vulkan ({self.backend.dev.info['name']}): every GEMM variant failed its "
+                           f"self-check ({sorted(self.disabled)})")
+
+    def _parse(self, entry: str | None) -> tuple[Variant, int] | None:
+        if not entry:
+            return None
+        name, _, splits = entry.partition("/")
+        v = gemm.BY_NAME.get(name)
+        return None if v is None or name in self.disabled else (v, int(splits or 1))
+
+    def tune(self, out: View, a: View, b: View, cls: str) -> tuple[Variant, int] | None:
+        """Time every candidate on the call's operands; remember and return the fastest."""
+        M, N, K = out.shape[-2], out.shape[-1], a.shape[-1]
+        nbatch = max(1, out.numel // max(1, M * N))
+        limits = self.backend.dev.limits
+        spec = gemm.make_spec(out, a, b, False)
+        self.backend.rt.flush()  # pending work first: our passes then run after it, in queue order
+        best: tuple[float, tuple[Variant, int]] | None = None
+        results = {}
+        for v, s in gemm.candidates(a.dtype, M, N, K, nbatch, limits):
+            if v.name in self.disabled or not gemm.applicable(v, spec, limits):
+                continue
+            try:
+                gp = gemm.build_plan(self.backend, out, a, b, v, s)
+            except (BackendError, ValueError):
+                continue
+            if not self.verify(gp):
+                continue
+            t = self.time(gp, out, a, b)
+            results[f"{v.name}/{gp.splits}"] = t
+            if best is None or t < best[0]:
+                best = (t, (v, gp.splits))
+        if best is None:
+            return None
+        v, s = best[1]
+        self.table[cls] = f"{v.name}/{s}"
+        self.log.append({"class": cls, "winner": self.table[cls], "seconds": results})
+        self._save()
+        return best[1]
+
+    # -- timing
+    def time(self, gp: GemmPlan, out: View, a: View, b: View) -> float:
+        """Seconds per run of ``gp`` (GPU timestamps when available)."""
+        t1 = self._run(gp, out, a, b, 1)  # also the warm-up
+        reps = int(min(50, max(1, _TARGET_S / max(t1, 1e-7))))
+        return self._run(gp, out, a, b, reps) / reps
+
+    def _run(self, gp: GemmPlan, out: View, a: View, b: View, reps: int) -> float:
+        be, dev = self.backend, self.backend.dev
+        device = dev.device
+        launches = gemm.launches(be, gp, out, a, b)
+        align = 256  # a multiple of min-uniform-buffer-offset-alignment on every adapter
+        ubuf = device.create_buffer(size=align * len(launches), usage=wgpu.BufferUsage.UNIFORM |
+                                    wgpu.BufferUsage.COPY_DST)
+        raw = bytearray(align * len(launches))
+        groups = []
+        for i, (plan, views, scalars, grid) in enumerate(launches):
+            struct.pack_into(plan.fmt, raw, i * align, *[v.offset for v in views], *scalars, *plan.static)
+            entries = [{"binding": 0, "resource": {"buffer": ubuf, "offset": 0, "size": align}}]
+            entries += [{"binding": j + 1, "resource": {"buffer": v.storage.buffer.buf, "offset": 0,
+                                                        "size": v.storage.buffer.size}} for j, v in enumerate(views)]
+            bg = device.create_bind_group(layout=dev.bind_group_layout(plan.kernel.nbuf), entries=entries)
+            groups.append((plan.kernel.pipeline, bg, i * align, grid))
+        device.queue.write_buffer(ubuf, 0, raw)
+        enc = device.create_command_encoder()
+        ts: dict[str, Any] = {}
+        if self.timestamps:
+            qs = device.create_query_set(type="timestamp", count=2)
+            ts = {"timestamp_writes": {"query_set": qs, "beginning_of_pass_write_index": 0,
+                                       "end_of_pass_write_index": 1}}
+        cpass = enc.begin_compute_pass(**ts)
+        for _ in range(reps):
+            for pipe, bg, off, grid in groups:
+                cpass.set_pipeline(pipe)
+                cpass.set_bind_group(0, bg, [off])
+                cpass.dispatch_workgroups(*grid)
+        cpass.end()
+        read = device.create_buffer(size=16, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+        if self.timestamps:
+            resolve = device.create_buffer(size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE |
+                                           wgpu.BufferUsage.COPY_SRC)
+            enc.resolve_query_set(ts["timestamp_writes"]["query_set"], 0, 2, resolve, 0)
+            enc.copy_buffer_to_buffer(resolve, 0, read, 0, 16)
+        t0 = time.perf_counter()
+        device.queue.submit([enc.finish()])
+        read.map_sync(wgpu.MapMode.READ, 0, 16)
+        wall = time.perf_counter() - t0
+        t_begin, t_end = struct.unpack("<QQ", bytes(read.read_mapped(0, 16)))
+        read.unmap()
+        if self.timestamps and t_end > t_begin:
+            # wgpu reports ticks; only ratios between candidates matter, but scale to ns where the period is known
+            return (t_end - t_begin) * 1e-9
+        return wall
+
+    # -- self-check
+    def verify(self, gp: GemmPlan) -> bool:
+        """Run ``gp``'s variant once per specialisation on a small problem with edge tiles; False (and the variant
+        disabled, with a warning) when it disagrees with numpy."""
+        key = (gp.variant.name, gp.spec)
+        if key in self.verified:
+            return True
+        ok, err = self_check(self.backend, gp.variant, gp.spec)
+        if ok:
+            self.verified.add(key)
+            return True
+        self.disabled.add(gp.variant.name)
+        warnings.warn(f"vkblas: GEMM variant {gp.variant.name} ({gp.spec.dtype.name}, loads {gp.spec.a_mode}/"
+                      f"{gp.spec.b_mode}) gave wrong results on {self.backend.dev.info['name']} (max error {err:.3g}); "
+                      "it is disabled", RuntimeWarning, stacklevel=4)
+        return False
+
+
+def _operand(be: Any, rng: np.random.Generator, dtype: Any, rows: int, cols: int, mode: str, nb: int, i_first: bool,
+             ) -> tuple[View, np.ndarray]:
+    """A (nb, rows, cols) device view whose load mode is ``mode`` (rows x cols is the logical operand; ``i_first``
+    says whether the M/N axis is rows) and its host values."""
+    host = (rng.integers(-3, 4, (nb, rows, cols)) if dtype is int32 else rng.standard_normal((nb, rows, cols)))
+    host = host.astype(dtype.np)
+    # which axis is contiguous: the "i" (M/N) axis for vi/si, the K axis for vk/sk
+    i_contig = mode in ("vi", "si")
+    contig_axis = (1 if i_first else 2) if i_contig else (2 if i_first else 1)
+    stored = host if contig_axis == 2 else np.ascontiguousarray(np.swapaxes(host, 1, 2))
+    off = 0 if mode[0] == "v" else 1  # misaligned: forces scalar loads
+    flat = np.concatenate([np.zeros(off, dtype.np), stored.reshape(-1)])
+    st = contiguous_strides(stored.shape)
+    strides = st if contig_axis == 2 else (st[0], st[2], st[1])
+    storage = be.from_numpy(flat, dtype)
+    shape = (nb, rows, cols) if nb > 1 else (rows, cols)
+    strides = strides if nb > 1 else strides[1:]
+    return View(storage, shape, tuple(strides), off), host if nb > 1 else host[0]
+
+
+def self_check(be: Any, v: Variant, spec: Spec) -> tuple[bool, float]:
+    """(passed, max relative error) of variant ``v`` with ``spec``'s load modes on a small edge-tiled problem."""
+    rng = np.random.default_rng(7)
+    dtype = spec.dtype
+    n_aligned = spec.out_vec or spec.b_mode == "vi"
+    M, N, K = v.bm + 4, v.bn + (4 if n_aligned else 3), 3 * v.bk + 4
+    nb = 2 if spec.rank else 1
+    a, ha = _operand(be, rng, dtype, M, K, spec.a_mode, nb, True)
+    b, hb = _operand(be, rng, dtype, K, N, spec.b_mode, nb, False)
+    oshape = (nb, M, N) if nb > 1 else (M, N)
+    ooff = 0 if spec.out_vec or spec.split or not n_aligned else 1  # a misaligned out forces scalar stores
+    out = View(be.alloc(int(np.prod(oshape)) + ooff, dtype), oshape, contiguous_strides(oshape), ooff)
+    gp = gemm.build_plan(be, out, a, b, v, 2 if spec.split else 1)
+    if (gp.spec.a_mode, gp.spec.b_mode, gp.spec.split) != (spec.a_mode, spec.b_mode, spec.split):
+        raise AssertionError(f"self-check built {gp.spec} for {spec}")  # the test problem must match the spec
+    gemm.record(be, gp, out, a, b)
+    got = be.to_numpy(out).astype(np.float64)
+    ref = ha.astype(np.float64) @ hb.astype(np.float64)
+    scale = np.abs(ha.astype(np.float64)) @ np.abs(hb.astype(np.float64)) + 1e-30
+    err = float(np.max(np.abs(got - ref) / scale))
+    tol = 0.0 if dtype is int32 else (1e-2 if dtype is float16 else 1e-5)
+    return bool(err <= tol), err
+
+
+def tuner(backend: Any) -> Tuner:
+    """The backend's tuner (created on first use; it lives as long as the backend)."""
+    t = getattr(backend, "_gemm_tuner", None)
+    if t is None:
+        t = Tuner(backend)
+        backend._gemm_tuner = t
+    return t
+
+
+__all__ = ["MIN_TUNE_FLOPS", "Tuner", "cache_path", "float16", "self_check", "shape_class", "tuner"]

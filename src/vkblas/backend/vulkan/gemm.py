@@ -1,0 +1,436 @@
+"""The GEMM kernel family: one parametrised WGSL template, a table of variants, and the host-side launcher.
+
+``out[..., m, n] = sum_k a[..., m, k] * b[..., k, n]`` for strided ``a``/``b`` (any element strides, so ``A.T @ B``
+reads A through its strides, no copy) and contiguous ``out``. One generator, :func:`source`, emits every kernel;
+what varies is a :class:`Variant` (tile shape, per-thread register block, K step, pipelining, smem padding) and a
+:class:`Spec` (dtype, batch rank, how each operand is loaded, split-K).
+
+Kernel structure (why each piece is there):
+
+* A workgroup computes a ``bm x bn`` output tile with ``(bm/tm) * (bn/tn)`` threads; each thread keeps a
+  ``tm x tn`` block of accumulators in registers as named ``vec4`` variables -- naga does not unroll loops nor
+  promote arrays to registers, so the generator unrolls the inner product itself.
+* A thread's rows are ``g*4*WY + 4*ty + r`` (groups of 4, interleaved across threads) so that its operands are
+  read from workgroup memory as ``vec4`` (one 128-bit load) and neighbouring threads read neighbouring vec4s:
+  broadcast or conflict-free, no bank conflicts on the hot reads.
+* Operand tiles live in workgroup memory k-major (``[k][m]``, ``[k][n]``) with ``pad`` vec4s of padding per
+  row; the transposing stores (a K-contiguous operand is written column-wise) then spread over banks.
+* Global loads are ``vec4`` along whichever dimension of the operand is contiguous (``v_i``: along M/N, stored
+  straight; ``v_k``: along K, stored transposed), or scalar through arbitrary strides (``s_*``) when the operand is
+  not 16-byte aligned.
+* ``stages=2``: double buffering -- the next K tile is loaded into registers while the current one is multiplied,
+  then stored into the other workgroup buffer; one barrier per K step instead of two.
+* Edges: every global load is guarded (zero outside ``M``/``N``/``K``) and every store is guarded, so any size
+  (1, primes) is correct with no padding copies; interior tiles pay a few compares per loaded vec4.
+* Split-K: workgroup z covers ``(batch, split)``; each split writes an f32 partial tile into a workspace and a
+  small second kernel sums the partials into ``out`` (WGSL has no float atomics).
+* f16: storage f16 (``enable f16``), f32 accumulators; ``f16_math`` variants also multiply in f16 (packed
+  ``vec4<f16>`` FMAs) and flush the partial products into the f32 accumulators once per K tile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...dtypes import DType, float16, float32, int32
+from ..base import View, contiguous_strides
+from .kernels.plan import Plan, span
+from .kernels.wgsl import MAIN_1D, PARAM_WORDS, WORKGROUP, coalesce, grid, header, strided_offsets
+
+TEMPLATE_VERSION = 1  # bump when generated code changes meaning: invalidates autotune caches
+
+# params words: 0..2 element offsets of out, a, b (filled by ``launch``); 3 first z of this dispatch; 4 M, 5 N, 6 K,
+# 7 a_sm, 8 a_sk, 9 b_sk, 10 b_sn, 11 splits, 12 k per split, 13 split stride of out; 14.. batch shape, then batch
+# strides of out, a, b
+_W_BATCH = 14
+MAX_RANK = (PARAM_WORDS - _W_BATCH) // 4
+_STYPE = {float32: "f32", float16: "f16", int32: "i32"}
+DTYPES = frozenset(_STYPE)  # what the family computes (bool matmul is refused by the caller)
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """Tuning knobs of the template (everything that is not dictated by the operands)."""
+
+    name: str
+    bm: int  # output tile rows per workgroup
+    bn: int  # output tile columns per workgroup
+    bk: int  # K step held in workgroup memory
+    tm: int  # rows per thread (multiple of 4)
+    tn: int  # columns per thread (multiple of 4)
+    stages: int = 2  # 1: load-barrier-compute-barrier; 2: double-buffered workgroup memory + register prefetch
+    pad: int = 1  # vec4s of padding per workgroup-memory row
+    f16_math: bool = False  # f16 only: multiply in f16, accumulate per K tile into f32
+
+    @property
+    def threads(self) -> int:
+        return (self.bm // self.tm) * (self.bn // self.tn)
+
+    def smem_bytes(self, elem: int) -> int:
+        return self.stages * self.bk * (self.bm + self.bn + 8 * self.pad) * elem
+
+
+def _v(name: str, bm: int, bn: int, bk: int, tm: int, tn: int, **kw: Any) -> Variant:
+    return Variant(name, bm, bn, bk, tm, tn, **kw)
+
+
+#: the variants the tuner may pick (``name`` is what the cache file stores). Ordered roughly big -> small.
+VARIANTS: tuple[Variant, ...] = (
+    _v("128x128k8.8x8.db", 128, 128, 8, 8, 8),
+    _v("128x256k8.8x16.db", 128, 256, 8, 8, 16),
+    _v("128x128k16.8x8.db", 128, 128, 16, 8, 8),
+    _v("128x128k8.8x8.ss", 128, 128, 8, 8, 8, stages=1),
+    _v("128x128k8.8x8.db.p0", 128, 128, 8, 8, 8, pad=0),
+    _v("128x64k16.8x4.db", 128, 64, 16, 8, 4),
+    _v("64x128k16.4x8.db", 64, 128, 16, 4, 8),
+    _v("64x64k16.4x4.db", 64, 64, 16, 4, 4),
+    _v("64x64k16.8x8.db", 64, 64, 16, 8, 8),
+    _v("32x64k16.4x4.db", 32, 64, 16, 4, 4),
+    _v("32x32k16.4x4.db", 32, 32, 16, 4, 4),
+    _v("128x128k16.8x8.h16", 128, 128, 16, 8, 8, f16_math=True),
+    _v("64x64k16.4x4.h16", 64, 64, 16, 4, 4, f16_math=True),
+)
+BY_NAME = {v.name: v for v in VARIANTS}
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """What the operands dictate: dtype, batch rank, load mode of a and b, output vector stores, split-K."""
+
+    dtype: DType
+    rank: int
+    a_mode: str  # "vi" vec4 along M | "vk" vec4 along K | "si" scalar, M fastest | "sk" scalar, K fastest
+    b_mode: str  # same with N for M
+    out_vec: bool  # N % 4 == 0 (and offsets aligned): vec4 stores
+    split: bool  # writes f32 partials to a workspace (split-K)
+
+
+def applicable(v: Variant, spec: Spec, limits: dict[str, Any]) -> bool:
+    """Whether ``v`` can run ``spec`` on a device with these limits."""
+    if v.f16_math and spec.dtype is not float16:
+        return False
+    elem = 2 if (spec.dtype is float16 and v.f16_math) else 4
+    if v.threads > limits.get("max-compute-invocations-per-workgroup", 256):
+        return False
+    return v.smem_bytes(elem) <= limits.get("max-compute-workgroup-storage-size", 16384)
+
+
+# ---------------------------------------------------------------------------------------------------- generator
+
+
+def _load_code(op: str, mode: str, tile: int, bk: int, nt: int, smem: str, ctype: str, row_v: int) -> tuple[
+        list[str], list[str]]:
+    """(load-into-registers lines, store-to-workgroup-memory lines) for one operand tile of ``tile x bk``.
+
+    ``op`` is "a" (tile rows = M) or "b" (tile rows = N); registers are ``{op}r{i}``; ``sbase`` is the vec4 offset
+    of the workgroup buffer being filled. Globals used: {op}o (element offset), {op}si / {op}sk (strides), i0 (tile
+    start along M or N), k0, kend, I (M or N)."""
+    vec = mode[0] == "v"
+    count = tile * bk // (4 if vec else 1)
+    reps = -(-count // nt)
+    loads, stores = [], []
+    tv = f"vec4<{ctype}>"
+    for r in range(reps):
+        guard = f"l{op}{r} < {count}u" if count % nt else ""
+        loads.append(f"    let l{op}{r} = lid + {r * nt}u;")
+        if mode == "vi":  # vec4 along M/N: l -> (k, i4)
+            ii, kk = f"(l{op}{r} % {tile // 4}u) * 4u", f"(l{op}{r} / {tile // 4}u)"
+        elif mode == "vk":  # vec4 along K: l -> (i, k4)
+            ii, kk = f"(l{op}{r} / {bk // 4}u)", f"(l{op}{r} % {bk // 4}u) * 4u"
+        elif mode == "si":
+            ii, kk = f"(l{op}{r} % {tile}u)", f"(l{op}{r} / {tile}u)"
+        else:
+            ii, kk = f"(l{op}{r} / {bk}u)", f"(l{op}{r} % {bk}u)"
+        loads.append(f"    let i{op}{r} = {ii}; let k{op}{r} = {kk};")
+        cond = f"i0{op} + i{op}{r} < I{op} && k0 + k{op}{r} < kend" + (f" && {guard}" if guard else "")
+        if vec:
+            addr = f"u32(({op}o + i32(i0{op} + i{op}{r}) * {op}si + i32(k0 + k{op}{r}) * {op}sk) >> 2)"
+            loads.append(f"    var {op}r{r} = {tv}({ctype}(0));")
+            loads.append(f"    if ({cond}) {{ {op}r{r} = {tv}(g{op}[{addr}]); }}")
+        else:
+            addr = f"u32({op}o + i32(i0{op} + i{op}{r}) * {op}si + i32(k0 + k{op}{r}) * {op}sk)"
+            loads.append(f"    var {op}r{r} = {ctype}(0);")
+            loads.append(f"    if ({cond}) {{ {op}r{r} = {ctype}(g{op}[{addr}]); }}")
+        pre = f"if ({guard}) {{ " if guard else ""
+        post = " }" if guard else ""
+        if mode == "vi":
+            stores.append(f"    {pre}{smem}[sbase + k{op}{r} * {row_v}u + (i{op}{r} >> 2u)] = {op}r{r};{post}")
+        elif mode == "vk":
+            parts = [f"{smem}[sbase + (k{op}{r} + {c}u) * {row_v}u + (i{op}{r} >> 2u)][i{op}{r} & 3u] = "
+                     f"{op}r{r}[{c}];" for c in range(4)]
+            stores.append(f"    {pre}{' '.join(parts)}{post}")
+        else:
+            stores.append(f"    {pre}{smem}[sbase + k{op}{r} * {row_v}u + (i{op}{r} >> 2u)][i{op}{r} & 3u] = "
+                          f"{op}r{r};{post}")
+    return loads, stores
+
+
+def source(v: Variant, spec: Spec) -> str:
+    """The WGSL of variant ``v`` specialised for ``spec``."""
+    dt = spec.dtype
+    st = _STYPE[dt]
+    is_int = dt is int32
+    acc = "i32" if is_int else "f32"
+    ctype = "f16" if v.f16_math else acc  # type in workgroup memory and of the products
+    out_t = "f32" if spec.split else st
+    wx, wy = v.bn // v.tn, v.bm // v.tm
+    nt = wx * wy
+    gm, gn = v.tm // 4, v.tn // 4  # vec4 groups per thread
+    row_a, row_b = v.bm // 4 + v.pad, v.bn // 4 + v.pad  # workgroup-memory row length in vec4s
+    size_a, size_b = v.bk * row_a, v.bk * row_b
+    bufs = [("go", f"vec4<{out_t}>" if spec.out_vec else out_t),
+            ("ga", f"vec4<{st}>" if spec.a_mode[0] == "v" else st),
+            ("gb", f"vec4<{st}>" if spec.b_mode[0] == "v" else st)]
+    src = header(bufs, dt is float16)
+    src += f"var<workgroup> As: array<vec4<{ctype}>, {v.stages * size_a}>;\n"
+    src += f"var<workgroup> Bs: array<vec4<{ctype}>, {v.stages * size_b}>;\n"
+    src += f"@compute @workgroup_size({nt})\n"
+    src += "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
+    src += "    let z = wid.z + pu(3u);\n    let S = pu(11u);\n    let split = z % S;\n    let bidx = z / S;\n"
+    w_str = [_W_BATCH + spec.rank * (i + 1) for i in range(3)]
+    src += strided_offsets("bidx", spec.rank, _W_BATCH, ["oo", "ao", "bo"], ["pi(0u)", "pi(1u)", "pi(2u)"], w_str)
+    src += f"""    oo += i32(split * pu(13u));
+    let M = pu(4u); let N = pu(5u); let K = pu(6u);
+    let Ia = M; let Ib = N;
+    let asi = pi(7u); let ask = pi(8u); let bsk = pi(9u); let bsi = pi(10u);
+    let kbeg = split * pu(12u);
+    let kend = min(K, kbeg + pu(12u));
+    let i0a = wid.y * {v.bm}u; let i0b = wid.x * {v.bn}u;
+    let tx = lid % {wx}u; let ty = lid / {wx}u;
+"""
+    for i in range(gm * 4):
+        for j in range(gn):
+            src += f"    var c{i}_{j} = vec4<{acc}>({acc}(0));\n"
+    la, sa = _load_code("a", spec.a_mode, v.bm, v.bk, nt, "As", ctype, row_a)
+    lb, sb = _load_code("b", spec.b_mode, v.bn, v.bk, nt, "Bs", ctype, row_b)
+
+    def compute(buf: str) -> str:
+        """The unrolled product of one K tile; each K step in its own block so the a*/b* names can repeat."""
+        lines = [f"    var p{i}_{j} = vec4<f16>(0h);" for i in range(gm * 4) for j in range(gn)] if v.f16_math else []
+        for kk in range(v.bk):
+            lines.append("    {")
+            lines += [f"    let a{g} = As[{buf}a + {kk * row_a + g * wy}u + ty];" for g in range(gm)]
+            lines += [f"    let b{h} = Bs[{buf}b + {kk * row_b + h * wx}u + tx];" for h in range(gn)]
+            for g in range(gm):
+                for r in range(4):
+                    for h in range(gn):
+                        c, p = f"c{g * 4 + r}_{h}", f"p{g * 4 + r}_{h}"
+                        if v.f16_math:
+                            lines.append(f"    {p} = fma(vec4<f16>(a{g}[{r}]), b{h}, {p});")
+                        elif is_int:
+                            lines.append(f"    {c} += a{g}[{r}] * b{h};")
+                        else:
+                            lines.append(f"    {c} = fma(vec4<f32>(a{g}[{r}]), b{h}, {c});")
+            lines.append("    }")
+        if v.f16_math:
+            lines += [f"    c{i}_{j} += vec4<f32>(p{i}_{j});" for i in range(gm * 4) for j in range(gn)]
+        return "\n".join(lines) + "\n"
+
+    src += "    let ntiles = (kend - min(kend, kbeg) + " + f"{v.bk - 1}u) / {v.bk}u;\n"
+    if v.stages == 2:
+        src += "    var k0 = kbeg;\n    var sbase = 0u;\n"
+        src += "\n".join(la + lb) + "\n"
+        src += "\n".join(sa).replace("sbase", "0u") + "\n" + "\n".join(sb).replace("sbase", "0u") + "\n"
+        src += "    workgroupBarrier();\n"
+        src += "    for (var t = 0u; t < ntiles; t++) {\n"
+        src += f"    let cura = (t & 1u) * {size_a}u; let curb = (t & 1u) * {size_b}u;\n"
+        src += f"    k0 = kbeg + (t + 1u) * {v.bk}u;\n"  # loads past kend are masked off by the guards
+        src += "\n".join(la + lb) + "\n"
+        src += compute("cur")
+        src += f"    if (t + 1u < ntiles) {{\n    sbase = {size_a}u - cura;\n" + "\n".join(sa) + "\n"
+        src += f"    sbase = {size_b}u - curb;\n" + "\n".join(sb) + "\n    }\n"
+        src += "    workgroupBarrier();\n    }\n"
+    else:
+        src += "    let cura = 0u; let curb = 0u; let sbase = 0u;\n"
+        src += "    for (var t = 0u; t < ntiles; t++) {\n"
+        src += f"    let k0 = kbeg + t * {v.bk}u;\n"
+        src += "\n".join(la + lb + sa + sb) + "\n    workgroupBarrier();\n"
+        src += compute("cur") + "    workgroupBarrier();\n    }\n"
+    # epilogue: guarded stores (out is contiguous: row stride N)
+    cv = f"vec4<{out_t}>"
+    for g in range(gm):
+        for r in range(4):
+            i = g * 4 + r
+            src += f"    let row{i} = i0a + {g * 4 * wy}u + ty * 4u + {r}u;\n"
+            for h in range(gn):
+                col = f"(i0b + {h * 4 * wx}u + tx * 4u)"
+                val = f"c{i}_{h}" if out_t == acc else f"{cv}(c{i}_{h})"
+                if spec.out_vec:
+                    src += (f"    if (row{i} < M && {col} < N) {{ go[u32((oo + i32(row{i} * N + {col})) >> 2)] = "
+                            f"{val}; }}\n")
+                else:
+                    src += f"    {{ let v = {val}; let col = {col}; let base = oo + i32(row{i} * N + col);\n"
+                    for c in range(4):
+                        src += f"    if (row{i} < M && col + {c}u < N) {{ go[u32(base + {c})] = v[{c}]; }}\n"
+                    src += "    }\n"
+    return src + "}\n"
+
+
+def reduce_source(dtype: DType) -> str:
+    """``out[i] = sum_s ws[i + s * total]``: the second pass of split-K."""
+    st = _STYPE[dtype]
+    src = header([("go", st), ("ws", "f32")], dtype is float16)
+    src += MAIN_1D
+    src += """    let total = pu(2u);
+    if (gid >= total) { return; }
+    var s = 0.0;
+    var p = u32(pi(1u)) + gid;
+    for (var i = 0u; i < pu(3u); i++) { s += ws[p]; p += total; }
+"""
+    src += f"    go[u32(pi(0u)) + gid] = {st}(s);\n}}\n"
+    return src
+
+
+# ---------------------------------------------------------------------------------------------------- host side
+
+
+def _mode(v: View, i_axis: int, k_axis: int, vec_ok: bool) -> str:
+    """Load mode of an operand view: vec4 along its contiguous dim when 16-byte aligned, else scalar."""
+    si, sk = v.strides[i_axis], v.strides[k_axis]
+    ni, nk = v.shape[i_axis], v.shape[k_axis]
+    aligned = vec_ok and v.offset % 4 == 0 and all(s % 4 == 0 for s in v.strides[:-2])
+    if sk == 1 and (si % 4 == 0 or ni == 1) and nk % 4 == 0 and aligned:
+        return "vk"
+    if si == 1 and (sk % 4 == 0 or nk == 1) and ni % 4 == 0 and aligned:
+        return "vi"
+    return "si" if abs(si) <= abs(sk) else "sk"
+
+
+def make_spec(out: View, a: View, b: View, split: bool) -> Spec:
+    if a.dtype not in _STYPE:
+        raise TypeError(f"matmul of {a.dtype.name} tensors is not supported")
+    bshape, _ = coalesce(out.shape[:-2], [out.strides[:-2], a.strides[:-2], b.strides[:-2]])
+    if len(bshape) > MAX_RANK:
+        raise ValueError(f"{len(out.shape) - 2} batch dims are too many for the params window")
+    n = out.shape[-1]
+    out_vec = n % 4 == 0 and (split or out.offset % 4 == 0)
+    return Spec(a.dtype, len(bshape), _mode(a, -2, -1, True), _mode(b, -1, -2, True), out_vec, split)
+
+
+@dataclass(slots=True)
+class GemmPlan:
+    """Everything needed to record one matmul: the GEMM plan, the optional split-K reduce plan, the z chunking."""
+
+    variant: Variant
+    spec: Spec
+    splits: int
+    plan: Plan
+    reduce: Plan | None
+    nbatch: int
+    zstep: int
+
+
+def build_plan(backend: Any, out: View, a: View, b: View, v: Variant, splits: int) -> GemmPlan:
+    """Compile (cached by source) and lay out the dispatch of variant ``v`` with ``splits`` K splits."""
+    M, N = out.shape[-2:]
+    K = a.shape[-1]
+    splits = 1 if a.dtype is int32 else max(1, min(splits, -(-K // v.bk)))
+    spec = make_spec(out, a, b, splits > 1)
+    if v.f16_math and a.dtype is not float16:
+        raise ValueError(f"variant {v.name} is f16-only")
+    bshape, bstrides = coalesce(out.shape[:-2], [out.strides[:-2], a.strides[:-2], b.strides[:-2]])
+    nbatch = 1
+    for n in bshape:
+        nbatch *= n
+    max_groups = backend.rt.max_groups
+    gx, gy = -(-N // v.bn), -(-M // v.bm)
+    if gx > max_groups or gy > max_groups:
+        raise ValueError(f"matmul with M={M}, N={N} exceeds the workgroup grid limit {max_groups}")
+    per_split = -(-K // splits)
+    kchunk = -(-per_split // v.bk) * v.bk  # K per split, a multiple of bk
+    kernel = backend.dev.kernel(source(v, spec), 3)
+    fmt = "<iiiI" + "I" * 3 + "i" * 4 + "III" + "I" * spec.rank + "i" * (3 * spec.rank)
+    total = nbatch * M * N
+    ostrides = bstrides[0]
+    static = (M, N, K, a.strides[-2], a.strides[-1], b.strides[-2], b.strides[-1], splits, kchunk,
+              total if splits > 1 else 0, *bshape, *ostrides, *bstrides[1], *bstrides[2])
+    zstep = max(1, (max_groups // splits)) * splits
+    groups = (gx, gy, min(nbatch * splits, zstep))
+    if splits > 1:
+        ospan = (0, splits * total - 1)
+    else:
+        ospan = span(out.shape, out.strides)
+    spans = (ospan, span(a.shape, a.strides), span(b.shape, b.strides))
+    plan = Plan(kernel, fmt, static, groups, spans)
+    red = None
+    if splits > 1:
+        rk = backend.dev.kernel(reduce_source(out.dtype), 2)
+        red = Plan(rk, "<iiII", (total, splits), grid(-(-total // WORKGROUP), max_groups),
+                   ((0, total - 1), (0, splits * total - 1)))
+    return GemmPlan(v, spec, splits, plan, red, nbatch, zstep)
+
+
+def launches(backend: Any, gp: GemmPlan, out: View, a: View, b: View) -> list[
+        tuple[Plan, tuple[View, ...], tuple[int, ...], tuple[int, int, int]]]:
+    """The dispatches of ``gp`` as (plan, bound views, dynamic scalars, grid); allocates the split-K workspace."""
+    if out.numel == 0:
+        return []
+    target = out
+    if gp.splits > 1:  # f32 partials; the pooled buffer returns on drop (the queue orders its reuse)
+        ws = backend.alloc(gp.splits * out.numel, float32)
+        target = View(ws, out.shape, contiguous_strides(out.shape), 0)
+    total, per, g = gp.nbatch * gp.splits, gp.zstep, gp.plan.groups
+    out_list: list[tuple[Plan, tuple[View, ...], tuple[int, ...], tuple[int, int, int]]] = [
+        (gp.plan, (target, a, b), (base,), (g[0], g[1], min(per, total - base))) for base in range(0, total, per)]
+    if gp.reduce is not None:
+        out_list.append((gp.reduce, (out, target), (), gp.reduce.groups))
+    return out_list
+
+
+def record(backend: Any, gp: GemmPlan, out: View, a: View, b: View) -> None:
+    """Record the dispatches of ``gp`` into the backend's open compute pass."""
+    for plan, views, scalars, groups in launches(backend, gp, out, a, b):
+        backend.launch("matmul", plan, views, scalars, groups)
+
+
+def encode(backend: Any, out: View, a: View, b: View) -> None:
+    """Record ``out = a @ b`` with the variant the tuner picks for this shape (plans cached per call layout)."""
+    key = ("gemm", a.dtype, out.shape, out.strides, a.shape, a.strides, b.shape, b.strides,
+           out.offset % 4 == 0, a.offset % 4 == 0, b.offset % 4 == 0)
+    gp = backend.plans.get(key)
+    if gp is None:
+        from .autotune import tuner  # autotune imports this module
+
+        gp = backend.plans[key] = tuner(backend).plan(out, a, b)
+    record(backend, gp, out, a, b)
+
+
+def default_choice(spec_dtype: DType, m: int, n: int, k: int, nbatch: int, limits: dict[str, Any]) -> tuple[
+        Variant, int]:
+    """Heuristic variant and split count (used when autotuning is off or not worth it)."""
+    work = m * n * nbatch
+    if work >= 128 * 128 * 128 and min(m, n) >= 128:
+        v = BY_NAME["128x128k8.8x8.db"]
+    elif work >= 64 * 64 * 128 and min(m, n) >= 64:
+        v = BY_NAME["64x64k16.4x4.db"]
+    else:
+        v = BY_NAME["32x32k16.4x4.db"]
+    tiles = -(-m // v.bm) * -(-n // v.bn) * nbatch
+    splits = 1
+    if k >= 1024 and tiles < 128:
+        splits = max(1, min(32, k // 256, -(-256 // tiles)))
+    return v, splits
+
+
+def candidates(spec_dtype: DType, m: int, n: int, k: int, nbatch: int, limits: dict[str, Any]) -> list[
+        tuple[Variant, int]]:
+    """(variant, splits) pairs worth timing for this shape: tiles not much larger than the problem, split-k where
+    the output alone gives few workgroups."""
+    out: list[tuple[Variant, int]] = []
+    for v in VARIANTS:
+        if v.f16_math and spec_dtype is not float16:
+            continue
+        if (v.bm > 2 * m and v.bm > 32) or (v.bn > 2 * n and v.bn > 32):
+            continue
+        tiles = -(-m // v.bm) * -(-n // v.bn) * nbatch
+        out.append((v, 1))
+        if k >= 1024 and tiles < 256:
+            for s in (4, 16):
+                if k // s >= 128:
+                    out.append((v, s))
+    d = default_choice(spec_dtype, m, n, k, nbatch, limits)
+    if d not in out:
+        out.insert(0, d)
+    return out
+

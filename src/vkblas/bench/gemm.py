@@ -1,0 +1,296 @@
+"""``vkblas bench gemm``: one table of GEMM speed and accuracy for every path, in one run.
+
+For each shape (square 256..8192, the MNIST MLP/CNN layers forward and backward, a tall-skinny, a large-K and a
+batched case) it prints GFLOP/s and the norm-wise relative error against a float64 product of the same inputs
+(``||C - C64||_F / ||C64||_F``) for: vkblas fp32, vkblas f16 (f16 storage; labelled), numpy fp32 on the CPU, and
+PyTorch when installed (CPU fp32; on CUDA fp32 with TF32 off and TF32 on), plus the ratio vkblas fp32 / PyTorch fp32
+(CUDA when present, else CPU). Layouts: ``nn`` = A @ B, ``nt`` = A @ B.T (a Linear forward), ``tn`` = A.T @ B (a
+weight gradient); transposed operands are read through strides, as the autograd backward does.
+
+vkblas times are wall clock over a batch of back-to-back calls ended by one synchronize (what a training loop sees);
+the first call of a shape includes autotuning and is not timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import json
+import os
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+_SQUARE = (256, 512, 1024, 2048, 4096, 8192)
+
+
+@dataclass(frozen=True)
+class Shape:
+    label: str
+    batch: int
+    m: int
+    k: int
+    n: int
+    layout: str = "nn"
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.batch * self.m * self.n * self.k
+
+
+def default_shapes(squares: Sequence[int] = _SQUARE) -> list[Shape]:
+    shapes = [Shape(f"square {s}", 1, s, s, s) for s in squares]
+    shapes += [
+        # MNIST MLP 784-512-256-10, batch 512 (Linear: x @ W.T; backward dX = dY @ W, dW = dY.T @ X)
+        Shape("mlp fc1 fwd", 1, 512, 784, 512, "nt"),
+        Shape("mlp fc2 fwd", 1, 512, 512, 256, "nt"),
+        Shape("mlp fc3 fwd", 1, 512, 256, 10, "nt"),
+        Shape("mlp fc1 dX", 1, 512, 512, 784, "nn"),
+        Shape("mlp fc1 dW", 1, 512, 512, 784, "tn"),
+        Shape("mlp fc2 dW", 1, 256, 512, 512, "tn"),
+        Shape("mlp fc3 dW", 1, 10, 512, 256, "tn"),
+        # MNIST CNN conv2 (32->64, 3x3, 26x26 -> 24x24, batch 64) as im2col GEMM, forward and weight gradient
+        Shape("cnn conv2 fwd", 1, 64 * 24 * 24, 288, 64, "nn"),
+        Shape("cnn conv2 dW", 1, 288, 64 * 24 * 24, 64, "tn"),
+        Shape("tall-skinny", 1, 65536, 256, 32, "nn"),
+        Shape("large-K", 1, 256, 65536, 256, "nn"),
+        Shape("batched 64x", 64, 256, 64, 256, "nn"),
+    ]
+    return shapes
+
+
+def _operands(rng: np.random.Generator, s: Shape) -> tuple[np.ndarray, np.ndarray]:
+    """Logical A (batch, m, k) and B (batch, k, n) in float32 (batch dim dropped when 1)."""
+    a = rng.standard_normal((s.batch, s.m, s.k), dtype=np.float32)
+    b = rng.standard_normal((s.batch, s.k, s.n), dtype=np.float32)
+    return (a[0], b[0]) if s.batch == 1 else (a, b)
+
+
+def _rel_err(c: Any, ref: np.ndarray) -> float:
+    c = np.asarray(c, dtype=np.float64)
+    return float(np.linalg.norm((c - ref).ravel()) / max(np.linalg.norm(ref.ravel()), 1e-300))
+
+
+def _time(fn: Callable[[], Any], flops: float, budget: float = 0.3, max_reps: int = 200) -> float:
+    """GFLOP/s of ``fn`` (which must include its own sync): best of a few batches after one warm-up."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    t1 = time.perf_counter() - t0
+    reps = int(min(max_reps, max(1, budget / max(t1, 1e-9))))
+    best = t1
+    for _ in range(min(3, reps)):
+        t0 = time.perf_counter()
+        for _ in range(max(1, reps // 3)):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / max(1, reps // 3))
+    return flops / best / 1e9
+
+
+class _Vk:
+    """vkblas at the backend level: the views a backward pass would hand to ``matmul``."""
+
+    def __init__(self, device: str) -> None:
+        from vkblas import backend as backends
+
+        self.be = backends.get(device)
+        self.name = self.be.dev.info["name"] if hasattr(self.be, "dev") else device
+
+    def views(self, a: np.ndarray, b: np.ndarray, layout: str, dtype: Any) -> tuple[Any, Any, Any]:
+        from vkblas.backend.base import View, contiguous_strides
+
+        def put(x: np.ndarray, transposed: bool) -> Any:
+            stored = np.ascontiguousarray(np.swapaxes(x, -1, -2)) if transposed else x
+            st = contiguous_strides(stored.shape)
+            strides = (*st[:-2], st[-1], st[-2]) if transposed else st
+            return View(self.be.from_numpy(stored, dtype), x.shape, tuple(strides), 0)
+
+        va, vb = put(a, layout[0] == "t"), put(b, layout[1] == "t")
+        oshape = (*a.shape[:-1], b.shape[-1])
+        out = View.of(self.be.alloc(int(np.prod(oshape)), dtype), oshape)
+        return out, va, vb
+
+    def run(self, s: Shape, a: np.ndarray, b: np.ndarray, dtype: Any) -> tuple[float, np.ndarray]:
+        out, va, vb = self.views(a, b, s.layout, dtype)
+        self.be.matmul(out, va, vb)  # first call: autotune + compile
+        self.be.synchronize()
+
+        def step() -> None:
+            self.be.matmul(out, va, vb)
+            self.be.synchronize()
+
+        # batch several calls per sync for small shapes: that is how a training loop records them
+        inner = max(1, min(50, int(2e9 / s.flops)))
+
+        def batch() -> None:
+            for _ in range(inner):
+                self.be.matmul(out, va, vb)
+            self.be.synchronize()
+
+        gf = _time(batch, s.flops * inner) if inner > 1 else _time(step, s.flops)
+        return gf, self.be.to_numpy(out)
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _torch_run(torch: Any, s: Shape, a: np.ndarray, b: np.ndarray, dev: str, tf32: bool) -> tuple[float, Any]:
+    ta = torch.from_numpy(np.ascontiguousarray(np.swapaxes(a, -1, -2)) if s.layout[0] == "t" else a).to(dev)
+    tb = torch.from_numpy(np.ascontiguousarray(np.swapaxes(b, -1, -2)) if s.layout[1] == "t" else b).to(dev)
+    ta = ta.transpose(-1, -2) if s.layout[0] == "t" else ta
+    tb = tb.transpose(-1, -2) if s.layout[1] == "t" else tb
+    cuda = dev.startswith("cuda")
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+    out = torch.matmul(ta, tb)
+
+    def step() -> None:
+        torch.matmul(ta, tb, out=out)
+        if cuda:
+            torch.cuda.synchronize()
+
+    gf = _time(step, s.flops)
+    return gf, out.cpu().numpy()
+
+
+def _reference(torch: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """float64 product (on CUDA when present: numpy float64 at 8192 takes minutes on small machines)."""
+    if torch is not None and torch.cuda.is_available():
+        return torch.matmul(torch.from_numpy(a).cuda().double(), torch.from_numpy(b).cuda().double()).cpu().numpy()
+    return a.astype(np.float64) @ b.astype(np.float64)
+
+
+def run(shapes: Sequence[Shape], device: str = "vulkan", f16: bool = True, cpu: bool = True,
+        use_torch: bool = True, seed: int = 0, json_path: str = "",
+        ) -> tuple[list[str], list[list[Any]], dict[str, Any]]:
+    """Measure every path on every shape; returns (header, rows, metadata). ``json_path``: rewritten after every
+    shape, so an interrupted run keeps what it measured."""
+    from vkblas.dtypes import float16, float32
+
+    vk = _Vk(device)
+    torch = _torch() if use_torch else None
+    has_cuda = bool(torch is not None and torch.cuda.is_available())
+    has_f16 = f16 and vk.be.supports(float16)
+    cols = ["shape", "MxKxN", "layout", "vk fp32 GF/s", "err"]
+    if has_f16:
+        cols += ["vk f16 GF/s", "err"]
+    if cpu:
+        cols += ["numpy fp32 GF/s", "err"]
+    if torch is not None and cpu:
+        cols += ["torch cpu fp32 GF/s", "err"]
+    if has_cuda:
+        cols += ["cuBLAS fp32 GF/s", "err", "cuBLAS tf32 GF/s", "err"]
+    cols += ["vk/torch fp32"]
+    rng = np.random.default_rng(seed)
+    rows: list[list[Any]] = []
+    for s in shapes:
+        a, b = _operands(rng, s)
+        ref = _reference(torch, a, b)
+        row: list[Any] = [s.label, (f"{s.batch}x" if s.batch > 1 else "") + f"{s.m}x{s.k}x{s.n}", s.layout]
+        gf32, c = vk.run(s, a, b, float32)
+        row += [gf32, _rel_err(c, ref)]
+        if has_f16:
+            gf, c = vk.run(s, a, b, float16)
+            row += [gf, _rel_err(c, ref)]
+        if cpu:
+            big = s.flops > 2e11  # one rep is enough there
+            fn = functools.partial(np.matmul, a, b)
+            t0 = time.perf_counter()
+            c = fn()
+            gf = s.flops / (time.perf_counter() - t0) / 1e9 if big else _time(fn, s.flops)
+            row += [gf, _rel_err(c, ref)]
+        torch_fp32 = None
+        if torch is not None and cpu:
+            gf, c = _torch_run(torch, s, a, b, "cpu", False)
+            row += [gf, _rel_err(c, ref)]
+            torch_fp32 = gf
+        if has_cuda:
+            gf, c = _torch_run(torch, s, a, b, "cuda", False)
+            row += [gf, _rel_err(c, ref)]
+            torch_fp32 = gf
+            gf, c = _torch_run(torch, s, a, b, "cuda", True)
+            row += [gf, _rel_err(c, ref)]
+            torch.backends.cuda.matmul.allow_tf32 = False
+        row.append(gf32 / torch_fp32 if torch_fp32 else "-")
+        rows.append(row)
+        print("  " + "  ".join(_fmt(x) for x in row), flush=True)
+        if json_path:
+            _dump(json_path, cols, rows, _meta(vk, torch, has_cuda))
+    return cols, rows, _meta(vk, torch, has_cuda)
+
+
+def _dump(path: str, cols: Sequence[str], rows: Sequence[Sequence[Any]], meta: dict[str, Any]) -> None:
+    with open(path, "w") as f:
+        json.dump({"meta": meta, "columns": list(cols), "rows": list(rows)}, f, indent=1, default=str)
+
+
+def _meta(vk: _Vk, torch: Any, has_cuda: bool) -> dict[str, Any]:
+    meta = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "adapter": vk.name,
+        "driver": getattr(vk.be, "dev", None) and vk.be.dev.info.get("driver"),
+        "host": platform.node(),
+        "torch": getattr(torch, "__version__", None),
+        "cuda_device": torch.cuda.get_device_name(0) if has_cuda else None,
+        "autotune": os.environ.get("VKBLAS_AUTOTUNE", "default"),
+    }
+    tuner = getattr(vk.be, "_gemm_tuner", None)
+    if tuner is not None:
+        meta["tuning"] = tuner.log
+    return meta
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, float):
+        return f"{x:.3g}" if abs(x) < 0.01 else f"{x:.1f}" if abs(x) >= 10 else f"{x:.3f}"
+    return str(x)
+
+
+def format_table(cols: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [list(cols)] + [[_fmt(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cols))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(cells[0], widths, strict=True)) + " |",
+             "|-" + "-|-".join("-" * w for w in widths) + "-|"]
+    lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in cells[1:]]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="vkblas bench gemm", description=__doc__.split("\n")[0])
+    p.add_argument("--device", default="vulkan", help="vkblas device (default: the best Vulkan adapter)")
+    p.add_argument("--sizes", default=",".join(map(str, _SQUARE)), help="square sizes, comma separated")
+    p.add_argument("--only", default="", help="run only shapes whose label contains one of these (comma separated)")
+    p.add_argument("--no-f16", action="store_true", help="skip the vkblas f16 path")
+    p.add_argument("--no-cpu", action="store_true", help="skip numpy and PyTorch on the CPU")
+    p.add_argument("--no-torch", action="store_true", help="skip PyTorch")
+    p.add_argument("--json", default="", help="also write the results (and the tuner's measurements) here")
+    args = p.parse_args(argv)
+    squares = [int(x) for x in args.sizes.split(",") if x.strip()]
+    shapes = default_shapes(squares)
+    if args.only:
+        keys = [k.strip() for k in args.only.split(",") if k.strip()]
+        shapes = [s for s in shapes if any(k in s.label for k in keys)]
+    cols, rows, meta = run(shapes, args.device, f16=not args.no_f16, cpu=not args.no_cpu,
+                           use_torch=not args.no_torch, json_path=args.json)
+    title = (f"GEMM, {meta['date']}, vkblas on {meta['adapter']} ({meta['driver']})"
+             + (f", PyTorch {meta['torch']} on {meta['cuda_device']}" if meta.get("cuda_device") else ""))
+    print(title)
+    print(format_table(cols, rows), flush=True)
+    if args.json:
+        _dump(args.json, cols, rows, meta)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,9 @@
+"""``vkblas.optim``: optimizers that update parameters in place on their device, and learning-rate schedulers."""
+
+from . import lr_scheduler
+from .adam import Adam, AdamW
+from .optimizer import Optimizer
+from .rmsprop import RMSprop
+from .sgd import SGD
+
+__all__ = ["SGD", "Adam", "AdamW", "Optimizer", "RMSprop", "lr_scheduler"]

@@ -1,0 +1,80 @@
+"""Adam and AdamW (decoupled weight decay), with optional AMSGrad."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .. import ops
+from ..ops._core import write_into
+from ..tensor import Tensor
+from .optimizer import Optimizer, ParamsT, check_hyper
+
+
+class Adam(Optimizer):
+    r"""Adam (Kingma & Ba, 2015), as in PyTorch's documentation. For each parameter :math:`\theta`, step
+    :math:`t`, learning rate :math:`\gamma`, betas :math:`\beta_1, \beta_2`, weight decay :math:`\lambda`:
+
+    .. math::
+        g_t &\leftarrow \nabla_\theta f_t(\theta_{t-1}) \quad (-g_t \text{ if maximize}) \\
+        \text{Adam: } g_t &\leftarrow g_t + \lambda \theta_{t-1} \qquad
+        \text{AdamW: } \theta_{t-1} \leftarrow \theta_{t-1} (1 - \gamma \lambda) \\
+        m_t &\leftarrow \beta_1 m_{t-1} + (1 - \beta_1) g_t \\
+        v_t &\leftarrow \beta_2 v_{t-1} + (1 - \beta_2) g_t^2 \\
+        \hat m_t &\leftarrow m_t / (1 - \beta_1^t) \\
+        \hat v_t &\leftarrow \max(\hat v_{t-1}^{max}, v_t) / (1 - \beta_2^t) \text{ (AMSGrad) else }
+            v_t / (1 - \beta_2^t) \\
+        \theta_t &\leftarrow \theta_{t-1} - \gamma \hat m_t / (\sqrt{\hat v_t} + \epsilon)
+
+    ``m`` (``exp_avg``), ``v`` (``exp_avg_sq``) and ``max_exp_avg_sq`` are created on the first step, on the
+    parameter's device; every line above is one in-place device op.
+    """
+
+    decoupled_weight_decay = False
+
+    def __init__(self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0, amsgrad: bool = False, *,
+                 maximize: bool = False) -> None:
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      amsgrad=amsgrad, maximize=maximize))
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        super()._check_group(group)
+        check_hyper("epsilon", group["eps"])
+        check_hyper("beta parameter at index 0", group["betas"][0], 0.0, 1.0)
+        check_hyper("beta parameter at index 1", group["betas"][1], 0.0, 1.0)
+        check_hyper("weight_decay", group["weight_decay"])
+
+    def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        state["exp_avg"] = ops.full(p.shape, 0.0, p.dtype, p._backend)
+        state["exp_avg_sq"] = ops.full(p.shape, 0.0, p.dtype, p._backend)
+        if group["amsgrad"]:
+            state["max_exp_avg_sq"] = ops.full(p.shape, 0.0, p.dtype, p._backend)
+
+    def _update(self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        t = state["step"]
+        if wd and self.decoupled_weight_decay:
+            p.mul_(1 - lr * wd)
+        elif wd:
+            grad = grad + p * wd
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        m.lerp_(grad, 1 - beta1)
+        v.mul_(beta2).addcmul_(grad, grad, 1 - beta2)
+        if group["amsgrad"]:
+            v = write_into(state["max_exp_avg_sq"], "maximum", state["max_exp_avg_sq"], v)
+        bias1, bias2 = 1 - beta1**t, 1 - beta2**t
+        denom = v.sqrt() * (1 / math.sqrt(bias2)) + eps
+        p.addcdiv_(m, denom, -lr / bias1)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter, 2019): ``theta *= 1 - lr * weight_decay`` before the
+    Adam step instead of adding ``weight_decay * theta`` to the gradient. Default ``weight_decay=1e-2``."""
+
+    decoupled_weight_decay = True
+
+    def __init__(self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, *,
+                 maximize: bool = False) -> None:
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize)

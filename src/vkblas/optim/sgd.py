@@ -1,0 +1,51 @@
+"""Stochastic gradient descent with momentum, dampening, Nesterov momentum and weight decay."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..tensor import Tensor
+from .optimizer import Optimizer, ParamsT, check_hyper
+
+
+class SGD(Optimizer):
+    r"""SGD as PyTorch defines it. For each parameter :math:`\theta` with gradient :math:`g_t`:
+
+    .. math::
+        g_t &\leftarrow g_t + \lambda \theta_{t-1} \quad (\text{weight decay } \lambda) \\
+        b_t &\leftarrow g_t \text{ if } t = 1 \text{ else } \mu b_{t-1} + (1 - \tau) g_t \\
+        g_t &\leftarrow g_t + \mu b_t \text{ (Nesterov) else } b_t \quad (\text{when } \mu \ne 0) \\
+        \theta_t &\leftarrow \theta_{t-1} - \gamma g_t
+
+    >>> import vkblas
+    >>> w = vkblas.tensor([1.0], requires_grad=True, device="cpu")
+    >>> opt = vkblas.optim.SGD([w], lr=0.1)
+    >>> (w * 3).sum().backward(); opt.step(); w
+    tensor([0.7], requires_grad=True)
+    """
+
+    def __init__(self, params: ParamsT, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False) -> None:
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                                      nesterov=nesterov, maximize=maximize))
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        super()._check_group(group)
+        check_hyper("momentum", group["momentum"])
+        check_hyper("weight_decay", group["weight_decay"])
+        if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
+            raise ValueError(f"Nesterov momentum requires a momentum > 0 and zero dampening (got momentum="
+                             f"{group['momentum']}, dampening={group['dampening']})")
+
+    def _update(self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        mu, wd = group["momentum"], group["weight_decay"]
+        if wd:
+            grad = grad + p * wd
+        if mu:
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = state["momentum_buffer"] = grad.clone()
+            else:
+                buf.mul_(mu).add_(grad, alpha=1 - group["dampening"])
+            grad = grad + buf * mu if group["nesterov"] else buf
+        p.add_(grad, alpha=-group["lr"])

@@ -1,0 +1,128 @@
+"""The `vkblas` command: help, one-line argument errors, info, and train -> eval on a 1 000-image subset."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vkblas.cli import main
+
+DATA = Path(os.environ.get("VKBLAS_DATA") or Path(__file__).resolve().parents[1] / ".." / "shared" / "data")
+needs_data = pytest.mark.skipif(not (DATA / "mnist").is_dir(), reason=f"no MNIST files in {DATA}")
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as e:  # argparse: --help and usage errors
+        code = int(e.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("argv", [[], ["info"], ["train"], ["eval"], ["bench"]])
+def test_help_everywhere(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, out, _ = run(capsys, *argv, "--help")
+    assert code == 0 and out.startswith("usage: vkblas")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "the following arguments are required: COMMAND"),
+        (["fly"], "invalid choice: 'fly'"),
+        (["train", "cifar"], "invalid choice: 'cifar'"),
+        (["train", "mnist", "--epochs", "0"], "argument --epochs: expected a positive integer, got 0"),
+        (["train", "mnist", "--lr", "fast"], "argument --lr: expected a positive number, got 'fast'"),
+        (["train", "mnist", "--model", "resnet"], "invalid choice: 'resnet'"),
+        (["train", "mnist", "--device", "tpu"], "unknown device 'tpu'"),
+        (["eval"], "the following arguments are required: checkpoint"),
+        (["bench", "fft"], "invalid choice: 'fft'"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and message in err and err.startswith("vkblas")
+
+
+def test_info(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "info")
+    assert code == 0 and "default device:" in out and "cpu" in out
+    code, out, _ = run(capsys, "info", "--json")
+    info = json.loads(out)
+    assert code == 0 and info["default_device"] in info["devices"] and info["why"]
+
+
+def test_python_dash_m() -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    done = subprocess.run([sys.executable, "-m", "vkblas", "--help"], capture_output=True, text=True, env=env)
+    assert done.returncode == 0 and "train" in done.stdout
+
+
+def test_runtime_errors_are_one_line_exit_1(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("VKBLAS_DATA", raising=False)
+    code, _, err = run(capsys, "train", "mnist", "--data", str(tmp_path), "--out", str(tmp_path / "run"), "--quiet")
+    assert code == 1 and err.count("\n") == 1 and "MNIST not found" in err and str(tmp_path) in err
+    (tmp_path / "junk.safetensors").write_bytes(b"not a checkpoint")
+    code, _, err = run(capsys, "eval", str(tmp_path / "junk.safetensors"))
+    assert code == 1 and err.count("\n") == 1 and "not a readable safetensors checkpoint" in err
+
+
+def test_bench_gemm_dispatch(capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        import vkblas.bench.gemm  # noqa: F401
+    except ImportError:
+        code, _, err = run(capsys, "bench", "gemm")
+        assert code == 1 and "vkblas.bench.gemm" in err
+    else:
+        code, out, _ = run(capsys, "bench", "gemm", "--help")
+        assert code == 0 and "usage" in out
+
+
+@needs_data
+def test_train_then_eval_reproduces_accuracy(capsys: pytest.CaptureFixture[str], tmp_path: Path, device: str) -> None:
+    out = tmp_path / "run"
+    code, stdout, err = run(
+        capsys,
+        "train",
+        "mnist",
+        "--model",
+        "mlp",
+        "--epochs",
+        "1",
+        "--limit",
+        "1000",
+        "--batch-size",
+        "50",
+        "--device",
+        device,
+        "--seed",
+        "0",
+        "--out",
+        str(out),
+        "--data",
+        str(DATA),
+    )
+    assert code == 0, err
+    assert "epoch 1/1:" in err and "test accuracy" in stdout
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["device"].startswith(device) and metrics["test_samples"] == 1000 and len(metrics["epochs"]) == 1
+    accuracy = metrics["test_accuracy"]
+    assert 0.7 < accuracy <= 1.0  # 1 000 images, one epoch
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    code, stdout, err = run(capsys, "eval", str(out / "model.safetensors"), "--device", device, "--json", "--quiet")
+    assert code == 0, err
+    result = json.loads(stdout)
+    assert result["samples"] == 1000 and result["test_accuracy"] == pytest.approx(accuracy, abs=1e-9)
