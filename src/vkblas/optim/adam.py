@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from .. import ops
-from ..ops._core import write_into
+from ..ops._core import elementwise, write_into
 from ..tensor import Tensor
 from .optimizer import Optimizer, ParamsT, check_hyper
 
@@ -52,20 +52,21 @@ class Adam(Optimizer):
             state["max_exp_avg_sq"] = ops.full(p.shape, 0.0, p.dtype, p._backend)
 
     def _update(self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        # three fused dispatches per parameter (EMA of g, EMA of g^2, the update), four with AMSGrad
         lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
         t = state["step"]
+        decay = 1.0
         if wd and self.decoupled_weight_decay:
-            p.mul_(1 - lr * wd)
+            decay = 1.0 - lr * wd
         elif wd:
-            grad = grad + p * wd
+            grad = elementwise("axpby", grad, p, 1.0, float(wd))
         m, v = state["exp_avg"], state["exp_avg_sq"]
-        m.lerp_(grad, 1 - beta1)
-        v.mul_(beta2).addcmul_(grad, grad, 1 - beta2)
+        write_into(m, "lerp", m, grad, 1.0 - beta1)
+        write_into(v, "ema_sq", v, grad, float(beta2))
         if group["amsgrad"]:
             v = write_into(state["max_exp_avg_sq"], "maximum", state["max_exp_avg_sq"], v)
         bias1, bias2 = 1 - beta1**t, 1 - beta2**t
-        denom = v.sqrt() * (1 / math.sqrt(bias2)) + eps
-        p.addcdiv_(m, denom, -lr / bias1)
+        write_into(p, "adam_apply", p, m, v, lr / bias1, 1 / math.sqrt(bias2), float(eps), decay)
 
 
 class AdamW(Adam):

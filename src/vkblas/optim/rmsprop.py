@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import ops
+from ..ops._core import elementwise, write_into
 from ..tensor import Tensor
 from .optimizer import Optimizer, ParamsT, check_hyper
 
@@ -42,16 +43,18 @@ class RMSprop(Optimizer):
             state[name] = ops.full(p.shape, 0.0, p.dtype, p._backend)
 
     def _update(self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
-        alpha, wd = group["alpha"], group["weight_decay"]
+        # plain RMSprop is two fused dispatches per parameter; centred and momentum variants add a few
+        alpha, wd, eps, lr = group["alpha"], group["weight_decay"], float(group["eps"]), float(group["lr"])
         if wd:
-            grad = grad + p * wd
-        sq = state["square_avg"].mul_(alpha).addcmul_(grad, grad, 1 - alpha)
+            grad = elementwise("axpby", grad, p, 1.0, float(wd))
+        sq = write_into(state["square_avg"], "ema_sq", state["square_avg"], grad, float(alpha))
         if group["centered"]:
-            avg = state["grad_avg"].lerp_(grad, 1 - alpha)
+            avg = write_into(state["grad_avg"], "lerp", state["grad_avg"], grad, 1.0 - alpha)
             sq = sq - avg.square()
-        denom = sq.sqrt() + group["eps"]
         if group["momentum"] > 0:
-            buf = state["momentum_buffer"].mul_(group["momentum"]).addcdiv_(grad, denom)
-            p.add_(buf, alpha=-group["lr"])
+            buf = state["momentum_buffer"]
+            # buf = momentum * buf + grad / (sqrt(sq) + eps), as adam_apply with decay=momentum and step=-1
+            write_into(buf, "adam_apply", buf, grad, sq, -1.0, 1.0, eps, float(group["momentum"]))
+            write_into(p, "axpby", p, buf, 1.0, -lr)
         else:
-            p.addcdiv_(grad, denom, -group["lr"])
+            write_into(p, "adam_apply", p, grad, sq, lr, 1.0, eps, 1.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..ops._core import elementwise, write_into
 from ..tensor import Tensor
 from .optimizer import Optimizer, ParamsT, check_hyper
 
@@ -38,14 +39,15 @@ class SGD(Optimizer):
                              f"{group['momentum']}, dampening={group['dampening']})")
 
     def _update(self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        # each line is one fused dispatch: at most four per parameter (weight decay, momentum, Nesterov, update)
         mu, wd = group["momentum"], group["weight_decay"]
         if wd:
-            grad = grad + p * wd
+            grad = elementwise("axpby", grad, p, 1.0, float(wd))
         if mu:
             buf = state.get("momentum_buffer")
             if buf is None:
                 buf = state["momentum_buffer"] = grad.clone()
             else:
-                buf.mul_(mu).add_(grad, alpha=1 - group["dampening"])
-            grad = grad + buf * mu if group["nesterov"] else buf
-        p.add_(grad, alpha=-group["lr"])
+                write_into(buf, "axpby", buf, grad, float(mu), 1.0 - group["dampening"])
+            grad = elementwise("axpby", grad, buf, 1.0, float(mu)) if group["nesterov"] else buf
+        write_into(p, "axpby", p, grad, 1.0, -float(group["lr"]))
