@@ -156,6 +156,17 @@ def backward(tensor: Tensor, gradient: Tensor | None = None, retain_graph: bool 
                 "second time."
             )
         grads: dict[int, Tensor] = {id(root): gradient}
+        # storages already visible to the user (their gradient, and each .grad handed out): a gradient living in
+        # one of them is copied before it becomes a .grad; any other contiguous gradient is kept as it is
+        seen: set[int] = {id(gradient._view.storage)}
+
+        def owned(g: Tensor) -> bool:
+            st = g._view.storage
+            if id(st) in seen or g._view.offset or st.numel != g._view.numel or not g._view.is_contiguous():
+                return False
+            seen.add(id(st))
+            return True
+
         for node in _topo_order(root):
             g = grads.pop(id(node), None)
             if g is None or node.inputs is None:
@@ -175,7 +186,7 @@ def backward(tensor: Tensor, gradient: Tensor | None = None, retain_graph: bool 
                 if gi.dtype != t.dtype:
                     gi = gi.to(t.dtype)
                 if t.grad_fn is None:
-                    t._accumulate_grad(gi)
+                    t._accumulate_grad(gi, owned(gi))
                 else:
                     if t._retains_grad:
                         t._accumulate_grad(gi)

@@ -176,10 +176,11 @@ class Tensor:
         if self.grad_fn is not None:
             self._retains_grad = True
 
-    def _accumulate_grad(self, g: Tensor) -> None:
+    def _accumulate_grad(self, g: Tensor, owned: bool = False) -> None:
+        """Add ``g`` into ``.grad``. ``owned`` says the engine made ``g`` for this tensor alone (contiguous, its
+        storage shared with nothing the user or another ``.grad`` can see), so it can be kept without a copy."""
         if self.grad is None:
-            # a private contiguous copy: g may be a broadcast view, or the same tensor handed to several inputs
-            self.grad = g.clone()
+            self.grad = g.detach() if owned else g.clone()
         else:
             self.grad = self.grad + g
 

@@ -157,6 +157,17 @@ class Backend(ABC):
     @abstractmethod
     def random(self, out: View, distribution: str, seed: int, counter: int) -> None: ...
 
+    def check_range(self, index: View, low: int, high: int, message: str) -> None:
+        """Raise ``IndexError(message.format(bad=value))`` if an index lies outside ``[low, high)``.
+
+        Synchronous backends check at once. An asynchronous backend may instead record the check on the device and
+        raise at its next sync point, as CUDA's device-side asserts do, so a training step needs no host round
+        trip; the kernels themselves never read out of bounds either way. This default reads the values back."""
+        a = self.to_numpy(index)
+        bad = a[(a < low) | (a >= high)]
+        if bad.size:
+            raise IndexError(message.format(bad=int(bad.reshape(-1)[0])))
+
 
 REDUCE_OPS = ("sum", "max", "min", "argmax", "argmin")
 RANDOM_DISTRIBUTIONS = ("uniform", "normal")

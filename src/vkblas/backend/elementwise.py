@@ -116,6 +116,11 @@ _TABLE = [
     ElementwiseOp("clamp", 3, lambda m, a, lo, hi: m.minimum(m.maximum(a, lo), hi)),
     # lerp-style update used by optimizers: a + w * (b - a)
     ElementwiseOp("lerp", 3, lambda m, a, b, w: a + w * (b - a)),
+    # --- softmax family (rows reduced by the caller: m = row max, s = row sum)
+    ElementwiseOp("exp_sub", 2, lambda m, x, mx: m.exp(x - mx)),
+    ElementwiseOp("log_softmax_out", 3, lambda m, x, mx, s: x - mx - m.log(s)),
+    ElementwiseOp("log_softmax_grad", 3, lambda m, g, y, s: g - m.exp(y) * s),
+    ElementwiseOp("softmax_grad", 3, lambda m, g, y, s: y * (g - s)),
     # --- fused optimizer updates (one dispatch per tensor each; see vkblas.optim)
     ElementwiseOp("axpby", 4, lambda m, x, y, a, b: a * x + b * y),
     ElementwiseOp("ema_sq", 3, lambda m, v, g, beta: beta * v + (1.0 - beta) * g * g),

@@ -11,8 +11,9 @@ from collections.abc import Sequence
 
 from .. import ops
 from ..autograd import no_grad
-from ..dtypes import bool_, float16, float64
+from ..dtypes import bool_, float16, float64, int32
 from ..ops.conv import avg_pool2d, conv2d, max_pool2d, pad, unfold
+from ..ops.indexing import check_index, gather_unchecked, take_along
 from ..ops.pointwise import gelu, leaky_relu, where
 from ..tensor import Tensor
 
@@ -201,15 +202,12 @@ def _nll_rows(op: str, logp: Tensor, input_shape: tuple[int, ...], target: Tenso
     flat = target.reshape(-1)
     ignored = flat == ignore_index
     safe = where(ignored, 0, flat)
-    if safe.numel():
-        lo, hi = int(safe.min().item()), int(safe.max().item())
-        if lo < 0 or hi >= n_classes:
-            bad = lo if lo < 0 else hi
-            raise IndexError(f"{op}: target class index {bad} is out of range for {n_classes} classes (input shape "
-                             f"{input_shape}; valid targets are 0..{n_classes - 1} or ignore_index={ignore_index})")
+    check_index(safe, 0, n_classes, f"{op}: target class index {{bad}} is out of range for {n_classes} classes "
+                f"(input shape {input_shape}; valid targets are 0..{n_classes - 1} or ignore_index={ignore_index})")
+    safe = safe.to(int32)
     keep = (~ignored).to(logp.dtype)
-    w = keep if weight is None else weight.index_select(0, safe) * keep
-    loss = -logp.gather(1, safe.unsqueeze(1)).squeeze(1) * w
+    w = keep if weight is None else take_along(weight, 0, safe) * keep
+    loss = -gather_unchecked(logp, 1, safe.unsqueeze(1)).squeeze(1) * w
     if label_smoothing > 0:
         per_class = logp if weight is None else logp * weight
         smooth = -per_class.sum(1) * keep

@@ -19,7 +19,7 @@ from ..backend.base import Backend
 from ..dtypes import int32
 from ..tensor import Tensor
 from ._core import full, same_backend, write_into
-from .indexing import _take_along
+from .indexing import take_along
 
 IntOr2 = int | Sequence[int]
 
@@ -102,7 +102,7 @@ def _windows(x: Tensor, kernel: tuple[int, int], stride: tuple[int, int], paddin
             raise ValueError(f"{op}: input of shape {x.shape} (padded {dim} {size}) is smaller than the kernel "
                              f"{kernel} with dilation {dilation}")
     idx, ho, wo = _unfold_index(x._backend, (hp, wp, kernel, stride, dilation))
-    cols = _take_along(xp.reshape(n, c, hp * wp), 2, idx)
+    cols = take_along(xp.reshape(n, c, hp * wp), 2, idx)
     return cols.reshape(n, c, kernel[0] * kernel[1], ho * wo), ho, wo
 
 

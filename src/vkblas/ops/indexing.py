@@ -32,19 +32,21 @@ def _as_index_tensor(idx: Any, like: Tensor) -> Tensor:
 
 
 def _check_range(idx: Tensor, size: int, dim: int, shape: tuple[int, ...]) -> Tensor:
-    """Validate ``-size <= idx < size`` and wrap negatives. Reads the extremes back to the host (one sync)."""
+    """Validate ``-size <= idx < size`` (on an asynchronous device: at its next sync point) and wrap negatives."""
     if idx.dtype.is_floating or idx.dtype is bool_:
         raise IndexError(f"tensors used as indices must be long, int or bool tensors (got {idx.dtype!r})")
     if idx.numel() == 0:
         return idx
-    lo = idx.min().item()
-    hi = idx.max().item()
-    if lo < -size or hi >= size:
-        bad = hi if hi >= size else lo
-        raise IndexError(f"index {bad} is out of bounds for dimension {dim} with size {size} (tensor shape {shape})")
-    if lo < 0:
-        idx = where(elementwise("lt", idx, 0), elementwise("add", idx, size), idx)
-    return idx
+    check_index(idx, -size, size, f"index {{bad}} is out of bounds for dimension {dim} with size {size} (tensor "
+                f"shape {shape})")
+    return where(elementwise("lt", idx, 0), elementwise("add", idx, size), idx)
+
+
+def check_index(idx: Tensor, low: int, high: int, message: str) -> None:
+    """Raise IndexError (formatted with ``bad=``) if a value of ``idx`` is outside ``[low, high)``; see
+    ``Backend.check_range`` for when an asynchronous device reports it."""
+    if idx.numel():
+        idx._backend.check_range(idx._view, low, high, message)
 
 
 def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:  # noqa: A002
@@ -59,10 +61,11 @@ def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:  # noqa: A002
         if i != d and a > b:
             raise RuntimeError(f"gather: size of index {index.shape} exceeds input {input.shape} at dimension {i}")
     index = cast(_check_range(index, input.shape[d], d, input.shape), int32)
-    return _gather_unchecked(input, d, index)
+    return gather_unchecked(input, d, index)
 
 
-def _gather_unchecked(x: Tensor, d: int, index: Tensor) -> Tensor:
+def gather_unchecked(x: Tensor, d: int, index: Tensor) -> Tensor:
+    """``gather`` for an int32 index already known to be in range (no check, no sync)."""
     out = empty(index.shape, x.dtype, x._backend)
     if out.numel():
         x._backend.gather(out._view, x._view, d, index._view)
@@ -97,7 +100,7 @@ def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor: 
     def rule(n: Node, g: Tensor) -> tuple[Tensor | None, None, Tensor | None]:
         if not n.needs[2]:
             return (g, None, None)
-        gs = _gather_unchecked(g, d, index)
+        gs = gather_unchecked(g, d, index)
         if gs.shape != src_shape:  # src beyond index's extent gets no gradient
             padded = g.new_zeros(src_shape)
             write_into(padded[tuple(slice(0, k) for k in index.shape)], "copy", gs)
@@ -113,16 +116,16 @@ def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:  # noqa: A00
     if idx.ndim > 1:
         raise IndexError(f"index_select(): Index is supposed to be a vector, got shape {idx.shape}")
     idx = cast(_check_range(idx.reshape(-1), input.shape[d], d, input.shape), int32)
-    return _take_along(input, d, idx)
+    return take_along(input, d, idx)
 
 
-def _take_along(x: Tensor, d: int, flat_idx: Tensor) -> Tensor:
-    """x indexed by a 1-D index at dim d: the index broadcast over the other dims (stride 0), then gather."""
+def take_along(x: Tensor, d: int, flat_idx: Tensor) -> Tensor:
+    """(int32 index already in range) x indexed by a 1-D index at dim d: the index broadcast over the other dims (stride 0), then gather."""
     k = flat_idx.shape[0]
     shape = x.shape[:d] + (k,) + x.shape[d + 1 :]
     strides = tuple(0 for _ in x.shape[:d]) + (flat_idx._view.strides[0],) + tuple(0 for _ in x.shape[d + 1 :])
     iv = View(flat_idx._view.storage, shape, strides, flat_idx._view.offset)
-    return _gather_unchecked(x, d, Tensor._make(iv, x._backend))
+    return gather_unchecked(x, d, Tensor._make(iv, x._backend))
 
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
@@ -237,7 +240,7 @@ def _mask_select(x: Tensor, mask: Tensor) -> Tensor:
         raise IndexError(f"The shape of the mask {mask.shape} does not match the shape of the indexed tensor {x.shape}")
     flat = x.reshape((-1,) + x.shape[mask.ndim :])
     idx = _as_index_tensor(np.flatnonzero(mask.numpy()), x)
-    return _take_along(flat, 0, cast(idx, int32))
+    return take_along(flat, 0, cast(idx, int32))
 
 
 def _advanced(x: Tensor, advanced: list[tuple[int, Any]]) -> Tensor:
@@ -254,7 +257,7 @@ def _advanced(x: Tensor, advanced: list[tuple[int, Any]]) -> Tensor:
         flat = i if flat is None else elementwise("add", elementwise("mul", flat, x.shape[d]), i)
     assert flat is not None
     flat = flat.expand(bshape).reshape(-1) if flat.shape != bshape or not flat.is_contiguous() else flat.reshape(-1)
-    out = _take_along(merged, 0, flat.contiguous() if not flat.is_contiguous() else flat)
+    out = take_along(merged, 0, flat.contiguous() if not flat.is_contiguous() else flat)
     out = out.reshape(bshape + tuple(x.shape[d] for d in rest))
     adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
     if adjacent and dims[0] > 0:  # numpy/PyTorch keep adjacent advanced dims in place

@@ -187,12 +187,28 @@ def logsumexp(input: Tensor, dim: Dims, keepdim: bool = False) -> Tensor:  # noq
     return out if keepdim else out.reshape(_reduced_shape(input.shape, axes, False))
 
 
+def _softmax_rows(x: Tensor, dim: int, log: bool) -> Tensor:
+    """softmax / log_softmax as one node: 4 dispatches forward, 2 backward (instead of ~10 and ~15 composed)."""
+    d = norm_dim(dim, x.ndim)
+    mx = _raw_reduce("max", x, (d,), True) if x.numel() else x.sum(d, keepdim=True)
+    e = elementwise("exp_sub", x, mx)
+    s = _raw_reduce("sum", e, (d,), True)
+    out = elementwise("log_softmax_out", x, mx, s) if log else elementwise("div", e, s)
+
+    def rule(n: Node, g: Tensor) -> tuple[Tensor]:
+        y = n.saved[0]
+        if log:
+            return (elementwise("log_softmax_grad", g, y, _raw_reduce("sum", g, (d,), True)),)
+        return (elementwise("softmax_grad", g, y, _raw_reduce("sum", elementwise("mul", g, y), (d,), True)),)
+
+    return record(out, "LogSoftmaxBackward" if log else "SoftmaxBackward", (x,), rule, (out.detach(),))
+
+
 def softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:  # noqa: A002
     x = input if dtype is None else input.to(dtype)
-    e = unary("exp", x - amax(x.detach(), dim, keepdim=True))
-    return e / sum(e, dim, keepdim=True)
+    return _softmax_rows(x if x.dtype.is_floating else x.to(float32), dim, log=False)
 
 
 def log_softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:  # noqa: A002
     x = input if dtype is None else input.to(dtype)
-    return x - logsumexp(x, dim, keepdim=True)
+    return _softmax_rows(x if x.dtype.is_floating else x.to(float32), dim, log=True)

@@ -3,10 +3,16 @@
 Each primitive validates its views on the host (dtypes, shapes, extents inside their storages -- kernels run
 without bounds checks), looks up a cached launch plan for its (op, dtypes, shapes, strides), and records one
 dispatch into the runtime's open compute pass. Nothing waits except ``to_numpy`` and ``synchronize``.
+
+The cached-plan path is the per-op floor of every small op, so it is written flat: the cache key is a flat tuple
+of (dtype, shape, strides) per view (no nested tuples), everything that depends only on the key (operand
+validation, shape rules) runs on a cache miss only, and per call there remain the bounds check of each view's
+offset against its storage (inlined), one ``Struct.pack_into`` and three C calls (``Runtime.record``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +25,7 @@ from .device import Device
 from .kernels import elementwise as ew_kernels
 from .kernels import indexing, random, reduce
 from .kernels.plan import Plan, out_of_bounds
+from .kernels.reduce import SplitPlan
 from .matmul import encode_matmul
 from .memory import BufferPool, VulkanStorage
 from .queue import Runtime
@@ -52,6 +59,7 @@ class VulkanBackend(Backend):
         self.pool.before_destroy = self.rt.drop_bind_groups
         self.plans: dict[Any, Any] = {}
         self._np_storage = {bool_: np.dtype(np.uint32)}
+        self._dtypes = frozenset(d for d in (float32, int32, bool_, float16) if self.supports(d))
 
     @property
     def adapter_index(self) -> int:
@@ -84,7 +92,7 @@ class VulkanBackend(Backend):
 
     # -- memory
     def alloc(self, numel: int, dtype: DType) -> VulkanStorage:
-        if not self.supports(dtype):
+        if dtype not in self._dtypes:
             raise UnsupportedError(f"alloc on {self._device_name()}: dtype {dtype.name} is not supported")
         return VulkanStorage(self.pool, dtype, numel)
 
@@ -142,14 +150,31 @@ class VulkanBackend(Backend):
         groups = groups or plan.groups
         if not groups[0]:
             return
+        bufs = []
+        offs = []
         try:
-            bufs = [v.storage.buffer for v in views]
+            for v, (lo, hi) in zip(views, plan.spans, strict=True):
+                st, o = v[0], v[3]
+                if hi >= 0 and (o + lo < 0 or o + hi >= st.numel):
+                    raise self._error(InvalidArgumentError, op, views, "a view reaches outside its storage")
+                bufs.append(st.buffer)
+                offs.append(o)
         except AttributeError:
             raise self._error(BackendError, op, views, "an operand does not live on this device") from None
-        if out_of_bounds(views, plan.spans) >= 0:
-            raise self._error(InvalidArgumentError, op, views, "a view reaches outside its storage")
+        self._record(op, plan, tuple(bufs), (*offs, *scalars, *plan.static), groups, views, scalars)
+
+    def _record(
+        self,
+        op: str,
+        plan: Plan,
+        bufs: tuple[Any, ...],
+        args: tuple[Any, ...],
+        groups: tuple[int, int, int],
+        views: Sequence[View],
+        scalars: Sequence[Any],
+    ) -> None:
         try:
-            self.rt.dispatch(plan.kernel, bufs, plan.fmt, (*[v.offset for v in views], *scalars, *plan.static), groups)
+            self.rt.record(plan.pipeline, bufs, plan.packer, args, groups)
         except BackendError:
             raise
         except Exception as e:  # noqa: BLE001 - struct.error for out-of-range scalars, wgpu errors
@@ -172,22 +197,43 @@ class VulkanBackend(Backend):
 
     # -- compute
     def elementwise(self, op: str, out: View, args: Sequence[View | Scalar]) -> None:
-        key: list[Any] = [op, out.dtype, out.shape, out.strides]
+        st = out[0]
+        key = [op, st.dtype, out[1], out[2]]
         views = [out]
+        scalars = []
         for a in args:
-            if isinstance(a, View):
-                key.append((a.dtype, a.shape, a.strides))
+            t = type(a)
+            if t is float or t is int or t is bool:
+                key.append(t)
+                scalars.append(a)
+            elif t is View or isinstance(a, View):
+                key += (a[0].dtype, a[1], a[2])
                 views.append(a)
-            elif type(a) in _PY_SCALARS:
-                key.append(type(a))
             else:  # numpy scalars and 0-d arrays act as Python numbers
                 return self.elementwise(op, out, [a if isinstance(a, View) else np.asarray(a).item() for a in args])
         tkey = tuple(key)
-        cached = self.plans.get(tkey)
-        if cached is None:
-            cached = self._plan(tkey, op, [out, *args], lambda: self._build_elementwise(op, out, args))
-        plan, scalar_pos = cached
-        self.launch(op, plan, views, [args[i] for i in scalar_pos])
+        plan = self.plans.get(tkey)
+        if plan is None:
+            plan = self._plan(tkey, op, [out, *args], lambda: self._build_elementwise(op, out, args))
+        if not plan.groups[0]:
+            return
+        # inlined launch(): bounds of every view, its buffer, offset; the OR of offsets picks the vec4 variant
+        bufs = []
+        offs = []
+        aligned = 0
+        try:
+            for v, (lo, hi) in zip(views, plan.spans, strict=True):
+                st, o = v[0], v[3]
+                if hi >= 0 and (o + lo < 0 or o + hi >= st.numel):
+                    raise self._error(InvalidArgumentError, op, views, "a view reaches outside its storage")
+                bufs.append(st.buffer)
+                offs.append(o)
+                aligned |= o
+        except AttributeError:
+            raise self._error(BackendError, op, views, "an operand does not live on this device") from None
+        if plan.vec is not None and not aligned & 3:
+            plan = plan.vec
+        self._record(op, plan, tuple(bufs), (*offs, *scalars, *plan.static), plan.groups, views, scalars)
 
     def _build_elementwise(self, op: str, out: View, args: Sequence[Any]) -> Any:
         spec = ew.OPS.get(op)
@@ -201,16 +247,24 @@ class VulkanBackend(Backend):
         return ew_kernels.build(self.dev, op, out, args)
 
     def reduce(self, op: str, out: View, x: View, axes: tuple[int, ...]) -> None:
-        axes = tuple(sorted(a % len(x.shape) for a in axes)) if x.shape else ()
-        key = ("reduce", op, out.dtype, out.shape, out.strides, x.dtype, x.shape, x.strides, axes)
+        axes = axes if type(axes) is tuple else tuple(axes)
+        key = ("reduce", op, out[0].dtype, out[1], out[2], x[0].dtype, x[1], x[2], axes)
         plan = self.plans.get(key)
         if plan is None:
             plan = self._plan(key, op, [out, x], lambda: self._build_reduce(op, out, x, axes))
-        self.launch(op, plan, (out, x))
+        if type(plan) is Plan:
+            self.launch(op, plan, (out, x))
+            return
+        # two passes: partial results per (output, split) into a workspace, then one pass over the splits
+        sp: SplitPlan = plan
+        ws = [View(self.alloc(sp.ws_numel, d), (sp.ws_numel,), (1,), 0) for d in sp.ws_dtypes]
+        self.launch(op, sp.partial, (ws[0], x, *ws[1:]))
+        self.launch(op, sp.final, (out, *ws))
 
-    def _build_reduce(self, op: str, out: View, x: View, axes: tuple[int, ...]) -> Plan:
+    def _build_reduce(self, op: str, out: View, x: View, axes: tuple[int, ...]) -> Plan | SplitPlan:
         if op not in REDUCE_OPS:
             raise ValueError(f"unknown reduction {op!r}; expected one of {REDUCE_OPS}")
+        axes = tuple(sorted(a % len(x.shape) for a in axes)) if x.shape else ()
         if len(set(axes)) != len(axes):
             raise ValueError(f"repeated axis in {axes}")
         if op in ("argmax", "argmin") and len(axes) != 1:
@@ -261,44 +315,74 @@ class VulkanBackend(Backend):
         return dim
 
     def gather(self, out: View, x: View, dim: int, index: View) -> None:
-        dim = self._check_index_op("gather", out, x, dim, index)
-        key = ("gather", dim, *[(v.dtype, v.shape, v.strides) for v in (out, x, index)])
+        key = ("gather", dim, out[0].dtype, out[1], out[2], x[0].dtype, x[1], x[2], index[0].dtype, index[1], index[2])
         plan = self.plans.get(key)
         if plan is None:
-            plan = self._plan(
-                key,
-                "gather",
-                [out, x, index],
-                lambda: indexing.build(self.dev, "gather", (out, x, index), x, dim, index),
-            )
+
+            def build() -> Plan:
+                d = self._check_index_op("gather", out, x, dim, index)
+                return indexing.build(self.dev, "gather", (out, x, index), x, d, index)
+
+            plan = self._plan(key, "gather", [out, x, index], build)
         self.launch("gather", plan, (out, x, index))
 
     def scatter_add(self, out: View, dim: int, index: View, src: View) -> None:
-        dim = self._check_index_op("scatter_add", src, out, dim, index)
-        if out.dtype is not src.dtype:
-            raise self._error(InvalidArgumentError, "scatter_add", [out, index, src], "out and src dtypes differ")
-        key = ("scatter_add", dim, *[(v.dtype, v.shape, v.strides) for v in (out, index, src)])
+        key = ("scatter_add", dim, out[0].dtype, out[1], out[2], index[0].dtype, index[1], index[2])
+        key += (src[0].dtype, src[1], src[2])
         plan = self.plans.get(key)
         if plan is None:
-            plan = self._plan(
-                key,
-                "scatter_add",
-                [out, index, src],
-                lambda: indexing.build(self.dev, "scatter_add", (out, index, src), out, dim, index),
-            )
+
+            def build() -> Plan:
+                d = self._check_index_op("scatter_add", src, out, dim, index)
+                if out.dtype is not src.dtype:
+                    why = "out and src dtypes differ"
+                    raise self._error(InvalidArgumentError, "scatter_add", [out, index, src], why)
+                return indexing.build(self.dev, "scatter_add", (out, index, src), out, d, index)
+
+            plan = self._plan(key, "scatter_add", [out, index, src], build)
         self.launch("scatter_add", plan, (out, index, src))
 
     def random(self, out: View, distribution: str, seed: int, counter: int) -> None:
-        if distribution not in RANDOM_DISTRIBUTIONS or not out.dtype.is_floating:
-            raise self._error(
-                InvalidArgumentError,
-                "random",
-                [out],
-                f"distribution {distribution!r} into "
-                f"{out.dtype.name}; expected one of {RANDOM_DISTRIBUTIONS} into a float tensor",
-            )
-        key = ("random", distribution, out.dtype, out.shape, out.strides)
+        key = ("random", distribution, out[0].dtype, out[1], out[2])
         plan = self.plans.get(key)
         if plan is None:
+            if distribution not in RANDOM_DISTRIBUTIONS or not out.dtype.is_floating:
+                raise self._error(
+                    InvalidArgumentError,
+                    "random",
+                    [out],
+                    f"distribution {distribution!r} into "
+                    f"{out.dtype.name}; expected one of {RANDOM_DISTRIBUTIONS} into a float tensor",
+                )
             plan = self._plan(key, "random", [out], lambda: random.build(self.dev, out, distribution))
         self.launch("random", plan, (out,), (random.pcg_host(seed & 0xFFFFFFFF), counter & 0xFFFFFFFF))
+
+    # -- measuring
+    def device_copy(self, dst: VulkanStorage, src: VulkanStorage, nbytes: int) -> None:
+        """Record a plain buffer-to-buffer copy of ``nbytes`` (from byte 0 of each), in order with the other work:
+        the reference for "% of device copy bandwidth" in benchmarks (no kernel, no index math)."""
+        if not isinstance(dst, VulkanStorage) or not isinstance(src, VulkanStorage):
+            raise BackendError(f"device_copy on {self._device_name()}: both storages must live on this device")
+        if nbytes % 4 or nbytes < 0:
+            raise InvalidArgumentError(f"device_copy on {self._device_name()}: {nbytes} bytes is not a multiple of 4")
+        if nbytes > min(dst.buffer.size, src.buffer.size):
+            raise InvalidArgumentError(f"device_copy on {self._device_name()}: {nbytes} bytes exceed a buffer")
+        if dst.buffer is src.buffer:
+            raise InvalidArgumentError(f"device_copy on {self._device_name()}: source and destination are one buffer")
+        if nbytes:
+            self.rt.copy(dst.buffer, 0, src.buffer, 0, nbytes)
+
+    def copy_bandwidth(self, nbytes: int = 1 << 28, reps: int = 10) -> float:
+        """GB/s (bytes read + written) of ``reps`` plain device copies of ``nbytes``, best of 3 rounds."""
+        nbytes &= ~3
+        a, b = self.alloc(nbytes // 4, int32), self.alloc(nbytes // 4, int32)
+        self.device_copy(b, a, nbytes)  # warm-up
+        self.synchronize()
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                self.device_copy(b, a, nbytes)
+            self.synchronize()
+            best = min(best, time.perf_counter() - t0)
+        return 2 * nbytes * reps / best / 1e9

@@ -65,7 +65,7 @@ class BufferPool:
                 f"vulkan: {what} needs {nbytes} bytes, above this adapter's limit of {self.limit} bytes per buffer "
                 "(max-storage-buffer-binding-size / max-buffer-size); chunking large tensors is not implemented"
             )
-        size = min(bucket_size(nbytes), self.limit & ~3)
+        size = _MIN_BUCKET if nbytes <= _MIN_BUCKET else min(bucket_size(nbytes), self.limit & ~3)
         free = self._free.get(size)
         if free:
             self.cached_bytes -= size
@@ -85,8 +85,12 @@ class BufferPool:
         return PoolBuffer(buf, size)
 
     def release(self, pb: PoolBuffer) -> None:
-        self._free.setdefault(pb.size, []).append(pb)
-        self.cached_bytes += pb.size
+        size = pb.size
+        free = self._free.get(size)
+        if free is None:
+            free = self._free[size] = []
+        free.append(pb)
+        self.cached_bytes += size
 
     def empty_cache(self) -> None:
         """Destroy every cached (free) buffer."""
@@ -108,10 +112,13 @@ class VulkanStorage(Storage):
     __slots__ = ("buffer", "_pool")
 
     def __init__(self, pool: BufferPool, dtype: DType, numel: int) -> None:
-        super().__init__(dtype, numel)
+        # Storage.__init__ inlined (allocation is on every op's path)
+        self.dtype = dtype
+        self.numel = numel
+        self.version = 0
         self._pool = None
         # storage bindings need a non-zero, 4-byte multiple size
-        self.buffer = pool.acquire(max(4, (numel * dtype.itemsize + 3) & ~3), (dtype, numel))
+        self.buffer = pool.acquire((numel * dtype.itemsize + 3) & ~3 or 4, (dtype, numel))
         self._pool = pool
 
     def __del__(self) -> None:

@@ -11,13 +11,20 @@ push constants (``immediates``, SetImmediates call)   1.75 us             2.9 us
 
 So parameters (element offsets, shapes, strides, scalar operands) go into a host ``bytearray`` mirror of one
 uniform *ring* buffer; each dispatch binds its 256-byte window with a dynamic offset, and the used part of the ring
-is uploaded with one ``queue.write_buffer`` per submit. That costs one C call less per dispatch than push
+is uploaded with one ``queue.write_buffer`` per submit. Windows sit 256 bytes apart (the largest offset alignment
+WebGPU allows), so the position is ``count * 256`` without a per-dispatch rounding, and a ring of
+``FLUSH_DISPATCHES`` windows never overflows. That costs one C call less per dispatch than push
 constants, needs no native-only feature and allows 256 bytes of params (``max-immediate-size`` is 128 on
 lavapipe). Reusing the ring across submits is safe: a submit's ``write_buffer`` runs after all earlier submits.
 
 The hot calls (set pipeline, set bind group, dispatch) go straight to wgpu-native through cffi (DESIGN.md: 1.2 us
 vs 3.4 us through wgpu-py's methods). Bind groups are cached by (binding count, buffer uids): they never name the
-kernel because all pipelines with k storage buffers share one layout.
+kernel because all pipelines with k storage buffers share one layout; the key is the tuple of ``PoolBuffer``
+objects itself (identity hashing, no ``uid`` lookups; the key keeps them alive, so identities are never reused
+while cached).
+
+``copy`` records a buffer-to-buffer copy in order with the dispatches (it ends the open compute pass; the next
+dispatch opens a new pass on the same encoder).
 
 Submission happens at sync points (``read``, ``synchronize``), before an upload that could race with pending work,
 or when ``FLUSH_DISPATCHES`` dispatches or the params ring fill up. Waiting uses buffer mapping
@@ -39,8 +46,8 @@ from .kernels.wgsl import PARAM_WORDS
 from .memory import PoolBuffer
 
 FLUSH_DISPATCHES = 2048
-_RING_BYTES = 1 << 20
 _WINDOW = PARAM_WORDS * 4
+_RING_BYTES = (FLUSH_DISPATCHES + 1) * _WINDOW
 _BIND_GROUP_CACHE = 8192
 _lib, _ffi_ = _ffi.lib, _ffi.ffi
 _set_pipeline = _lib.wgpuComputePassEncoderSetPipeline
@@ -53,13 +60,16 @@ class Runtime:
         self.dev = dev
         self.device = dev.device
         self.queue = dev.device.queue
-        self.align = max(16, dev.limits["min-uniform-buffer-offset-alignment"])
+        if dev.limits["min-uniform-buffer-offset-alignment"] > _WINDOW:
+            raise BackendError("vulkan: min-uniform-buffer-offset-alignment above 256 bytes is not supported")
         self.max_groups = dev.limits["max-compute-workgroups-per-dimension"]
         usage = wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
         self.ring_gpu = self.device.create_buffer(size=_RING_BYTES, usage=usage)
         self.ring = bytearray(_RING_BYTES)
-        self._ring_end = _RING_BYTES - _WINDOW
-        self._bind_groups: dict[tuple[int, ...], Any] = {}
+        #: (PoolBuffer, ...) -> native bind group handle; ``_bg_objects`` keeps the Python objects (and so the
+        #: native bind groups) alive
+        self._bind_groups: dict[tuple[PoolBuffer, ...], Any] = {}
+        self._bg_objects: list[Any] = []
         self._offset = _ffi_.new("uint32_t[1]")
         self._staging: Any = None
         self._reset()
@@ -76,43 +86,71 @@ class Runtime:
     def pending(self) -> bool:
         return self._encoder is not None
 
-    def _open(self) -> None:
-        self._encoder = self.device.create_command_encoder()
+    def _open(self) -> Any:
+        """Open a compute pass (and the batch's encoder if needed); returns the pass's native handle."""
+        if self._encoder is None:
+            self._encoder = self.device.create_command_encoder()
         self._pass = self._encoder.begin_compute_pass()
         self._handle = self._pass._internal
+        self._last_pipeline = None
+        return self._handle
 
-    def _bind_group(self, kernel: Kernel, bufs: Sequence[PoolBuffer]) -> Any:
-        key = (kernel.nbuf, *[b.uid for b in bufs])
-        bg = self._bind_groups.get(key)
+    def _bind_group(self, bufs: tuple[PoolBuffer, ...]) -> Any:
+        entries: list[dict[str, Any]] = [
+            {"binding": 0, "resource": {"buffer": self.ring_gpu, "offset": 0, "size": _WINDOW}}
+        ]
+        for i, b in enumerate(bufs):
+            entries.append({"binding": i + 1, "resource": {"buffer": b.buf, "offset": 0, "size": b.size}})
+            b.fresh = False
+        layout = self.dev.bind_group_layout(len(bufs))
+        bg = self.device.create_bind_group(layout=layout, entries=entries)
+        self._bg_objects.append(bg)
+        handle = self._bind_groups[bufs] = bg._internal
+        return handle
+
+    def record(
+        self, pipeline: Any, bufs: tuple[PoolBuffer, ...], packer: Any, args: Sequence[Any], groups: Sequence[int]
+    ) -> None:
+        """Record one dispatch of the native ``pipeline`` over ``bufs`` (bindings 1..k); ``args`` packed with
+        ``packer`` (a ``struct.Struct``) become its params window. The hot path: keep it short."""
+        h = self._handle
+        if h is None:
+            h = self._open()
+        bg = self._bind_groups.get(bufs)
         if bg is None:
-            entries = [{"binding": 0, "resource": {"buffer": self.ring_gpu, "offset": 0, "size": _WINDOW}}]
-            for i, b in enumerate(bufs):
-                entries.append({"binding": i + 1, "resource": {"buffer": b.buf, "offset": 0, "size": b.size}})
-                b.fresh = False
-            layout = self.dev.bind_group_layout(kernel.nbuf)
-            # the cache keeps the Python object (and so the native bind group) alive; the hot path uses the handle
-            bg = self._bind_groups[key] = self.device.create_bind_group(layout=layout, entries=entries)
-        return bg
+            bg = self._bind_group(bufs)
+        pos = self.pos
+        packer.pack_into(self.ring, pos, *args)
+        if pipeline is not self._last_pipeline:
+            _set_pipeline(h, pipeline)
+            self._last_pipeline = pipeline
+        off = self._offset
+        off[0] = pos
+        _set_bind_group(h, 0, bg, 1, off)
+        _dispatch(h, groups[0], groups[1], groups[2])
+        self.pos = pos + _WINDOW
+        self.count = n = self.count + 1
+        if n >= FLUSH_DISPATCHES:
+            self.flush()
 
     def dispatch(
         self, kernel: Kernel, bufs: Sequence[PoolBuffer], fmt: str, args: Sequence[Any], groups: tuple[int, int, int]
     ) -> None:
-        """Record one dispatch; ``args`` packed with ``fmt`` become the kernel's params window."""
-        if self._handle is None:
-            self._open()
-        bg = self._bind_group(kernel, bufs)
-        pos = self.pos
-        struct.pack_into(fmt, self.ring, pos, *args)
-        h = self._handle
-        if kernel.handle is not self._last_pipeline:
-            _set_pipeline(h, kernel.handle)
-            self._last_pipeline = kernel.handle
-        self._offset[0] = pos
-        _set_bind_group(h, 0, bg._internal, 1, self._offset)
-        _dispatch(h, groups[0], groups[1], groups[2])
-        self.pos = pos + ((struct.calcsize(fmt) + self.align - 1) & -self.align)
-        self.count += 1
-        if self.count >= FLUSH_DISPATCHES or self.pos > self._ring_end:
+        """Record one dispatch of ``kernel`` (convenience form of :meth:`record` for tools and tests)."""
+        self.record(kernel.handle, tuple(bufs), struct.Struct(fmt), args, groups)
+
+    def copy(self, dst: PoolBuffer, dst_offset: int, src: PoolBuffer, src_offset: int, nbytes: int) -> None:
+        """Record a buffer copy in order with the recorded dispatches (offsets and size multiples of 4)."""
+        if self._encoder is None:
+            self._encoder = self.device.create_command_encoder()
+        if self._pass is not None:  # copies cannot be recorded inside a compute pass
+            self._pass.end()
+            self._pass = self._handle = None
+        self._encoder.copy_buffer_to_buffer(src.buf, src_offset, dst.buf, dst_offset, nbytes)
+        # an upload into either must now wait for this batch (see ``upload``)
+        src.fresh = dst.fresh = False
+        self.count = n = self.count + 1
+        if n >= FLUSH_DISPATCHES:
             self.flush()
 
     def _finish(self, extra: Any = None) -> None:
@@ -137,6 +175,7 @@ class Runtime:
             self._reset()
             if len(self._bind_groups) > _BIND_GROUP_CACHE:
                 self._bind_groups.clear()
+                self._bg_objects.clear()
 
     def flush(self) -> None:
         """Submit recorded work without waiting."""
@@ -183,3 +222,4 @@ class Runtime:
         """Forget cached bind groups (before pooled buffers are destroyed)."""
         self.flush()
         self._bind_groups.clear()
+        self._bg_objects.clear()

@@ -3,7 +3,15 @@
 Specialised by op, operand dtypes / scalar types, output dtype and *rank after coalescing* (dims that are
 contiguous in every operand are merged and size-1 dims dropped, so most calls are rank 1 or 2 and the index math is
 a couple of divisions). Shapes and strides are params, not literals, so one pipeline serves every shape of a rank;
-Python-number operands are params too (no recompiling per value).
+Python-number operands are params too (no recompiling per value). The formula becomes one WGSL function
+``vk_op(tensor operands...) -> stored value`` that both variants call:
+
+* ``scalar``: one invocation per element, strided offsets -- any layout;
+* ``vec4`` (the bandwidth path): rank 1 after coalescing, output stride 1, every tensor operand stride 1 or 0
+  (broadcast, loaded once as a scalar), ``n % 4 == 0``. Each invocation moves ``VEC_ITEMS`` vec4s per stride-1
+  operand, ``WORKGROUP`` vec4s apart (coalesced); all loads are issued before any store (bindings may alias, so
+  the compiler could not hoist them itself). The plan carries it as ``Plan.vec``, and the backend picks it per
+  call when every bound offset is a multiple of 4 (offsets are params, not part of the plan key).
 """
 
 from __future__ import annotations
@@ -55,6 +63,34 @@ def scalar_type(value: Any, compute: DType) -> str:
     return ct if ct in ("f32", "f16") else "f32"
 
 
+#: vec4s per invocation in the vec4 variant (8 floats: 32 bytes in flight per operand per thread)
+VEC_ITEMS = 2
+
+
+def _formula(op: str, out_dtype: DType, kinds: Sequence[tuple[str, Any]], compute: DType, nt: int) -> tuple[str, bool]:
+    """``fn vk_op(a1, a2, ...) -> <out storage type>`` (tensor operands as parameters in their compute types,
+    scalar operands read from params words ``nt..``), and whether it needs ``enable f16``."""
+    em = Emitter(COMPUTE_TYPE[compute])
+    vals: list[Any] = []
+    params: list[str] = []
+    s = nt
+    for kind, what in kinds:
+        if kind == "t":
+            name = f"a{len(params) + 1}"
+            params.append(f"{name}: {COMPUTE_TYPE[what]}")
+            vals.append(Expr(name, COMPUTE_TYPE[what], em))
+        else:
+            vals.append(Expr(_SCALAR_READ[what].format(w=s), what, em))
+            s += 1
+    result = ew.OPS[op].fn(WgslMath(em), *vals)
+    code, ty = em.value(result)
+    f16 = "f16" in (em.default_type, ty) or any(k == "t" and w is float16 for k, w in kinds)
+    body = "\n".join(em.lines)
+    fn = f"fn vk_op({', '.join(params)}) -> {STORAGE_TYPE[out_dtype]} {{\n{body}\n"
+    fn += f"    return {store_value(code, ty, out_dtype)};\n}}\n"
+    return "".join(em.helpers.values()) + fn, f16 or out_dtype is float16
+
+
 def source(op: str, out_dtype: DType, kinds: Sequence[tuple[str, Any]], rank: int, compute: DType) -> str:
     """WGSL for ``out = OPS[op](*args)``; ``kinds[i]`` is ``("t", dtype)`` for a tensor or ``("s", wgsl type)``."""
     tensors = [k[1] for k in kinds if k[0] == "t"]
@@ -63,47 +99,87 @@ def source(op: str, out_dtype: DType, kinds: Sequence[tuple[str, Any]], rank: in
     w_n = nt + nscal
     w_shape = w_n + 1
     w_strides = [w_shape + rank * (1 + i) for i in range(nt)]
-    em = Emitter(COMPUTE_TYPE[compute])
-    vals: list[Any] = []
-    t, s = 1, nt
-    for kind, what in kinds:
-        if kind == "t":
-            vals.append(Expr(load(f"b{t}", f"u32(o{t})", what), COMPUTE_TYPE[what], em))
-            t += 1
-        else:
-            vals.append(Expr(_SCALAR_READ[what].format(w=s), what, em))
-            s += 1
-    result = ew.OPS[op].fn(WgslMath(em), *vals)
-    code, ty = em.value(result)
+    fn, f16 = _formula(op, out_dtype, kinds, compute, nt)
     names = [f"o{i}" for i in range(nt)]
     dtypes = [out_dtype, *tensors]
-    f16 = any(d is float16 for d in dtypes) or "f16" in (em.default_type, ty)
+    operands = ", ".join(load(f"b{i}", f"u32(o{i})", d) for i, d in enumerate(tensors, 1))
     return (
         header([(f"b{i}", STORAGE_TYPE[d]) for i, d in enumerate(dtypes)], f16)
-        + "".join(em.helpers.values())
+        + fn
         + MAIN_1D
         + f"    if (gid >= pu({w_n}u)) {{ return; }}\n"
         + strided_offsets("gid", rank, w_shape, names, [f"pi({i}u)" for i in range(nt)], w_strides)
-        + "\n".join(em.lines)
-        + f"\n    b0[u32(o0)] = {store_value(code, ty, out_dtype)};\n}}\n"
+        + f"    b0[u32(o0)] = vk_op({operands});\n}}\n"
     )
 
 
-def build(dev: Device, op: str, out: Any, args: Sequence[Any]) -> tuple[Plan, tuple[int, ...]]:
-    """The plan for this call's op/dtypes/shapes/strides, and the arg positions of its scalar operands."""
+def vec_source(
+    op: str, out_dtype: DType, kinds: Sequence[tuple[str, Any]], compute: DType, broadcast: Sequence[bool]
+) -> str:
+    """The vec4 variant (see the module docstring); ``broadcast[i]`` is True for tensor operand i with stride 0."""
+    tensors = [k[1] for k in kinds if k[0] == "t"]
+    nt = len(tensors) + 1
+    w_n = nt + len(kinds) - len(tensors)
+    fn, f16 = _formula(op, out_dtype, kinds, compute, nt)
+    bufs = [("b0", f"vec4<{STORAGE_TYPE[out_dtype]}>")]
+    pre = [
+        f"    let n4 = pu({w_n}u) >> 2u;",
+        f"    let i0 = wid_lin * {WORKGROUP * VEC_ITEMS}u + lid;",
+        "    if (i0 >= n4) { return; }",
+        "    let q0 = pu(0u) >> 2u;",
+    ]
+    for i, (d, bc) in enumerate(zip(tensors, broadcast, strict=True), 1):
+        st = STORAGE_TYPE[d]
+        bufs.append((f"b{i}", st if bc else f"vec4<{st}>"))
+        pre.append(f"    let s{i} = {load(f'b{i}', f'pu({i}u)', d)};" if bc else f"    let q{i} = pu({i}u) >> 2u;")
+
+    def comp(i: int, d: DType, v: str, c: str) -> str:
+        return f"s{i}" if broadcast[i - 1] else (f"({v}.{c} != 0u)" if d is bool_ else f"{v}.{c}")
+
+    def result(k: str) -> str:
+        lanes = [
+            "vk_op(" + ", ".join(comp(i, d, f"v{i}_{k}", c) for i, d in enumerate(tensors, 1)) + ")" for c in "xyzw"
+        ]
+        return f"vec4<{STORAGE_TYPE[out_dtype]}>({', '.join(lanes)})"
+
+    loaded = [i for i in range(1, nt) if not broadcast[i - 1]]
+    full, tail = [], []
+    for k in range(VEC_ITEMS):  # every invocation's vec4s are in range: loads first, then compute + store
+        full += [f"        let v{i}_{k} = b{i}[q{i} + i0 + {k * WORKGROUP}u];" for i in loaded]
+    for k in range(VEC_ITEMS):
+        full.append(f"        b0[q0 + i0 + {k * WORKGROUP}u] = {result(str(k))};")
+    tail += [f"            let v{i}_t = b{i}[q{i} + i];" for i in loaded]
+    tail.append(f"            b0[q0 + i] = {result('t')};")
+    main = (
+        f"@compute @workgroup_size({WORKGROUP})\n"
+        "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n"
+        "        @builtin(local_invocation_index) lid: u32) {\n"
+        "    let wid_lin = wid.y * nwg.x + wid.x;\n"
+        + "\n".join(pre)
+        + f"\n    if (i0 + {(VEC_ITEMS - 1) * WORKGROUP}u < n4) {{\n"
+        + "\n".join(full)
+        + f"\n    }} else {{\n        for (var k = 0u; k < {VEC_ITEMS}u; k++) {{\n"
+        + f"            let i = i0 + k * {WORKGROUP}u;\n            if (i >= n4) {{ break; }}\n"
+        + "\n".join(tail)
+        + "\n        }\n    }\n}\n"
+    )
+    return header(bufs, f16) + fn + main
+
+
+def build(dev: Device, op: str, out: Any, args: Sequence[Any]) -> Plan:
+    """The plan for this call's op/dtypes/shapes/strides (its ``vec`` variant where the layout allows one)."""
     compute = compute_dtype(op, out.dtype, args)
     views = [out] + [a for a in args if hasattr(a, "storage")]
     kinds: list[tuple[str, Any]] = []
-    scalars: list[int] = []
-    for i, a in enumerate(args):
+    for a in args:
         if hasattr(a, "storage"):
             kinds.append(("t", a.dtype))
         else:
             kinds.append(("s", scalar_type(a, compute)))
-            scalars.append(i)
+    nscal = sum(k[0] == "s" for k in kinds)
     shape, strides = coalesce(out.shape, [v.strides for v in views])
     rank = len(shape)
-    nwords = len(views) * (1 + rank) + len(scalars) + 1 + rank
+    nwords = len(views) * (1 + rank) + nscal + 1 + rank
     if nwords > PARAM_WORDS:
         raise ValueError(f"rank {len(out.shape)} is too high for the params window ({nwords} > {PARAM_WORDS} words)")
     kernel = dev.kernel(source(op, out.dtype, kinds, rank, compute), len(views))
@@ -112,4 +188,9 @@ def build(dev: Device, op: str, out: Any, args: Sequence[Any]) -> tuple[Plan, tu
     fmt += "i" * (rank * len(views))
     static = (n, *shape, *[s for st in strides for s in st])
     spans = tuple(span(v.shape, v.strides) for v in views)
-    return Plan(kernel, fmt, static, grid(-(-n // WORKGROUP)), spans), tuple(scalars)
+    vec = None
+    if rank == 1 and n % 4 == 0 and strides[0][0] == 1 and all(st[0] in (0, 1) for st in strides[1:]):
+        vsrc = vec_source(op, out.dtype, kinds, compute, [st[0] == 0 for st in strides[1:]])
+        vgroups = grid(-(-n // (4 * WORKGROUP * VEC_ITEMS)))
+        vec = Plan(dev.kernel(vsrc, len(views)), fmt, static, vgroups, spans)
+    return Plan(kernel, fmt, static, grid(-(-n // WORKGROUP)), spans, vec)

@@ -1,17 +1,19 @@
 """A launch plan: what one kernel call needs beyond the per-call element offsets and scalar operands.
 
-Plans are cached by the (op, dtypes, shapes, strides) of a call, so a repeated op costs one dict lookup, one
-``struct.pack_into`` and three C calls. The params window of every kernel is laid out as
+Plans are cached by the (op, dtypes, shapes, strides) of a call, so a repeated op costs one dict lookup, a bounds
+check per view, one ``Struct.pack_into`` and three C calls. The params window of every kernel is laid out as
 ``[offset of each bound view..., dynamic scalars..., static words...]``.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..device import Kernel
+from .wgsl import PARAM_WORDS
 
 
 def span(shape: Sequence[int], strides: Sequence[int]) -> tuple[int, int]:
@@ -35,6 +37,18 @@ class Plan:
     groups: tuple[int, int, int]
     #: per bound view: (lo, hi) of span(); the backend checks offset+lo >= 0 and offset+hi < storage.numel
     spans: tuple[tuple[int, int], ...]
+    #: elementwise only: the vec4 variant (same params and spans), usable when every bound offset is a multiple of 4
+    vec: Plan | None = None
+    #: precompiled ``fmt`` (``struct.pack_into(fmt, ...)`` looks the format up in a cache on every call)
+    packer: struct.Struct = field(init=False)
+    #: the native pipeline handle (saves two attribute lookups per dispatch)
+    pipeline: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.packer = struct.Struct(self.fmt)
+        if self.packer.size > PARAM_WORDS * 4:
+            raise ValueError(f"params {self.fmt!r} exceed the {PARAM_WORDS * 4}-byte params window")
+        self.pipeline = self.kernel.handle
 
 
 def out_of_bounds(views: Sequence[Any], spans: Sequence[tuple[int, int]]) -> int:
