@@ -115,7 +115,8 @@ def test_train_then_eval_reproduces_accuracy(capsys: pytest.CaptureFixture[str],
         str(DATA),
     )
     assert code == 0, err
-    assert "epoch 1/1:" in err and "test accuracy" in stdout
+    assert "epoch 1/1:" in err  # the bar
+    assert "epoch 1/1: train loss" in stdout and "test accuracy" in stdout
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["device"].startswith(device) and metrics["test_samples"] == 1000 and len(metrics["epochs"]) == 1
     accuracy = metrics["test_accuracy"]

@@ -407,7 +407,7 @@ def test_wgpu_validation_error_recovers(vk, caplog):
     x = put(vk, np.arange(4, dtype=np.float32), D.float32)
     out = empty(vk, (4,), D.float32)
     vk.elementwise("neg", out, [x])  # builds a plan; reuse its kernel for a deliberately invalid dispatch
-    plan = next(p for k, p in vk.plans.items() if k[0] == "neg")[0]
+    plan = next(p for k, p in vk.plans.items() if k[0] == "neg")
     args = (0, 0, 4, 4, 1, 1)
     vk.rt.dispatch(plan.kernel, [out.storage.buffer, x.storage.buffer], plan.fmt, args, (70000, 1, 1))
     with pytest.raises(BackendError, match="lost"):

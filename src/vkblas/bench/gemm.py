@@ -7,8 +7,8 @@ PyTorch when installed (CPU fp32; on CUDA fp32 with TF32 off and TF32 on), plus 
 (CUDA when present, else CPU). Layouts: ``nn`` = A @ B, ``nt`` = A @ B.T (a Linear forward), ``tn`` = A.T @ B (a
 weight gradient); transposed operands are read through strides, as the autograd backward does.
 
-vkblas times are wall clock over a batch of back-to-back calls ended by one synchronize (what a training loop sees);
-the first call of a shape includes autotuning and is not timed.
+Times are wall clock over a batch of back-to-back calls (about 0.5 TFLOP of work) ended by one synchronize, for vkblas
+and for cuBLAS alike (what a training loop sees); the first call of a shape includes autotuning and is not timed.
 """
 
 from __future__ import annotations
@@ -120,20 +120,21 @@ class _Vk:
         self.be.matmul(out, va, vb)  # first call: autotune + compile
         self.be.synchronize()
 
-        def step() -> None:
-            self.be.matmul(out, va, vb)
-            self.be.synchronize()
-
         # batch several calls per sync for small shapes: that is how a training loop records them
-        inner = max(1, min(50, int(2e9 / s.flops)))
+        inner = _inner(s)
 
         def batch() -> None:
             for _ in range(inner):
                 self.be.matmul(out, va, vb)
             self.be.synchronize()
 
-        gf = _time(batch, s.flops * inner) if inner > 1 else _time(step, s.flops)
+        gf = _time(batch, s.flops * inner)
         return gf, self.be.to_numpy(out)
+
+
+def _inner(s: Shape) -> int:
+    """Calls per sync: enough GPU work (~0.5 TFLOP) that one sync's latency does not dominate (both libraries)."""
+    return max(1, min(200, int(5e11 / s.flops)))
 
 
 def _torch() -> Any:
@@ -155,12 +156,15 @@ def _torch_run(torch: Any, s: Shape, a: np.ndarray, b: np.ndarray, dev: str, tf3
         torch.backends.cudnn.allow_tf32 = tf32
     out = torch.matmul(ta, tb)
 
+    inner = _inner(s) if cuda else 1
+
     def step() -> None:
-        torch.matmul(ta, tb, out=out)
+        for _ in range(inner):
+            torch.matmul(ta, tb, out=out)
         if cuda:
             torch.cuda.synchronize()
 
-    gf = _time(step, s.flops)
+    gf = _time(step, s.flops * inner)
     return gf, out.cpu().numpy()
 
 

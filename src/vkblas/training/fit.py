@@ -137,8 +137,7 @@ def fit(cfg: TrainConfig, on_epoch: EpochCallback | None = None) -> dict[str, An
         model, optimizer, loss_fn, train_loader, test_loader, cfg.epochs, cfg.learning_rate, show=cfg.progress
     ):
         history.append(record)
-        if cfg.progress:
-            tqdm.write(_epoch_line(record, cfg.epochs))
+        tqdm.write(_epoch_line(record, cfg.epochs))  # with or without bars: one line per epoch on stdout
         if on_epoch is not None:
             on_epoch(record)
     train_seconds = history[-1]["train_seconds_total"]

@@ -161,24 +161,17 @@ class VulkanBackend(Backend):
                 offs.append(o)
         except AttributeError:
             raise self._error(BackendError, op, views, "an operand does not live on this device") from None
-        self._record(op, plan, tuple(bufs), (*offs, *scalars, *plan.static), groups, views, scalars)
-
-    def _record(
-        self,
-        op: str,
-        plan: Plan,
-        bufs: tuple[Any, ...],
-        args: tuple[Any, ...],
-        groups: tuple[int, int, int],
-        views: Sequence[View],
-        scalars: Sequence[Any],
-    ) -> None:
+        offs += scalars
+        offs.append(plan.static_bytes)
         try:
-            self.rt.record(plan.pipeline, bufs, plan.packer, args, groups)
+            self.rt.record(plan.pipeline, tuple(bufs), plan.packer, offs, groups)
         except BackendError:
             raise
         except Exception as e:  # noqa: BLE001 - struct.error for out-of-range scalars, wgpu errors
-            raise self._error(BackendError, op, [*views, *scalars], f"recording the dispatch failed: {e}") from e
+            raise self._record_error(op, views, scalars, e) from e
+
+    def _record_error(self, op: str, views: Sequence[View], scalars: Sequence[Any], e: Exception) -> BackendError:
+        return self._error(BackendError, op, [*views, *scalars], f"recording the dispatch failed: {e}")
 
     def _plan(self, key: Any, op: str, operands: Sequence[Any], build: Any) -> Any:
         """Cached plan for ``key``; builds it with validation-error wrapping on a miss."""
@@ -233,7 +226,14 @@ class VulkanBackend(Backend):
             raise self._error(BackendError, op, views, "an operand does not live on this device") from None
         if plan.vec is not None and not aligned & 3:
             plan = plan.vec
-        self._record(op, plan, tuple(bufs), (*offs, *scalars, *plan.static), plan.groups, views, scalars)
+        offs += scalars
+        offs.append(plan.static_bytes)
+        try:
+            self.rt.record(plan.pipeline, tuple(bufs), plan.packer, offs, plan.groups)
+        except BackendError:
+            raise
+        except Exception as e:  # noqa: BLE001 - struct.error for out-of-range scalars, wgpu errors
+            raise self._record_error(op, views, scalars, e) from e
 
     def _build_elementwise(self, op: str, out: View, args: Sequence[Any]) -> Any:
         spec = ew.OPS.get(op)

@@ -79,6 +79,8 @@ def _v(name: str, bm: int, bn: int, bk: int, tm: int, tn: int, **kw: Any) -> Var
 VARIANTS: tuple[Variant, ...] = (
     _v("128x128k8.8x8.db", 128, 128, 8, 8, 8),
     _v("128x256k8.8x16.db", 128, 256, 8, 8, 16),
+    _v("256x128k8.16x8.db", 256, 128, 8, 16, 8),
+    _v("128x256k8.8x16.db.p0", 128, 256, 8, 8, 16, pad=0),
     _v("128x128k16.8x8.db", 128, 128, 16, 8, 8),
     _v("128x128k8.8x8.ss", 128, 128, 8, 8, 8, stages=1),
     _v("128x128k8.8x8.db.p0", 128, 128, 8, 8, 8, pad=0),
@@ -90,6 +92,9 @@ VARIANTS: tuple[Variant, ...] = (
     _v("32x32k16.4x4.db", 32, 32, 16, 4, 4),
     _v("128x128k16.8x8.h16", 128, 128, 16, 8, 8, f16_math=True),
     _v("64x64k16.4x4.h16", 64, 64, 16, 4, 4, f16_math=True),
+    _v("64x128k16.4x8.h16", 64, 128, 16, 4, 8, f16_math=True),
+    _v("128x64k16.8x4.h16", 128, 64, 16, 8, 4, f16_math=True),
+    _v("32x64k16.4x4.h16", 32, 64, 16, 4, 4, f16_math=True),
 )
 BY_NAME = {v.name: v for v in VARIANTS}
 
@@ -398,14 +403,21 @@ def encode(backend: Any, out: View, a: View, b: View) -> None:
 
 def default_choice(spec_dtype: DType, m: int, n: int, k: int, nbatch: int, limits: dict[str, Any]) -> tuple[
         Variant, int]:
-    """Heuristic variant and split count (used when autotuning is off or not worth it)."""
+    """Heuristic variant and split count (used when autotuning is off or not worth it). Picked from what the
+    tuner chose on an H200 (see BENCHMARKS.md): the biggest tile that still gives enough workgroups; f16 multiplies
+    in f16 (f32 accumulation across K tiles); split-K when the output alone gives few workgroups."""
     work = m * n * nbatch
-    if work >= 128 * 128 * 128 and min(m, n) >= 128:
-        v = BY_NAME["128x128k8.8x8.db"]
+    h16 = spec_dtype is float16
+    if work >= 2048 * 2048 and min(m, n) >= 256:
+        names = ["64x64k16.4x4.h16"] if h16 else ["128x256k8.8x16.db", "128x128k8.8x8.db"]
+    elif work >= 1024 * 1024 and min(m, n) >= 128:
+        names = ["64x64k16.4x4.h16"] if h16 else ["128x128k8.8x8.db"]
     elif work >= 64 * 64 * 128 and min(m, n) >= 64:
-        v = BY_NAME["64x64k16.4x4.db"]
+        names = ["64x64k16.4x4.h16"] if h16 else ["64x64k16.4x4.db"]
     else:
-        v = BY_NAME["32x32k16.4x4.db"]
+        names = ["32x64k16.4x4.db"] if min(m, n) >= 32 else ["32x32k16.4x4.db"]
+    spec = Spec(spec_dtype, 0, "si", "si", False, False)
+    v = next((BY_NAME[x] for x in names if applicable(BY_NAME[x], spec, limits)), BY_NAME["32x32k16.4x4.db"])
     tiles = -(-m // v.bm) * -(-n // v.bn) * nbatch
     splits = 1
     if k >= 1024 and tiles < 128:
@@ -425,8 +437,8 @@ def candidates(spec_dtype: DType, m: int, n: int, k: int, nbatch: int, limits: d
             continue
         tiles = -(-m // v.bm) * -(-n // v.bn) * nbatch
         out.append((v, 1))
-        if k >= 1024 and tiles < 256:
-            for s in (4, 16):
+        if k >= 512 and tiles < 256:
+            for s in (2, 4, 16):
                 if k // s >= 128:
                     out.append((v, s))
     d = default_choice(spec_dtype, m, n, k, nbatch, limits)

@@ -2,7 +2,8 @@
 
 Plans are cached by the (op, dtypes, shapes, strides) of a call, so a repeated op costs one dict lookup, a bounds
 check per view, one ``Struct.pack_into`` and three C calls. The params window of every kernel is laid out as
-``[offset of each bound view..., dynamic scalars..., static words...]``.
+``[offset of each bound view..., dynamic scalars..., static words...]``; the static words are packed once per plan
+(``Plan.static_bytes``) and written by the same ``pack_into`` as one ``Ns`` field.
 """
 
 from __future__ import annotations
@@ -39,16 +40,35 @@ class Plan:
     spans: tuple[tuple[int, int], ...]
     #: elementwise only: the vec4 variant (same params and spans), usable when every bound offset is a multiple of 4
     vec: Plan | None = None
-    #: precompiled ``fmt`` (``struct.pack_into(fmt, ...)`` looks the format up in a cache on every call)
+    #: packs (offsets..., scalars..., static_bytes) -- the dynamic part of ``fmt`` plus the pre-packed static words
     packer: struct.Struct = field(init=False)
+    static_bytes: bytes = field(init=False)
     #: the native pipeline handle (saves two attribute lookups per dispatch)
     pipeline: Any = field(init=False)
 
     def __post_init__(self) -> None:
-        self.packer = struct.Struct(self.fmt)
+        codes = _codes(self.fmt)
+        ndyn = len(codes) - len(self.static)
+        self.static_bytes = struct.pack("<" + "".join(codes[ndyn:]), *self.static)
+        self.packer = struct.Struct("<" + "".join(codes[:ndyn]) + f"{len(self.static_bytes)}s")
         if self.packer.size > PARAM_WORDS * 4:
             raise ValueError(f"params {self.fmt!r} exceed the {PARAM_WORDS * 4}-byte params window")
         self.pipeline = self.kernel.handle
+
+
+def _codes(fmt: str) -> list[str]:
+    """``"<iiI2f"`` -> ``["i", "i", "I", "f", "f"]`` (little-endian, no padding: formats start with ``<``)."""
+    if not fmt.startswith("<"):
+        raise ValueError(f"params format {fmt!r} must start with '<'")
+    codes: list[str] = []
+    count = ""
+    for c in fmt[1:]:
+        if c.isdigit():
+            count += c
+        else:
+            codes += [c] * int(count or 1)
+            count = ""
+    return codes
 
 
 def out_of_bounds(views: Sequence[Any], spans: Sequence[tuple[int, int]]) -> int:
