@@ -23,6 +23,7 @@ os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
 wgpu = pytest.importorskip("wgpu")
 from vkblas.backend.vulkan import VulkanBackend, list_adapters  # noqa: E402
 from vkblas.backend.vulkan import queue as vk_queue  # noqa: E402
+from vkblas.backend.vulkan.kernels.reduce import SplitPlan  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -245,6 +246,7 @@ def test_reduce_empty_sum_and_errors(vk):
     assert vk.to_numpy(total) == 0.0
     with pytest.raises(ValueError, match="empty"):
         vk.reduce("max", out, x, (1,))
+    vk.reduce("sum", empty(vk, (0,), D.float32), put(vk, np.zeros(1, np.float32), D.float32, (0, 99999), (0, 0)), (1,))
 
 
 def test_argmax_ties(vk):
@@ -414,3 +416,176 @@ def test_wgpu_validation_error_recovers(vk, caplog):
         vk.synchronize()
     vk.elementwise("add", out, [x, 2.0])
     np.testing.assert_array_equal(vk.to_numpy(out), [2, 3, 4, 5])
+
+
+# ---------------------------------------------------------------- vec4 elementwise variant
+
+
+class _Recorded:
+    """Collects the pipelines that ``rt.record`` dispatches (to see which variant ran)."""
+
+    def __init__(self, vk):
+        self.vk, self.pipelines = vk, []
+
+    def __enter__(self):
+        rt = self.vk.rt
+        self.orig = rt.record
+
+        def spy(pipeline, *a):
+            self.pipelines.append(pipeline)
+            return self.orig(pipeline, *a)
+
+        rt.record = spy
+        return self
+
+    def __exit__(self, *exc):
+        del self.vk.rt.record
+
+
+def _plan_of(vk, op, out, args):
+    key = [op, out.dtype, out.shape, out.strides]
+    for a in args:
+        key += (a.dtype, a.shape, a.strides) if isinstance(a, View) else (type(a),)
+    return vk.plans[tuple(key)]
+
+
+@pytest.mark.parametrize("n", [4, 8, 2048, 2052, 4100, 6, 4097])
+def test_elementwise_vec4_choice(vk, n):
+    """vec4 when rank 1, n % 4 == 0 and every offset % 4 == 0 (full and tail paths); scalar otherwise."""
+    a, b = RNG.standard_normal(n + 8), RNG.standard_normal(n + 8)
+    for off_a, off_out in [(0, 0), (4, 8), (1, 0), (0, 3)]:
+        va, ca = both(a, D.float32, vk, shape=(n,), strides=(1,), offset=off_a)
+        vb, cb = both(b, D.float32, vk, shape=(n,), strides=(1,), offset=4)
+        out = View(vk.alloc(n + 8, D.float32), (n,), (1,), off_out)
+        with _Recorded(vk) as rec:
+            vk.elementwise("add", out, [va, vb])
+        plan = _plan_of(vk, "add", out, [va, vb])
+        vec = n % 4 == 0 and off_a % 4 == 0 and off_out % 4 == 0
+        assert (plan.vec is not None) == (n % 4 == 0)
+        assert rec.pipelines == [plan.vec.pipeline if vec else plan.pipeline]
+        want = CPU.to_numpy(ca) + CPU.to_numpy(cb)
+        np.testing.assert_allclose(vk.to_numpy(out), want, rtol=1e-6, atol=1e-6, err_msg=f"n={n} {off_a},{off_out}")
+
+
+def test_elementwise_vec4_dtypes_and_broadcast(vk):
+    n = 1028
+    c = RNG.random(n) > 0.5
+    x, y = RNG.standard_normal(n), RNG.standard_normal(1)
+    vc, vx = put(vk, c, D.bool_), put(vk, x, D.float32)
+    vy = put(vk, np.concatenate([[7.0], y]), D.float32, shape=(n,), strides=(0,), offset=1)  # broadcast, offset 1
+    out = empty(vk, (n,), D.float32)
+    with _Recorded(vk) as rec:
+        vk.elementwise("where", out, [vc, vx, vy])
+    assert rec.pipelines == [_plan_of(vk, "where", out, [vc, vx, vy]).pipeline]  # offset 1: scalar variant
+    np.testing.assert_allclose(vk.to_numpy(out), np.where(c, x, y[0]), rtol=1e-6)
+    vy0 = put(vk, y, D.float32, shape=(n,), strides=(0,))
+    with _Recorded(vk) as rec:
+        vk.elementwise("where", out, [vc, vx, vy0])
+    assert rec.pipelines == [_plan_of(vk, "where", out, [vc, vx, vy0]).vec.pipeline]
+    np.testing.assert_allclose(vk.to_numpy(out), np.where(c, x, y[0]), rtol=1e-6)
+    ob = empty(vk, (n,), D.bool_)
+    vk.elementwise("gt", ob, [vx, 0.25])  # bool output: vec4<u32>
+    np.testing.assert_array_equal(vk.to_numpy(ob), x > 0.25)
+    i = RNG.integers(-50, 50, n).astype(np.int32)
+    oi = empty(vk, (n,), D.int32)
+    vk.elementwise("mul", oi, [put(vk, i, D.int32), 3])
+    np.testing.assert_array_equal(vk.to_numpy(oi), i * 3)
+    if vk.supports(D.float16):
+        h = empty(vk, (n,), D.float16)
+        vk.elementwise("mul", h, [put(vk, x, D.float16), 2.0])
+        np.testing.assert_allclose(vk.to_numpy(h), (x.astype(np.float16) * 2).astype(np.float16), rtol=1e-3)
+
+
+# ---------------------------------------------------------------- reductions: rows, split
+
+
+def _reduce_check(vk, x: np.ndarray, op: str, axes, dtype=D.float32, **layout):
+    v, c = both(x, dtype, vk, **layout)
+    shape = tuple(n for d, n in enumerate(v.shape) if d not in [a % len(v.shape) for a in axes])
+    odt = D.int32 if op.startswith("arg") or dtype is D.bool_ else dtype
+    ov, oc = empty(vk, shape, odt), empty(CPU, shape, D.int32 if odt is D.int32 else D.float64)
+    vk.reduce(op, ov, v, tuple(axes))
+    CPU.reduce(op, oc, c, tuple(axes))
+    got, want = vk.to_numpy(ov), CPU.to_numpy(oc)
+    if odt is D.int32:
+        np.testing.assert_array_equal(got, want, err_msg=f"{op} {x.shape} {axes}")
+    else:
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-4, err_msg=f"{op} {x.shape} {axes}")
+
+
+@pytest.mark.parametrize("rows", [64, 65, 1000, 20000])
+def test_reduce_tall_split(vk, rows):
+    """Sum over dim 0 of (N, 10) (the bias-gradient shape): no split at 64 rows, interleaved splits above."""
+    x = RNG.standard_normal((rows, 10))
+    x[rows // 2, 3] = x[rows - 1, 4] = 50.0  # ties for argmax across splits: the first wins
+    for op in ("sum", "max", "argmax", "argmin"):
+        _reduce_check(vk, x, op, (0,))
+    key = ("reduce", "sum", D.float32, (10,), (1,), D.float32, (rows, 10), (10, 1), (0,))
+    assert isinstance(vk.plans[key], SplitPlan) == (rows > 64)
+
+
+@pytest.mark.parametrize("n", [16384, 16385, 100_003])
+def test_reduce_long_split(vk, n):
+    """A long contiguous row into one output: chunked splits from 16385 elements (64 trips of 256 lanes)."""
+    x = RNG.standard_normal(n)
+    x[n // 3] = x[n - 2] = 9.0
+    for op in ("sum", "max", "argmax", "min", "argmin"):
+        _reduce_check(vk, x, op, (0,))
+    _reduce_check(vk, RNG.standard_normal((3, n // 3)), "sum", (1,))
+    _reduce_check(vk, RNG.random(n) > 0.5, "sum", (0,), D.bool_)
+    _reduce_check(vk, RNG.integers(-9, 9, n), "max", (0,), D.int32)
+
+
+def test_reduce_rows_cooperative(vk):
+    """Rows of 2..1000 contiguous elements (softmax / cross-entropy shapes), strided inputs, f16 workspaces."""
+    for shape in [(300, 10), (50, 1000), (7, 3), (1000, 2), (33, 129)]:
+        x = RNG.standard_normal(shape)
+        for op in ("sum", "max", "argmax"):
+            _reduce_check(vk, x, op, (1,))
+    xt = RNG.standard_normal((200, 30))  # viewed transposed: reduced dim strided
+    _reduce_check(vk, xt, "sum", (1,), shape=(30, 200), strides=(1, 30))
+    _reduce_check(vk, xt, "argmin", (0,), shape=(30, 200), strides=(1, 30))
+    _reduce_check(vk, RNG.standard_normal((4, 50, 6)), "sum", (0, 2))
+    if vk.supports(D.float16):
+        h = RNG.standard_normal(40000).astype(np.float16)
+        out = empty(vk, (), D.float16)
+        vk.reduce("max", out, put(vk, h, D.float16), (0,))
+        assert vk.to_numpy(out) == h.max()
+
+
+def test_reduce_beyond_loop_limit(vk):
+    """2**24 + 3 elements into one output (one invocation used to loop > 65535 times on llvmpipe)."""
+    n = (1 << 24) + 3
+    ones = put(vk, np.ones(1, np.int32), D.int32, shape=(n,), strides=(0,))
+    out = empty(vk, (), D.int32)
+    vk.reduce("sum", out, ones, (0,))
+    assert int(vk.to_numpy(out)) == n
+    x = np.zeros(n, np.float32)
+    x[n - 1] = 2.0
+    x[7] = 1.0
+    vx = put(vk, x, D.float32)
+    vk.reduce("argmax", out, vx, (0,))
+    assert int(vk.to_numpy(out)) == n - 1
+    s = empty(vk, (), D.float32)
+    vk.reduce("sum", s, vx, (0,))
+    assert float(vk.to_numpy(s)) == 3.0
+
+
+# ---------------------------------------------------------------- device copy
+
+
+def test_device_copy_in_order(vk):
+    x = put(vk, np.arange(100, dtype=np.float32), D.float32)
+    y = empty(vk, (100,), D.float32)
+    z = empty(vk, (100,), D.float32)
+    vk.elementwise("mul", x, [x, 2.0])  # recorded before the copy
+    vk.device_copy(y.storage, x.storage, 400)
+    vk.elementwise("add", z, [y, 1.0])  # reads the copy: a new compute pass after it
+    np.testing.assert_array_equal(vk.to_numpy(z), np.arange(100) * 2 + 1)
+    with pytest.raises(BackendError, match="multiple of 4"):
+        vk.device_copy(y.storage, x.storage, 6)
+    with pytest.raises(BackendError, match="one buffer"):
+        vk.device_copy(x.storage, x.storage, 4)
+    with pytest.raises(BackendError, match="exceed"):
+        vk.device_copy(y.storage, x.storage, 1 << 20)
+    assert vk.copy_bandwidth(1 << 16, reps=2) > 0

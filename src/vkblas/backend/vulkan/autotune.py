@@ -48,8 +48,10 @@ def _bucket(n: int) -> int:
 
 
 def shape_class(spec: Spec, m: int, n: int, k: int, nbatch: int) -> str:
-    return (f"{spec.dtype.name}|{spec.a_mode}{spec.b_mode}|{'o4' if spec.out_vec else 'o1'}|"
-            f"{'b' if nbatch > 1 else 's'}|{_bucket(m)}x{_bucket(n)}x{_bucket(k)}")
+    return (
+        f"{spec.dtype.name}|{spec.a_mode}{spec.b_mode}|{'o4' if spec.out_vec else 'o1'}|"
+        f"{'b' if nbatch > 1 else 's'}|{_bucket(m)}x{_bucket(n)}x{_bucket(k)}"
+    )
 
 
 class Tuner:
@@ -110,8 +112,10 @@ class Tuner:
             gp = gemm.build_plan(self.backend, out, a, b, v, s)
             if self.verify(gp):
                 return gp
-        raise BackendError(f"matmul on vulkan ({self.backend.dev.info['name']}): every GEMM variant failed its "
-                           f"self-check ({sorted(self.disabled)})")
+        raise BackendError(
+            f"matmul on vulkan ({self.backend.dev.info['name']}): every GEMM variant failed its "
+            f"self-check ({sorted(self.disabled)})"
+        )
 
     def _parse(self, entry: str | None) -> tuple[Variant, int] | None:
         if not entry:
@@ -162,15 +166,21 @@ class Tuner:
         device = dev.device
         launches = gemm.launches(be, gp, out, a, b)
         align = 256  # a multiple of min-uniform-buffer-offset-alignment on every adapter
-        ubuf = device.create_buffer(size=align * len(launches), usage=wgpu.BufferUsage.UNIFORM |
-                                    wgpu.BufferUsage.COPY_DST)
+        ubuf = device.create_buffer(
+            size=align * len(launches), usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
+        )
         raw = bytearray(align * len(launches))
         groups = []
         for i, (plan, views, scalars, grid) in enumerate(launches):
             struct.pack_into(plan.fmt, raw, i * align, *[v.offset for v in views], *scalars, *plan.static)
             entries = [{"binding": 0, "resource": {"buffer": ubuf, "offset": 0, "size": align}}]
-            entries += [{"binding": j + 1, "resource": {"buffer": v.storage.buffer.buf, "offset": 0,
-                                                        "size": v.storage.buffer.size}} for j, v in enumerate(views)]
+            entries += [
+                {
+                    "binding": j + 1,
+                    "resource": {"buffer": v.storage.buffer.buf, "offset": 0, "size": v.storage.buffer.size},
+                }
+                for j, v in enumerate(views)
+            ]
             bg = device.create_bind_group(layout=dev.bind_group_layout(plan.kernel.nbuf), entries=entries)
             groups.append((plan.kernel.pipeline, bg, i * align, grid))
         device.queue.write_buffer(ubuf, 0, raw)
@@ -178,8 +188,9 @@ class Tuner:
         ts: dict[str, Any] = {}
         if self.timestamps:
             qs = device.create_query_set(type="timestamp", count=2)
-            ts = {"timestamp_writes": {"query_set": qs, "beginning_of_pass_write_index": 0,
-                                       "end_of_pass_write_index": 1}}
+            ts = {
+                "timestamp_writes": {"query_set": qs, "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1}
+            }
         cpass = enc.begin_compute_pass(**ts)
         for _ in range(reps):
             for pipe, bg, off, grid in groups:
@@ -189,8 +200,7 @@ class Tuner:
         cpass.end()
         read = device.create_buffer(size=16, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
         if self.timestamps:
-            resolve = device.create_buffer(size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE |
-                                           wgpu.BufferUsage.COPY_SRC)
+            resolve = device.create_buffer(size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
             enc.resolve_query_set(ts["timestamp_writes"]["query_set"], 0, 2, resolve, 0)
             enc.copy_buffer_to_buffer(resolve, 0, read, 0, 16)
         t0 = time.perf_counter()
@@ -216,17 +226,29 @@ class Tuner:
             self.verified.add(key)
             return True
         self.disabled.add(gp.variant.name)
-        warnings.warn(f"vkblas: GEMM variant {gp.variant.name} ({gp.spec.dtype.name}, loads {gp.spec.a_mode}/"
-                      f"{gp.spec.b_mode}) gave wrong results on {self.backend.dev.info['name']} (max error {err:.3g}); "
-                      "it is disabled", RuntimeWarning, stacklevel=4)
+        warnings.warn(
+            f"vkblas: GEMM variant {gp.variant.name} ({gp.spec.dtype.name}, loads {gp.spec.a_mode}/"
+            f"{gp.spec.b_mode}) gave wrong results on {self.backend.dev.info['name']} (max error {err:.3g}); "
+            "it is disabled",
+            RuntimeWarning,
+            stacklevel=4,
+        )
         return False
 
 
-def _operand(be: Any, rng: np.random.Generator, dtype: Any, rows: int, cols: int, mode: str, nb: int, i_first: bool,
-             ) -> tuple[View, np.ndarray]:
+def _operand(
+    be: Any,
+    rng: np.random.Generator,
+    dtype: Any,
+    rows: int,
+    cols: int,
+    mode: str,
+    nb: int,
+    i_first: bool,
+) -> tuple[View, np.ndarray]:
     """A (nb, rows, cols) device view whose load mode is ``mode`` (rows x cols is the logical operand; ``i_first``
     says whether the M/N axis is rows) and its host values."""
-    host = (rng.integers(-3, 4, (nb, rows, cols)) if dtype is int32 else rng.standard_normal((nb, rows, cols)))
+    host = rng.integers(-3, 4, (nb, rows, cols)) if dtype is int32 else rng.standard_normal((nb, rows, cols))
     host = host.astype(dtype.np)
     # which axis is contiguous: the "i" (M/N) axis for vi/si, the K axis for vk/sk
     i_contig = mode in ("vi", "si")

@@ -124,8 +124,9 @@ def applicable(v: Variant, spec: Spec, limits: dict[str, Any]) -> bool:
 # ---------------------------------------------------------------------------------------------------- generator
 
 
-def _load_code(op: str, mode: str, tile: int, bk: int, nt: int, smem: str, ctype: str, row_v: int) -> tuple[
-        list[str], list[str]]:
+def _load_code(
+    op: str, mode: str, tile: int, bk: int, nt: int, smem: str, ctype: str, row_v: int
+) -> tuple[list[str], list[str]]:
     """(load-into-registers lines, store-to-workgroup-memory lines) for one operand tile of ``tile x bk``.
 
     ``op`` is "a" (tile rows = M) or "b" (tile rows = N); registers are ``{op}r{i}``; ``sbase`` is the vec4 offset
@@ -162,12 +163,15 @@ def _load_code(op: str, mode: str, tile: int, bk: int, nt: int, smem: str, ctype
         if mode == "vi":
             stores.append(f"    {pre}{smem}[sbase + k{op}{r} * {row_v}u + (i{op}{r} >> 2u)] = {op}r{r};{post}")
         elif mode == "vk":
-            parts = [f"{smem}[sbase + (k{op}{r} + {c}u) * {row_v}u + (i{op}{r} >> 2u)][i{op}{r} & 3u] = "
-                     f"{op}r{r}[{c}];" for c in range(4)]
+            parts = [
+                f"{smem}[sbase + (k{op}{r} + {c}u) * {row_v}u + (i{op}{r} >> 2u)][i{op}{r} & 3u] = {op}r{r}[{c}];"
+                for c in range(4)
+            ]
             stores.append(f"    {pre}{' '.join(parts)}{post}")
         else:
-            stores.append(f"    {pre}{smem}[sbase + k{op}{r} * {row_v}u + (i{op}{r} >> 2u)][i{op}{r} & 3u] = "
-                          f"{op}r{r};{post}")
+            stores.append(
+                f"    {pre}{smem}[sbase + k{op}{r} * {row_v}u + (i{op}{r} >> 2u)][i{op}{r} & 3u] = {op}r{r};{post}"
+            )
     return loads, stores
 
 
@@ -184,9 +188,11 @@ def source(v: Variant, spec: Spec) -> str:
     gm, gn = v.tm // 4, v.tn // 4  # vec4 groups per thread
     row_a, row_b = v.bm // 4 + v.pad, v.bn // 4 + v.pad  # workgroup-memory row length in vec4s
     size_a, size_b = v.bk * row_a, v.bk * row_b
-    bufs = [("go", f"vec4<{out_t}>" if spec.out_vec else out_t),
-            ("ga", f"vec4<{st}>" if spec.a_mode[0] == "v" else st),
-            ("gb", f"vec4<{st}>" if spec.b_mode[0] == "v" else st)]
+    bufs = [
+        ("go", f"vec4<{out_t}>" if spec.out_vec else out_t),
+        ("ga", f"vec4<{st}>" if spec.a_mode[0] == "v" else st),
+        ("gb", f"vec4<{st}>" if spec.b_mode[0] == "v" else st),
+    ]
     src = header(bufs, dt is float16)
     src += f"var<workgroup> As: array<vec4<{ctype}>, {v.stages * size_a}>;\n"
     src += f"var<workgroup> Bs: array<vec4<{ctype}>, {v.stages * size_b}>;\n"
@@ -262,8 +268,10 @@ def source(v: Variant, spec: Spec) -> str:
                 col = f"(i0b + {h * 4 * wx}u + tx * 4u)"
                 val = f"c{i}_{h}" if out_t == acc else f"{cv}(c{i}_{h})"
                 if spec.out_vec:
-                    src += (f"    if (row{i} < M && {col} < N) {{ go[u32((oo + i32(row{i} * N + {col})) >> 2)] = "
-                            f"{val}; }}\n")
+                    src += (
+                        f"    if (row{i} < M && {col} < N) {{ go[u32((oo + i32(row{i} * N + {col})) >> 2)] = "
+                        f"{val}; }}\n"
+                    )
                 else:
                     src += f"    {{ let v = {val}; let col = {col}; let base = oo + i32(row{i} * N + col);\n"
                     for c in range(4):
@@ -348,8 +356,22 @@ def build_plan(backend: Any, out: View, a: View, b: View, v: Variant, splits: in
     fmt = "<iiiI" + "I" * 3 + "i" * 4 + "III" + "I" * spec.rank + "i" * (3 * spec.rank)
     total = nbatch * M * N
     ostrides = bstrides[0]
-    static = (M, N, K, a.strides[-2], a.strides[-1], b.strides[-2], b.strides[-1], splits, kchunk,
-              total if splits > 1 else 0, *bshape, *ostrides, *bstrides[1], *bstrides[2])
+    static = (
+        M,
+        N,
+        K,
+        a.strides[-2],
+        a.strides[-1],
+        b.strides[-2],
+        b.strides[-1],
+        splits,
+        kchunk,
+        total if splits > 1 else 0,
+        *bshape,
+        *ostrides,
+        *bstrides[1],
+        *bstrides[2],
+    )
     zstep = max(1, (max_groups // splits)) * splits
     groups = (gx, gy, min(nbatch * splits, zstep))
     if splits > 1:
@@ -361,13 +383,19 @@ def build_plan(backend: Any, out: View, a: View, b: View, v: Variant, splits: in
     red = None
     if splits > 1:
         rk = backend.dev.kernel(reduce_source(out.dtype), 2)
-        red = Plan(rk, "<iiII", (total, splits), grid(-(-total // WORKGROUP), max_groups),
-                   ((0, total - 1), (0, splits * total - 1)))
+        red = Plan(
+            rk,
+            "<iiII",
+            (total, splits),
+            grid(-(-total // WORKGROUP), max_groups),
+            ((0, total - 1), (0, splits * total - 1)),
+        )
     return GemmPlan(v, spec, splits, plan, red, nbatch, zstep)
 
 
-def launches(backend: Any, gp: GemmPlan, out: View, a: View, b: View) -> list[
-        tuple[Plan, tuple[View, ...], tuple[int, ...], tuple[int, int, int]]]:
+def launches(
+    backend: Any, gp: GemmPlan, out: View, a: View, b: View
+) -> list[tuple[Plan, tuple[View, ...], tuple[int, ...], tuple[int, int, int]]]:
     """The dispatches of ``gp`` as (plan, bound views, dynamic scalars, grid); allocates the split-K workspace."""
     if out.numel == 0:
         return []
@@ -377,7 +405,8 @@ def launches(backend: Any, gp: GemmPlan, out: View, a: View, b: View) -> list[
         target = View(ws, out.shape, contiguous_strides(out.shape), 0)
     total, per, g = gp.nbatch * gp.splits, gp.zstep, gp.plan.groups
     out_list: list[tuple[Plan, tuple[View, ...], tuple[int, ...], tuple[int, int, int]]] = [
-        (gp.plan, (target, a, b), (base,), (g[0], g[1], min(per, total - base))) for base in range(0, total, per)]
+        (gp.plan, (target, a, b), (base,), (g[0], g[1], min(per, total - base))) for base in range(0, total, per)
+    ]
     if gp.reduce is not None:
         out_list.append((gp.reduce, (out, target), (), gp.reduce.groups))
     return out_list
@@ -391,8 +420,19 @@ def record(backend: Any, gp: GemmPlan, out: View, a: View, b: View) -> None:
 
 def encode(backend: Any, out: View, a: View, b: View) -> None:
     """Record ``out = a @ b`` with the variant the tuner picks for this shape (plans cached per call layout)."""
-    key = ("gemm", a.dtype, out.shape, out.strides, a.shape, a.strides, b.shape, b.strides,
-           out.offset % 4 == 0, a.offset % 4 == 0, b.offset % 4 == 0)
+    key = (
+        "gemm",
+        a.dtype,
+        out.shape,
+        out.strides,
+        a.shape,
+        a.strides,
+        b.shape,
+        b.strides,
+        out.offset % 4 == 0,
+        a.offset % 4 == 0,
+        b.offset % 4 == 0,
+    )
     gp = backend.plans.get(key)
     if gp is None:
         from .autotune import tuner  # autotune imports this module
@@ -401,10 +441,11 @@ def encode(backend: Any, out: View, a: View, b: View) -> None:
     record(backend, gp, out, a, b)
 
 
-def default_choice(spec_dtype: DType, m: int, n: int, k: int, nbatch: int, limits: dict[str, Any]) -> tuple[
-        Variant, int]:
+def default_choice(
+    spec_dtype: DType, m: int, n: int, k: int, nbatch: int, limits: dict[str, Any]
+) -> tuple[Variant, int]:
     """Heuristic variant and split count (used when autotuning is off or not worth it). Picked from what the
-    tuner chose on an H200 (see BENCHMARKS.md): the biggest tile that still gives enough workgroups; f16 multiplies
+    tuner chose on an H200 (2026-11-29): the biggest tile that still gives enough workgroups; f16 multiplies
     in f16 (f32 accumulation across K tiles); split-K when the output alone gives few workgroups."""
     work = m * n * nbatch
     h16 = spec_dtype is float16
@@ -425,8 +466,9 @@ def default_choice(spec_dtype: DType, m: int, n: int, k: int, nbatch: int, limit
     return v, splits
 
 
-def candidates(spec_dtype: DType, m: int, n: int, k: int, nbatch: int, limits: dict[str, Any]) -> list[
-        tuple[Variant, int]]:
+def candidates(
+    spec_dtype: DType, m: int, n: int, k: int, nbatch: int, limits: dict[str, Any]
+) -> list[tuple[Variant, int]]:
     """(variant, splits) pairs worth timing for this shape: tiles not much larger than the problem, split-k where
     the output alone gives few workgroups."""
     out: list[tuple[Variant, int]] = []
@@ -445,4 +487,3 @@ def candidates(spec_dtype: DType, m: int, n: int, k: int, nbatch: int, limits: d
     if d not in out:
         out.insert(0, d)
     return out
-

@@ -113,7 +113,6 @@ class Runtime:
     ) -> None:
         """Record one dispatch of the native ``pipeline`` over ``bufs`` (bindings 1..k); ``args`` packed with
         ``packer`` (a ``struct.Struct``) become its params window. The hot path: keep it short."""
-        # (VulkanBackend.elementwise inlines this body; keep the two in step)
         h = self._handle
         if h is None:
             h = self._open()

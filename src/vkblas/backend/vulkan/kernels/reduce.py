@@ -124,9 +124,7 @@ def _source(op: str, x: DType, out: DType, rk: int, rr: int, tpr: int, stage: st
     src += strided_offsets("o", rk, w_ks, ["ok", "xk"], ["0", "0"], [w_ks + rk, w_ks + 2 * rk])
     src += "    let xo = pi(1u) + xk;\n" + init
     src += f"    let r0 = sp * pu({w + 4}u);\n    let step = pu({w + 5}u);\n    var J = 0u;\n"
-    src += (
-        f"    if (live && r0 < pu({w + 2}u)) {{ J = min(pu({w + 6}u), (pu({w + 2}u) - r0 + step - 1u) / step); }}\n"
-    )
+    src += f"    if (live && r0 < pu({w + 2}u)) {{ J = min(pu({w + 6}u), (pu({w + 2}u) - r0 + step - 1u) / step); }}\n"
     src += (
         f"    for (var j = lane; j < J; j += {tpr}u) {{\n        let r = r0 + j * step;\n        let ro = red_off(r);\n"
     )
@@ -162,7 +160,7 @@ def _tpr(n_red: int, contiguous: bool) -> int:
 def _splits(n_out: int, n_red: int, tpr: int) -> int:
     iters = -(-n_red // tpr)
     splits = 1
-    if iters > SPLIT_MIN_ITERS and n_out * tpr < TARGET_THREADS:
+    if iters > SPLIT_MIN_ITERS and 0 < n_out * tpr < TARGET_THREADS:
         splits = min(-(-TARGET_THREADS // (n_out * tpr)), -(-iters // SPLIT_ITERS))
     return max(splits, -(-iters // MAX_ITERS))
 
