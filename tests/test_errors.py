@@ -109,10 +109,16 @@ def assert_usable(device: str) -> None:
     np.testing.assert_allclose(x.grad.numpy(), [[7.0, 11.0], [9.0, 13.0]])
 
 
+def run_and_sync(case: ErrorCase, device: str) -> None:
+    """Run the case up to the next sync point: an asynchronous device reports bad indices there, as CUDA does."""
+    case.fn(device)
+    vb.synchronize(device)
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_error(case: ErrorCase, device: str) -> None:
     with pytest.raises(case.exc, match=case.match):
-        case.fn(device)
+        run_and_sync(case, device)
     assert_usable(device)
 
 
@@ -123,7 +129,7 @@ def test_error_names_are_unique() -> None:
 def test_many_errors_in_a_row_keep_the_device_usable(device: str) -> None:
     for case in CASES:
         with pytest.raises(case.exc):
-            case.fn(device)
+            run_and_sync(case, device)
     assert_usable(device)
 
 
@@ -158,3 +164,29 @@ def test_allocation_above_device_limit_is_refused_cleanly() -> None:
     with pytest.raises(vb.BackendError, match=r"float32.*bytes"):
         vb.empty(2**30, device="vulkan")
     assert_usable("vulkan")
+
+
+@requires_vulkan
+def test_vulkan_reports_bad_indices_at_the_next_sync_point() -> None:
+    x = vb.arange(6.0, device="vulkan").reshape(3, 2)
+    picked = x[vb.tensor([0, 7], device="vulkan")]  # recorded: no host round trip here
+    assert picked.shape == (2, 2)
+    with pytest.raises(IndexError, match="index 7 is out of bounds for dimension 0 with size 3.*device-side"):
+        picked.numpy()
+    # reported once, and the device keeps working
+    assert x.sum().item() == 15.0
+    assert_usable("vulkan")
+
+
+@requires_vulkan
+def test_vulkan_cross_entropy_checks_targets_without_a_sync() -> None:
+    import vkblas.nn.functional as F
+
+    logits = vb.zeros(4, 3, device="vulkan")
+    backend = logits._backend
+    reads_before = backend.rt.reads
+    loss = F.cross_entropy(logits, vb.tensor([0, 1, 2, 3], device="vulkan"))
+    assert backend.rt.reads == reads_before
+    with pytest.raises(IndexError, match="target class index 3 is out of range for 3 classes"):
+        loss.item()
+    assert F.cross_entropy(logits, vb.tensor([0, 1, 2, 2], device="vulkan")).item() == pytest.approx(np.log(3))

@@ -48,6 +48,9 @@ def _describe(views: Sequence[Any]) -> str:
     return ", ".join(parts)
 
 
+_CHECK_SLOTS = 64
+
+
 class VulkanBackend(Backend):
     name = "vulkan"
 
@@ -60,6 +63,9 @@ class VulkanBackend(Backend):
         self.plans: dict[Any, Any] = {}
         self._np_storage = {bool_: np.dtype(np.uint32)}
         self._dtypes = frozenset(d for d in (float32, int32, bool_, float16) if self.supports(d))
+        #: index checks recorded on the device and not yet looked at: (index view, low, high, message)
+        self._checks: list[tuple[View, int, int, str]] = []
+        self._flags: VulkanStorage | None = None
 
     @property
     def adapter_index(self) -> int:
@@ -128,10 +134,46 @@ class VulkanBackend(Backend):
         raw = self.rt.read(src.storage.buffer, a0, a1 - a0)
         arr = np.frombuffer(raw, dtype=self._np_storage.get(view.dtype, view.dtype.np), count=n, offset=b0 - a0)
         arr = arr != 0 if view.dtype is bool_ else arr.copy()
+        if self._checks:
+            self._raise_failed_checks()
         return arr.reshape(view.shape)
 
     def synchronize(self) -> None:
         self.rt.synchronize()
+        if self._checks:
+            self._raise_failed_checks()
+
+    # -- index checks: recorded on the device, reported at the next sync point (like CUDA's device-side asserts)
+    def check_range(self, index: View, low: int, high: int, message: str) -> None:
+        """Record a check that every value of ``index`` lies in ``[low, high)``: two dispatches and no host round
+        trip. A failure raises IndexError at the next ``to_numpy``/``synchronize``; kernels never read out of
+        bounds meanwhile (gather reads 0, scatter_add skips)."""
+        n = index.numel
+        if n == 0:
+            return
+        if self._flags is None:
+            self._flags = self.alloc(_CHECK_SLOTS, int32)
+            self.elementwise("copy", View.of(self._flags, (_CHECK_SLOTS,)), [0])
+        if len(self._checks) == _CHECK_SLOTS:
+            self._raise_failed_checks()
+        bad = View.of(self.alloc(n, int32), index.shape)  # 1 where out of range (bool stored as int)
+        self.elementwise("out_of_range", bad, [index, int(low), int(high)])
+        self.reduce("max", View(self._flags, (), (), len(self._checks)), bad, tuple(range(len(index.shape))))
+        self._checks.append((index, int(low), int(high), message))
+
+    def _raise_failed_checks(self) -> None:
+        checks, self._checks = self._checks, []
+        assert self._flags is not None
+        raw = self.rt.read(self._flags.buffer, 0, 4 * len(checks))
+        flags = np.frombuffer(raw, dtype=np.int32, count=len(checks)).copy()
+        self.elementwise("copy", View.of(self._flags, (_CHECK_SLOTS,)), [0])
+        for (index, low, high, message), failed in zip(checks, flags, strict=True):
+            if failed:
+                values = self.to_numpy(index)
+                bad = values[(values < low) | (values >= high)]
+                shown = int(bad.reshape(-1)[0]) if bad.size else "(changed since)"
+                raise IndexError(message.format(bad=shown) + " [found by a device-side check, reported at this "
+                                 "sync point]")
 
     def empty_cache(self) -> None:
         """Release cached free buffers back to the driver."""

@@ -58,6 +58,8 @@ _dispatch = _lib.wgpuComputePassEncoderDispatchWorkgroups
 class Runtime:
     def __init__(self, dev: Device) -> None:
         self.dev = dev
+        #: host read-backs so far (tests use it to prove that a code path never waits for the device)
+        self.reads = 0
         self.device = dev.device
         self.queue = dev.device.queue
         if dev.limits["min-uniform-buffer-offset-alignment"] > _WINDOW:
@@ -192,6 +194,7 @@ class Runtime:
     def read(self, pb: PoolBuffer, offset: int, nbytes: int) -> bytes:
         """Submit pending work plus a copy into a mapped staging buffer; wait; return the bytes. (Faster than
         ``queue.read_buffer`` on lavapipe.) ``offset`` and ``nbytes`` must be multiples of 4."""
+        self.reads += 1
         staging = self._staging_buffer(max(nbytes, 4))
         if nbytes:
             self._finish(lambda enc: enc.copy_buffer_to_buffer(pb.buf, offset, staging, 0, nbytes))
