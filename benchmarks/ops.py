@@ -1,8 +1,9 @@
 """Host cost and bandwidth of elementwise ops, vkblas on every device vs numpy and PyTorch, in one run.
 
 (a) µs per op for a chain of N dependent small elementwise ops (x = x * a + b, alternating), ending in one sync.
-(b) GB/s (bytes read + written) for ``add`` on 2**26-element float32 tensors, and the same for a plain copy on the
-    device; the last column is add as % of copy bandwidth.
+(b) GB/s (bytes read + written) for ``add`` on 2**26-element float32 tensors, and for a plain copy of the same
+    bytes on the same device (on Vulkan a buffer-to-buffer copy command, ``copy_buffer_to_buffer``; numpy
+    ``ndarray.copy``; PyTorch ``clone``); the last column is add as % of that copy bandwidth.
 
     python benchmarks/ops.py [--chain 10000] [--log2n 26] [--json out.json]
 """
@@ -74,13 +75,18 @@ def bw_vkblas(dev: str, n: int, reps: int = 10) -> tuple[float, float]:
             a + b  # noqa: B018
         vkblas.synchronize()
 
-    def copy() -> None:
+    def clone() -> None:
         for _ in range(reps):
             a.clone()
         vkblas.synchronize()
 
-    ga, gc = bandwidth(add, copy, n)
-    return ga * reps, gc * reps
+    backend = a._backend
+    add_gbs = 3 * 4 * n * reps / best_of(add, repeat=5) / 1e9
+    if hasattr(backend, "copy_bandwidth"):  # a plain device copy, not a kernel of ours
+        copy_gbs = backend.copy_bandwidth(4 * n, reps)
+    else:
+        copy_gbs = 2 * 4 * n * reps / best_of(clone, repeat=5) / 1e9
+    return add_gbs, copy_gbs
 
 
 def bw_numpy(n: int) -> tuple[float, float]:
