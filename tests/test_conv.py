@@ -1,4 +1,5 @@
-"""conv2d / max_pool2d / avg_pool2d against direct numpy loops, finite differences, and PyTorch when installed."""
+"""The unfold / fold primitives and conv2d / max_pool2d / avg_pool2d against direct numpy loops, finite differences,
+the adjoint identity, and PyTorch when installed."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import numpy as np
 import pytest
 
 import vkblas as vk
+from vkblas.backend.base import View
 from vkblas.nn import functional as F
+from vkblas.ops.conv import fold as vk_fold
 
 HAS_VULKAN = any(d.startswith("vulkan") for d in vk.devices())
 DEVICES = ["cpu", pytest.param("vulkan", marks=pytest.mark.skipif(not HAS_VULKAN, reason="no Vulkan adapter"))]
@@ -18,8 +21,11 @@ def _pad(x: np.ndarray, ph: int, pw: int, value: float = 0.0) -> np.ndarray:
 
 def conv_ref(x, w, b, stride=1, padding=0, dilation=1, groups=1):
     """The definition: a loop over output pixels."""
-    s, p, d = (stride,) * 2 if isinstance(stride, int) else stride, (padding,) * 2 if isinstance(padding, int) \
-        else padding, (dilation,) * 2 if isinstance(dilation, int) else dilation
+    s, p, d = (
+        (stride,) * 2 if isinstance(stride, int) else stride,
+        (padding,) * 2 if isinstance(padding, int) else padding,
+        (dilation,) * 2 if isinstance(dilation, int) else dilation,
+    )
     xp = _pad(x, *p)
     n, c, hp, wp = xp.shape
     o, cg, kh, kw = w.shape
@@ -30,8 +36,12 @@ def conv_ref(x, w, b, stride=1, padding=0, dilation=1, groups=1):
         g = oc // og
         for i in range(ho):
             for j in range(wo):
-                patch = xp[:, g * cg:(g + 1) * cg, i * s[0]:i * s[0] + d[0] * (kh - 1) + 1:d[0],
-                           j * s[1]:j * s[1] + d[1] * (kw - 1) + 1:d[1]]
+                patch = xp[
+                    :,
+                    g * cg : (g + 1) * cg,
+                    i * s[0] : i * s[0] + d[0] * (kh - 1) + 1 : d[0],
+                    j * s[1] : j * s[1] + d[1] * (kw - 1) + 1 : d[1],
+                ]
                 out[:, oc, i, j] = (patch * w[oc]).sum(axis=(1, 2, 3)) + (b[oc] if b is not None else 0)
     return out
 
@@ -43,11 +53,11 @@ def pool_ref(x, k, s, p, reduce, count_include_pad=True):
     out = np.zeros(x.shape[:2] + (ho, wo))
     for i in range(ho):
         for j in range(wo):
-            win = xp[:, :, i * s:i * s + k, j * s:j * s + k]
+            win = xp[:, :, i * s : i * s + k, j * s : j * s + k]
             if reduce == "max":
                 out[:, :, i, j] = win.max(axis=(2, 3))
             else:
-                cnt = k * k if count_include_pad else ones[:, :, i * s:i * s + k, j * s:j * s + k].sum(axis=(2, 3))
+                cnt = k * k if count_include_pad else ones[:, :, i * s : i * s + k, j * s : j * s + k].sum(axis=(2, 3))
                 out[:, :, i, j] = win.sum(axis=(2, 3)) / cnt
     return out
 
@@ -83,8 +93,16 @@ def test_conv2d_gradcheck(kw):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("reduce,k,s,p,cip", [("max", 2, 2, 0, True), ("max", 3, 2, 1, True), ("avg", 2, 2, 0, True),
-                                              ("avg", 3, 2, 1, True), ("avg", 3, 1, 1, False)])
+@pytest.mark.parametrize(
+    "reduce,k,s,p,cip",
+    [
+        ("max", 2, 2, 0, True),
+        ("max", 3, 2, 1, True),
+        ("avg", 2, 2, 0, True),
+        ("avg", 3, 2, 1, True),
+        ("avg", 3, 1, 1, False),
+    ],
+)
 def test_pools_match_loop(device, reduce, k, s, p, cip):
     x = np.random.default_rng(2).standard_normal((2, 3, 6, 5))
     want = pool_ref(x, k, s, p, reduce, cip)
@@ -96,8 +114,12 @@ def test_pools_match_loop(device, reduce, k, s, p, cip):
 @pytest.mark.parametrize("reduce", ["max", "avg"])
 def test_pool_gradcheck(reduce):
     # distinct values so max's subgradient is unique
-    x = vk.tensor(np.random.default_rng(3).permutation(32).reshape(1, 2, 4, 4) / 7.0, dtype=vk.float64,
-                  device="cpu", requires_grad=True)
+    x = vk.tensor(
+        np.random.default_rng(3).permutation(32).reshape(1, 2, 4, 4) / 7.0,
+        dtype=vk.float64,
+        device="cpu",
+        requires_grad=True,
+    )
     fn = (lambda a: F.max_pool2d(a, 3, 1, 1)) if reduce == "max" else (lambda a: F.avg_pool2d(a, 3, 2, 1, False, False))
     assert vk.gradcheck(fn, [x], eps=1e-4)
 
@@ -143,3 +165,263 @@ def test_against_torch():
     np.testing.assert_allclose(vy.detach().numpy(), ty.detach().numpy(), atol=1e-10)
     np.testing.assert_allclose(vx.grad.numpy(), tx.grad.numpy(), atol=1e-10)
     np.testing.assert_allclose(vw.grad.numpy(), tw.grad.numpy(), atol=1e-10)
+
+
+# ------------------------------------------------------------------------------------------ the primitives
+def unfold_ref(x, k, s, p, d, value=0.0):
+    """The definition of unfold, one window element at a time (vectorised over N and C only)."""
+    n, c, h, w = x.shape
+    oh, ow = (h + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1, (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    out = np.full((n, c, k[0], k[1], oh, ow), value, dtype=x.dtype)
+    for i in range(k[0]):
+        for j in range(k[1]):
+            for a in range(oh):
+                for b in range(ow):
+                    y, xx = a * s[0] - p[0] + i * d[0], b * s[1] - p[1] + j * d[1]
+                    if 0 <= y < h and 0 <= xx < w:
+                        out[:, :, i, j, a, b] = x[:, :, y, xx]
+    return out.reshape(n, c * k[0] * k[1], oh * ow)
+
+
+def fold_ref(cols, hw, k, s, p, d):
+    """The adjoint, accumulated entry by entry."""
+    n, rows, _ = cols.shape
+    c = rows // (k[0] * k[1])
+    oh, ow = (
+        (hw[0] + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1,
+        (hw[1] + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1,
+    )
+    c6 = cols.reshape(n, c, k[0], k[1], oh, ow)
+    out = np.zeros((n, c, *hw), dtype=cols.dtype)
+    for i in range(k[0]):
+        for j in range(k[1]):
+            for a in range(oh):
+                for b in range(ow):
+                    y, xx = a * s[0] - p[0] + i * d[0], b * s[1] - p[1] + j * d[1]
+                    if 0 <= y < hw[0] and 0 <= xx < hw[1]:
+                        out[:, :, y, xx] += c6[:, :, i, j, a, b]
+    return out
+
+
+# (N, C, H, W), kernel, stride, padding, dilation: odd sizes, N or C of 1, every parameter away from 1 somewhere
+WINDOW_CASES = [
+    ((2, 3, 7, 5), (3, 2), (2, 1), (1, 0), (1, 2)),
+    ((1, 1, 5, 6), (2, 2), (2, 2), (0, 1), (1, 1)),
+    ((3, 2, 9, 8), (3, 3), (1, 3), (2, 2), (2, 1)),
+    ((1, 4, 4, 3), (1, 1), (1, 1), (0, 0), (1, 1)),
+    ((2, 1, 6, 7), (4, 3), (3, 2), (1, 1), (1, 2)),
+]
+
+
+def _backend(device):
+    return vk.zeros(1, device=device)._backend
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=str)
+def test_unfold_fold_primitives_match_loop(device, case):
+    shape, k, s, p, d = case
+    rng = np.random.default_rng(6)
+    be = _backend(device)
+    # a non-contiguous input: the (N, C, H, W) image read through a transposed (N, C, W, H) storage
+    x = rng.standard_normal(shape).astype(np.float32)
+    xs = vk.tensor(np.ascontiguousarray(x.transpose(0, 1, 3, 2)), device=device).transpose(2, 3)
+    assert not xs.is_contiguous()
+    for value in (0.0, -np.inf):
+        want = unfold_ref(x, k, s, p, d, value)
+        out = vk.full(want.shape, 7.0, device=device)
+        be.unfold(out._view, xs._view, k, s, p, d, value)
+        np.testing.assert_array_equal(out.numpy(), want)
+    # a strided output: the (C*kh*kw, N, L) layout conv2d uses
+    want = unfold_ref(x, k, s, p, d)
+    t = vk.zeros(want.shape[1], want.shape[0], want.shape[2], device=device).permute(1, 0, 2)
+    be.unfold(t._view, xs._view, k, s, p, d, 0.0)
+    np.testing.assert_array_equal(t.numpy(), want)
+    # fold of strided cols into a (pre-filled: it must overwrite) image
+    cols = rng.standard_normal(want.shape).astype(np.float32)
+    ct = vk.tensor(np.ascontiguousarray(cols.transpose(1, 0, 2)), device=device).permute(1, 0, 2)
+    img = vk.full(shape, 7.0, device=device)
+    be.fold(img._view, ct._view, k, s, p, d)
+    np.testing.assert_allclose(img.numpy(), fold_ref(cols, shape[2:], k, s, p, d), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", WINDOW_CASES[:3], ids=str)
+def test_fold_is_the_adjoint_of_unfold(device, case):
+    shape, k, s, p, d = case
+    rng = np.random.default_rng(7)
+    dt = vk.float64 if device == "cpu" else vk.float32
+    x = vk.tensor(rng.standard_normal(shape), dtype=dt, device=device)
+    u = F.unfold(x, k, d, p, s)
+    c = vk.tensor(rng.standard_normal(u.shape), dtype=dt, device=device)
+    lhs = float((u * c).sum())
+    rhs = float((x * vk_fold(c, shape[2:], k, d, p, s)).sum())
+    assert lhs == pytest.approx(rhs, rel=1e-12 if device == "cpu" else 1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_window_primitive_errors(device):
+    be = _backend(device)
+    x = vk.zeros(1, 2, 5, 5, device=device)
+    with pytest.raises(ValueError, match="should be"):
+        be.unfold(vk.zeros(1, 18, 8, device=device)._view, x._view, (3, 3), (1, 1), (0, 0), (1, 1), 0.0)
+    with pytest.raises(ValueError, match="smaller than"):
+        be.fold(x._view, vk.zeros(1, 2 * 49, 1, device=device)._view, (7, 7), (1, 1), (0, 0), (1, 1))
+    if device == "vulkan":  # a view reaching outside its storage is refused before any kernel runs
+        short = View(vk.zeros(10, device=device)._view.storage, (1, 18, 9), (162, 9, 1), 0)
+        with pytest.raises(ValueError, match="outside its storage"):
+            be.unfold(short, x._view, (3, 3), (1, 1), (0, 0), (1, 1), 0.0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_unfold_fold_ops_against_torch(device):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 3, 7, 6))
+    kw = dict(kernel_size=(3, 2), dilation=(1, 2), padding=(1, 1), stride=(2, 1))
+    want = torch.nn.functional.unfold(torch.tensor(x), **kw).numpy()
+    got = F.unfold(vk.tensor(x, device=device), **kw)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+    cols = rng.standard_normal(want.shape)
+    want = torch.nn.functional.fold(torch.tensor(cols), (7, 6), **kw).numpy()
+    np.testing.assert_allclose(
+        vk_fold(vk.tensor(cols, device=device), (7, 6), **kw).numpy(), want, rtol=1e-5, atol=1e-5
+    )
+    # unbatched forms
+    assert F.unfold(vk.zeros(3, 7, 6, device=device), **kw).shape == cols.shape[1:]
+    assert vk_fold(vk.zeros(*cols.shape[1:], device=device), (7, 6), **kw).shape == (3, 7, 6)
+
+
+def test_unfold_fold_gradcheck():
+    rng = np.random.default_rng(9)
+    x = vk.tensor(rng.standard_normal((1, 2, 5, 4)), dtype=vk.float64, device="cpu", requires_grad=True)
+    assert vk.gradcheck(lambda a: F.unfold(a, (2, 3), (2, 1), 1, (1, 2)), [x])
+    c = vk.tensor(rng.standard_normal((1, 12, 10)), dtype=vk.float64, device="cpu", requires_grad=True)
+    assert vk.gradcheck(lambda a: vk_fold(a, (5, 4), (2, 3), (2, 1), 1, (1, 2)), [c])
+
+
+# ------------------------------------------------------------------------------------------ backward vs loops
+def conv_grads_ref(x, w, g, stride, padding, dilation, groups):
+    """dx, dw, db of conv_ref for the output gradient g, by the same loop."""
+    s, p, d = stride, padding, dilation
+    xp = _pad(x, *p)
+    dxp = np.zeros_like(xp)
+    dw = np.zeros_like(w)
+    o, cg, kh, kw = w.shape
+    og = o // groups
+    for oc in range(o):
+        gi = oc // og
+        for i in range(g.shape[2]):
+            for j in range(g.shape[3]):
+                sl = (
+                    slice(None),
+                    slice(gi * cg, (gi + 1) * cg),
+                    slice(i * s[0], i * s[0] + d[0] * (kh - 1) + 1, d[0]),
+                    slice(j * s[1], j * s[1] + d[1] * (kw - 1) + 1, d[1]),
+                )
+                gg = g[:, oc, i, j][:, None, None, None]
+                dw[oc] += (xp[sl] * gg).sum(axis=0)
+                dxp[sl] += w[oc][None] * gg
+    return dxp[:, :, p[0] : p[0] + x.shape[2], p[1] : p[1] + x.shape[3]], dw, g.sum(axis=(0, 2, 3))
+
+
+def pool_grad_ref(x, g, k, s, p, reduce):
+    xp = _pad(x, p, p, -np.inf if reduce == "max" else 0.0)
+    dxp = np.zeros_like(xp)
+    n, c = x.shape[:2]
+    for i in range(g.shape[2]):
+        for j in range(g.shape[3]):
+            win = xp[:, :, i * s : i * s + k, j * s : j * s + k].reshape(n, c, k * k)
+            part = np.zeros_like(win)
+            if reduce == "max":
+                np.put_along_axis(part, win.argmax(axis=2)[:, :, None], g[:, :, i, j][:, :, None], axis=2)
+            else:
+                part[:] = g[:, :, i, j][:, :, None] / (k * k)
+            dxp[:, :, i * s : i * s + k, j * s : j * s + k] += part.reshape(n, c, k, k)
+    return dxp[:, :, p : p + x.shape[2], p : p + x.shape[3]]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1),
+        dict(stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2),
+    ],
+    ids=str,
+)
+def test_conv2d_backward_matches_loop(device, kw):
+    rng = np.random.default_rng(10)
+    x, w, b = (
+        rng.standard_normal((3, 4, 7, 8)),
+        rng.standard_normal((4, 4 // kw["groups"], 3, 2)),
+        rng.standard_normal(4),
+    )
+    dt = vk.float64 if device == "cpu" else vk.float32
+    # a non-contiguous input (a channel slice of a wider tensor)
+    xt = vk.tensor(np.concatenate([x, x], axis=1), dtype=dt, device=device)[:, 2:6].detach().requires_grad_()
+    xt_in = xt
+    wt, bt = (vk.tensor(a, dtype=dt, device=device, requires_grad=True) for a in (w, b))
+    y = F.conv2d(xt_in, wt, bt, **kw)
+    g = rng.standard_normal(y.shape)
+    y.backward(vk.tensor(g, dtype=dt, device=device))
+    tol = 1e-10 if device == "cpu" else 1e-4
+    dx, dw, db = conv_grads_ref(np.concatenate([x, x], axis=1)[:, 2:6], w, g, **kw)
+    np.testing.assert_allclose(xt.grad.numpy(), dx, rtol=tol, atol=tol)
+    np.testing.assert_allclose(wt.grad.numpy(), dw, rtol=tol, atol=tol)
+    np.testing.assert_allclose(bt.grad.numpy(), db, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduce,k,s,p", [("max", 2, 2, 0), ("max", 3, 2, 1), ("avg", 3, 1, 1), ("avg", 2, 2, 1)])
+def test_pool_backward_matches_loop(device, reduce, k, s, p):
+    x = np.random.default_rng(11).permutation(2 * 3 * 7 * 5).reshape(2, 3, 7, 5) / 10.0  # distinct: unique argmax
+    dt = vk.float64 if device == "cpu" else vk.float32
+    xt = vk.tensor(x, dtype=dt, device=device, requires_grad=True)
+    y = F.max_pool2d(xt, k, s, p) if reduce == "max" else F.avg_pool2d(xt, k, s, p)
+    g = np.random.default_rng(12).standard_normal(y.shape)
+    y.backward(vk.tensor(g, dtype=dt, device=device))
+    np.testing.assert_allclose(xt.grad.numpy(), pool_grad_ref(x, g, k, s, p, reduce), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_conv_pool_against_torch(device):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(13)
+    x, w, b = rng.standard_normal((2, 3, 9, 8)), rng.standard_normal((4, 3, 3, 3)), rng.standard_normal(4)
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    tf = torch.nn.functional
+    ty = tf.avg_pool2d(tf.max_pool2d(tf.conv2d(tx, tw, tb, 1, "same", (2, 1)), 3, 2, 1), 2, 1, 1)
+    ty.square().sum().backward()
+    dt = vk.float64 if device == "cpu" else vk.float32
+    vx, vw, vb = (vk.tensor(a, dtype=dt, device=device, requires_grad=True) for a in (x, w, b))
+    vy = F.avg_pool2d(F.max_pool2d(F.conv2d(vx, vw, vb, 1, "same", (2, 1)), 3, 2, 1), 2, 1, 1)
+    vy.square().sum().backward()
+    tol = 1e-10 if device == "cpu" else 1e-3
+    for got, want in ((vy.detach(), ty.detach()), (vx.grad, tx.grad), (vw.grad, tw.grad), (vb.grad, tb.grad)):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_window_ops_in_other_dtypes(device):
+    x = np.random.default_rng(14).standard_normal((2, 3, 7, 6)) * 3
+    dtypes = [vk.int32] + ([vk.float16] if _backend(device).supports(vk.float16) else [])
+    for dt in dtypes:
+        xt = vk.tensor(x, dtype=dt, device=device)
+        xn = xt.numpy().astype(np.float64)
+        np.testing.assert_array_equal(F.max_pool2d(xt, 3, 2, 1).numpy(), pool_ref(xn, 3, 2, 1, "max"))
+        np.testing.assert_array_equal(F.unfold(xt, 3, 2, 1, 1).numpy(), unfold_ref(xn, (3, 3), (1, 1), (1, 1), (2, 2)))
+        cols = F.unfold(xt, 2, 1, 0, 2)
+        want = fold_ref(cols.numpy().astype(np.float64), (7, 6), (2, 2), (2, 2), (0, 0), (1, 1))
+        np.testing.assert_allclose(vk_fold(cols, (7, 6), 2, 1, 0, 2).numpy(), want, rtol=1e-3)
+
+
+def test_bench_conv_runs(capsys):
+    from vkblas.bench.conv import Layer, run
+    from vkblas.cli import main
+
+    cols, rows = run([Layer("tiny", 2, 2, 3, 6)], ["cpu"], use_torch=False, budget=0.01)
+    assert cols == ["layer", "vk cpu fwd ms", "vk cpu f+b ms"] and rows[0][0] == "tiny" and rows[0][2] > 0
+    with pytest.raises(SystemExit):
+        main(["bench", "conv", "--help"])
+    assert "conv2d" in capsys.readouterr().out

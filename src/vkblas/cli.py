@@ -157,6 +157,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
             )
             return 1
         return int(gemm_main(args.rest) or 0)
+    if args.what == "conv":
+        from .bench.conv import main as conv_main
+
+        return int(conv_main(args.rest) or 0)
     from .training.compare import main as train_main
 
     return int(train_main(args.rest) or 0)
@@ -217,10 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser(
         "bench",
-        help="benchmarks: 'gemm' (matmul) or 'train' (vkblas vs PyTorch)",
+        help="benchmarks: 'gemm' (matmul), 'conv' (conv2d) or 'train' (vkblas vs PyTorch)",
         description="Extra arguments go to the benchmark: vkblas bench train --help",
     )
-    bench.add_argument("what", choices=("gemm", "train"))
+    bench.add_argument("what", choices=("gemm", "conv", "train"))
     bench.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the benchmark")
     bench.set_defaults(func=cmd_bench)
     return parser

@@ -15,6 +15,11 @@ Primitives (all outputs are views the caller allocated; inputs may be any views,
                        strides), ``out`` contiguous.
 ``gather``             ``out[i][j][k] = x[i][index[i][j][k]][k]`` (for ``dim=1``; ``torch.gather`` semantics).
 ``scatter_add``        ``out[i][index[i][j][k]][k] += src[i][j][k]`` (accumulates into ``out`` in place).
+``unfold``             im2col (``torch.nn.functional.unfold``): ``x`` (N, C, H, W) -> ``out`` (N, C*kh*kw, OH*OW),
+                       row ``(c, i, j)`` holds ``x[n, c, oh*sh - ph + i*dh, ow*sw - pw + j*dw]`` (``pad_value``
+                       outside ``x``). ``out`` may have any strides (conv2d writes a (C*kh*kw, N, L) layout).
+``fold``               col2im (``torch.nn.functional.fold``), the adjoint of ``unfold``: ``out`` (N, C, H, W) is
+                       overwritten with, per pixel, the sum of the ``cols`` entries ``unfold`` read from it.
 ``random``             fill ``out`` from the counter-based generator: ``uniform`` in [0, 1) or ``normal`` (0, 1),
                        from ``(seed, counter)``; the same numbers on every backend (up to float rounding).
 ``to_numpy`` / ``from_numpy``   the only host transfers; ``to_numpy`` is a sync point.
@@ -157,6 +162,35 @@ class Backend(ABC):
     @abstractmethod
     def random(self, out: View, distribution: str, seed: int, counter: int) -> None: ...
 
+    @abstractmethod
+    def unfold(
+        self,
+        out: View,
+        x: View,
+        kernel_size: tuple[int, int],
+        stride: tuple[int, int],
+        padding: tuple[int, int],
+        dilation: tuple[int, int],
+        pad_value: float,
+    ) -> None:
+        """im2col: ``out[n, (c*kh + i)*kw + j, oh*OW + ow] = x[n, c, oh*sh - ph + i*dh, ow*sw - pw + j*dw]``, or
+        ``pad_value`` where that lies outside ``x`` (0 for conv, -inf for max pooling). ``OH = (H + 2*ph -
+        dh*(kh-1) - 1) // sh + 1`` (likewise OW); ``out`` must not overlap ``x``."""
+
+    @abstractmethod
+    def fold(
+        self,
+        out: View,
+        cols: View,
+        kernel_size: tuple[int, int],
+        stride: tuple[int, int],
+        padding: tuple[int, int],
+        dilation: tuple[int, int],
+    ) -> None:
+        """col2im, the adjoint of :meth:`unfold`: ``out`` (N, C, H, W) is overwritten with, for every pixel, the
+        sum of the ``cols`` (N, C*kh*kw, OH*OW) entries that ``unfold`` reads from it (0 where none does).
+        Deterministic: no atomics, each output pixel gathers its own terms. ``out`` must not overlap ``cols``."""
+
     def check_range(self, index: View, low: int, high: int, message: str) -> None:
         """Raise ``IndexError(message.format(bad=value))`` if an index lies outside ``[low, high)``.
 
@@ -167,6 +201,26 @@ class Backend(ABC):
         bad = a[(a < low) | (a >= high)]
         if bad.size:
             raise IndexError(message.format(bad=int(bad.reshape(-1)[0])))
+
+
+def window_output_size(
+    hw: Sequence[int], kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int]
+) -> tuple[int, int]:
+    """(OH, OW) of ``unfold`` / ``fold`` over a (H, W) image; ValueError if the dilated kernel does not fit."""
+    out = []
+    for n, k, s, p, d in zip(hw, kernel, stride, padding, dilation, strict=True):
+        if k < 1 or s < 1 or d < 1 or p < 0:
+            raise ValueError(
+                f"kernel {tuple(kernel)}, stride {tuple(stride)}, dilation {tuple(dilation)} must be "
+                f">= 1 and padding {tuple(padding)} >= 0"
+            )
+        span = d * (k - 1) + 1
+        if n + 2 * p < span:
+            raise ValueError(
+                f"input of size {tuple(hw)} (padded {n + 2 * p}) is smaller than the dilated kernel {span}"
+            )
+        out.append((n + 2 * p - span) // s + 1)
+    return out[0], out[1]
 
 
 REDUCE_OPS = ("sum", "max", "min", "argmax", "argmin")

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..dtypes import DType, float64
 from . import elementwise as ew
-from .base import PCG_INC, PCG_MUL, PCG_OUT, Backend, Scalar, Storage, View
+from .base import PCG_INC, PCG_MUL, PCG_OUT, Backend, Scalar, Storage, View, window_output_size
 
 
 class CpuStorage(Storage):
@@ -67,6 +67,24 @@ def pcg_hash(x: np.ndarray) -> np.ndarray:
     s = x * np.uint32(PCG_MUL) + np.uint32(PCG_INC)
     w = ((s >> ((s >> np.uint32(28)) + np.uint32(4))) ^ s) * np.uint32(PCG_OUT)
     return w ^ (w >> np.uint32(22))
+
+
+def _windows(
+    cols: View, image: View, k: Sequence[int], s: Sequence[int], p: Sequence[int], d: Sequence[int], op: str
+) -> np.ndarray:
+    """``cols`` (N, C*kh*kw, OH*OW), any strides, as a numpy (N, C, kh, kw, OH, OW) view of the same memory."""
+    n, c, h, w = image.shape
+    oh, ow = window_output_size((h, w), k, s, p, d)
+    if cols.shape != (n, c * k[0] * k[1], oh * ow):
+        raise ValueError(
+            f"{op}: cols of shape {cols.shape} should be {(n, c * k[0] * k[1], oh * ow)} for an image "
+            f"of shape {image.shape}, kernel {tuple(k)}, stride {tuple(s)}, padding {tuple(p)}"
+        )
+    a = _np(cols)
+    s0, s1, s2 = a.strides
+    return np.lib.stride_tricks.as_strided(
+        a, (n, c, k[0], k[1], oh, ow), (s0, s1 * k[0] * k[1], s1 * k[1], s1, s2 * ow, s2)
+    )
 
 
 class CpuBackend(Backend):
@@ -144,3 +162,44 @@ class CpuBackend(Backend):
         else:
             raise ValueError(f"unknown distribution {distribution!r}")
         np.copyto(_np(out), vals.reshape(out.shape), casting="unsafe")
+
+    def unfold(
+        self,
+        out: View,
+        x: View,
+        kernel_size: Sequence[int],
+        stride: Sequence[int],
+        padding: Sequence[int],
+        dilation: Sequence[int],
+        pad_value: float,
+    ) -> None:
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel_size, stride, padding, dilation
+        target = _windows(out, x, kernel_size, stride, padding, dilation, "unfold")
+        a = _np(x)
+        if ph or pw:
+            a = np.pad(a, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=pad_value)
+        # windows of the dilated extent, then every sh-th start and every dh-th tap: (N, C, OH, OW, kh, kw)
+        win = np.lib.stride_tricks.sliding_window_view(a, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), axis=(2, 3))
+        win = win[:, :, ::sh, ::sw, ::dh, ::dw]
+        np.copyto(target, win.transpose(0, 1, 4, 5, 2, 3), casting="unsafe")
+
+    def fold(
+        self,
+        out: View,
+        cols: View,
+        kernel_size: Sequence[int],
+        stride: Sequence[int],
+        padding: Sequence[int],
+        dilation: Sequence[int],
+    ) -> None:
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel_size, stride, padding, dilation
+        c6 = _windows(cols, out, kernel_size, stride, padding, dilation, "fold")
+        n, c, h, w = out.shape
+        oh, ow = c6.shape[4:]
+        wide = np.float32 if out.dtype.np == np.float16 else out.dtype.np  # accumulate half in fp32
+        acc = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=wide)
+        for i in range(kh):  # kh*kw strided adds: kernel tap (i, j) lands on a strided grid of the padded image
+            for j in range(kw):
+                rows = slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)
+                acc[:, :, rows, j * dw : j * dw + sw * (ow - 1) + 1 : sw] += c6[:, :, i, j]
+        np.copyto(_np(out), acc[:, :, ph : ph + h, pw : pw + w], casting="unsafe")

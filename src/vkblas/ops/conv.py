@@ -1,9 +1,13 @@
-"""Convolution and pooling, composed from existing primitives so they run (and differentiate) on every backend.
+"""Convolution and pooling on the ``unfold`` (im2col) and ``fold`` (col2im) backend primitives.
 
-``unfold`` (im2col) is a constant pad followed by one ``gather`` with a host-precomputed int32 index, cached per
-shape and device; ``conv2d`` is unfold + ``matmul`` (groups as a batch dim); ``max_pool2d`` is unfold + ``max`` over
-the window; ``avg_pool2d`` is unfold + ``sum`` / count. Backward flows through gather's scatter-add, so no rule is
-written here except ``pad``'s. Dedicated kernels can later replace these behind the same signatures.
+* ``unfold`` / ``fold`` are differentiable ops and each other's backward (fold is unfold's adjoint).
+* ``conv2d`` unfolds into a (C*kh*kw, N, L) layout (``L = OH*OW``), viewed as (groups, C/groups*kh*kw, N*L), so
+  one matmul per group does the whole batch: ``out = W @ cols``; backward, by the matmul rule, is
+  ``dW = g @ cols^T`` (one matmul with the batch folded into its K dim, no per-image sum) and
+  ``dcols = W^T @ g`` followed by ``fold`` (a gather: no atomics, deterministic).
+* ``max_pool2d`` unfolds with -inf padding and takes max/argmax over the window dim; backward puts ``g`` at the
+  argmax (a one-hot from ``eq`` against an arange over the window) and folds.
+* ``avg_pool2d`` unfolds with 0 padding and averages; backward is the fold of the broadcast ``g / count``.
 """
 
 from __future__ import annotations
@@ -14,17 +18,17 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..autograd import record
-from ..backend.base import Backend
+from ..autograd import Node, is_grad_enabled, no_grad, record
+from ..backend.base import Backend, View, window_output_size
 from ..dtypes import int32
 from ..tensor import Tensor
-from ._core import full, same_backend, write_into
-from .indexing import take_along
+from ._core import elementwise, empty, full, same_backend, write_into
 
 IntOr2 = int | Sequence[int]
+Pair = tuple[int, int]
 
 
-def _pair(v: IntOr2, name: str, op: str, minimum: int = 0) -> tuple[int, int]:
+def _pair(v: IntOr2, name: str, op: str, minimum: int = 0) -> Pair:
     t = (v, v) if isinstance(v, (int, np.integer)) else tuple(v)
     if len(t) != 2 or not all(isinstance(n, (int, np.integer)) and n >= minimum for n in t):
         raise ValueError(f"{op}: {name} must be an int >= {minimum} or a pair of them, got {v!r}")
@@ -56,77 +60,103 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
     return record(out, "PadBackward", (input,), lambda n, g: (g[tuple(inner)],))
 
 
-def _out_size(n: int, k: int, s: int, d: int, op: str, shape: tuple[int, ...]) -> int:
-    span = d * (k - 1) + 1
-    if n < span:
-        raise ValueError(f"{op}: input of shape {shape} is smaller than the (dilated) kernel: padded size {n} < {span}")
-    return (n - span) // s + 1
+# ---------------------------------------------------------------------------------------------- unfold / fold
+def _out_hw(op: str, shape: tuple[int, ...], k: Pair, s: Pair, p: Pair, d: Pair) -> Pair:
+    try:
+        return window_output_size(shape[-2:], k, s, p, d)
+    except ValueError:
+        raise ValueError(
+            f"{op}: input of shape {shape} (padding {p}) is smaller than the kernel {k} with dilation {d}"
+        ) from None
 
 
-@lru_cache(maxsize=256)
-def _unfold_index_host(hp: int, wp: int, kernel: tuple[int, int], stride: tuple[int, int],
-                       dilation: tuple[int, int]) -> tuple[np.ndarray, int, int]:
-    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
-    ho = _out_size(hp, kh, sh, dh, "unfold", (hp, wp))
-    wo = _out_size(wp, kw, sw, dw, "unfold", (hp, wp))
-    rows = (np.arange(kh)[:, None, None, None] * dh + np.arange(ho)[None, None, :, None] * sh)
-    cols = (np.arange(kw)[None, :, None, None] * dw + np.arange(wo)[None, None, None, :] * sw)
-    return (rows * wp + cols).astype(np.int32).reshape(-1), ho, wo
+def _unfold(x: Tensor, k: Pair, s: Pair, p: Pair, d: Pair, value: float, op: str, rows_outer: bool = False) -> Tensor:
+    """(N, C, H, W) -> (N, C*kh*kw, L) windows, padded with ``value``; differentiable (backward: fold).
+
+    ``rows_outer`` stores the result as (C*kh*kw, N, L) -- the same logical tensor through permuted strides -- so
+    conv2d can view it as one (C*kh*kw, N*L) matrix for a single whole-batch matmul."""
+    n, c, h, w = x.shape
+    oh, ow = _out_hw(op, x.shape, k, s, p, d)
+    rows = c * k[0] * k[1]
+    if rows_outer:
+        out = empty((rows, n, oh * ow), x.dtype, x._backend).permute(1, 0, 2)
+    else:
+        out = empty((n, rows, oh * ow), x.dtype, x._backend)
+    if out.numel():
+        x._backend.unfold(out._view, x._view, k, s, p, d, value)
+    return record(out, "UnfoldBackward", (x,), lambda node, g: (_fold(g, (h, w), k, s, p, d, op),))
 
 
-_DEVICE_INDEX: dict[tuple[int, tuple], Tensor] = {}
+def _fold(cols: Tensor, hw: Pair, k: Pair, s: Pair, p: Pair, d: Pair, op: str) -> Tensor:
+    """(N, C*kh*kw, L) -> (N, C, H, W), summing overlapping windows; differentiable (backward: unfold)."""
+    n, rows, length = cols.shape
+    kk = k[0] * k[1]
+    oh, ow = _out_hw(op, (n, 1, *hw), k, s, p, d)
+    if rows % kk or length != oh * ow:
+        raise ValueError(
+            f"{op}: input of shape {cols.shape} does not match kernel {k} and output size {hw}: expected "
+            f"(N, C*{kk}, {oh * ow})"
+        )
+    out = empty((n, rows // kk, *hw), cols.dtype, cols._backend)
+    if out.numel():
+        cols._backend.fold(out._view, cols._view, k, s, p, d)
+    return record(out, "FoldBackward", (cols,), lambda node, g: (_unfold(g, k, s, p, d, 0.0, op),))
 
 
-def _unfold_index(backend: Backend, key: tuple) -> tuple[Tensor, int, int]:
-    host, ho, wo = _unfold_index_host(*key)
-    idx = _DEVICE_INDEX.get((id(backend), key))
-    if idx is None:
-        from ..creation import tensor
-        from ..device import of_backend
-
-        if len(_DEVICE_INDEX) > 256:
-            _DEVICE_INDEX.clear()
-        idx = _DEVICE_INDEX[(id(backend), key)] = tensor(host, dtype=int32, device=of_backend(backend))
-    return idx, ho, wo
-
-
-def _windows(x: Tensor, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int, int, int],
-             dilation: tuple[int, int], value: float, op: str) -> tuple[Tensor, int, int]:
-    """(N, C, H, W) -> (N, C, kh*kw, Ho*Wo): every window, padded with ``value``."""
-    if x.ndim != 4:
-        raise ValueError(f"{op}: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got shape {x.shape}")
-    xp = pad(x, padding, value=value)
-    n, c, hp, wp = xp.shape
-    for size, k, d, dim in ((hp, kernel[0], dilation[0], "height"), (wp, kernel[1], dilation[1], "width")):
-        if size < d * (k - 1) + 1:
-            raise ValueError(f"{op}: input of shape {x.shape} (padded {dim} {size}) is smaller than the kernel "
-                             f"{kernel} with dilation {dilation}")
-    idx, ho, wo = _unfold_index(x._backend, (hp, wp, kernel, stride, dilation))
-    cols = take_along(xp.reshape(n, c, hp * wp), 2, idx)
-    return cols.reshape(n, c, kernel[0] * kernel[1], ho * wo), ho, wo
-
-
-def _batched(input: Tensor, op: str) -> tuple[Tensor, bool]:
-    if input.ndim == 3:
+def _batched(input: Tensor, op: str, rank: int = 4) -> tuple[Tensor, bool]:
+    if input.ndim == rank - 1:
         return input.unsqueeze(0), True
-    if input.ndim != 4:
-        raise ValueError(f"{op}: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got shape {input.shape}")
+    if input.ndim != rank:
+        what = "3-D (C, H, W) or 4-D (N, C, H, W)" if rank == 4 else "2-D (C*kh*kw, L) or 3-D (N, C*kh*kw, L)"
+        raise ValueError(f"{op}: expected a {what} input, got shape {input.shape}")
     return input, False
 
 
-def unfold(input: Tensor, kernel_size: IntOr2, dilation: IntOr2 = 1, padding: IntOr2 = 0,  # noqa: A002
-           stride: IntOr2 = 1) -> Tensor:
+def unfold(
+    input: Tensor,  # noqa: A002
+    kernel_size: IntOr2,
+    dilation: IntOr2 = 1,
+    padding: IntOr2 = 0,
+    stride: IntOr2 = 1,
+) -> Tensor:
     """im2col as ``torch.nn.functional.unfold``: (N, C, H, W) -> (N, C*kh*kw, L)."""
-    k = _pair(kernel_size, "kernel_size", "unfold", 1)
-    p = _pair(padding, "padding", "unfold")
-    cols, _, _ = _windows(input, k, _pair(stride, "stride", "unfold", 1), (p[1], p[1], p[0], p[0]),
-                          _pair(dilation, "dilation", "unfold", 1), 0.0, "unfold")
-    n, c, kk, ll = cols.shape
-    return cols.reshape(n, c * kk, ll)
+    x, unbatched = _batched(input, "unfold")
+    out = _unfold(
+        x,
+        _pair(kernel_size, "kernel_size", "unfold", 1),
+        _pair(stride, "stride", "unfold", 1),
+        _pair(padding, "padding", "unfold"),
+        _pair(dilation, "dilation", "unfold", 1),
+        0.0,
+        "unfold",
+    )
+    return out.squeeze(0) if unbatched else out
 
 
-def _conv_padding(padding: IntOr2 | str, kernel: tuple[int, int], dilation: tuple[int, int],
-                  stride: tuple[int, int]) -> tuple[int, int, int, int]:
+def fold(
+    input: Tensor,  # noqa: A002
+    output_size: IntOr2,
+    kernel_size: IntOr2,
+    dilation: IntOr2 = 1,
+    padding: IntOr2 = 0,
+    stride: IntOr2 = 1,
+) -> Tensor:
+    """col2im as ``torch.nn.functional.fold``: (N, C*kh*kw, L) -> (N, C, H, W), overlapping entries summed."""
+    x, unbatched = _batched(input, "fold", rank=3)
+    out = _fold(
+        x,
+        _pair(output_size, "output_size", "fold", 1),
+        _pair(kernel_size, "kernel_size", "fold", 1),
+        _pair(stride, "stride", "fold", 1),
+        _pair(padding, "padding", "fold"),
+        _pair(dilation, "dilation", "fold", 1),
+        "fold",
+    )
+    return out.squeeze(0) if unbatched else out
+
+
+# ---------------------------------------------------------------------------------------------- conv2d
+def _conv_padding(padding: IntOr2 | str, kernel: Pair, dilation: Pair, stride: Pair) -> tuple[int, int, int, int]:
     """(left, right, top, bottom); 'same' puts the odd extra pixel on the right/bottom, like PyTorch."""
     if padding == "valid":
         return (0, 0, 0, 0)
@@ -141,8 +171,15 @@ def _conv_padding(padding: IntOr2 | str, kernel: tuple[int, int], dilation: tupl
     return (pw, pw, ph, ph)
 
 
-def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOr2 = 1,  # noqa: A002
-           padding: IntOr2 | str = 0, dilation: IntOr2 = 1, groups: int = 1) -> Tensor:
+def conv2d(
+    input: Tensor,  # noqa: A002
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntOr2 = 1,
+    padding: IntOr2 | str = 0,
+    dilation: IntOr2 = 1,
+    groups: int = 1,
+) -> Tensor:
     """2-D cross-correlation, ``torch.nn.functional.conv2d``: input (N, C, H, W) or (C, H, W), weight
     (O, C/groups, kh, kw), optional bias (O,)."""
     x, unbatched = _batched(input, "conv2d")
@@ -154,22 +191,32 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: In
     if groups < 1 or c % groups or o % groups:
         raise ValueError(f"conv2d: groups={groups} must divide in_channels={c} and out_channels={o}")
     if c // groups != cg:
-        raise ValueError(f"conv2d: expected input with {cg * groups} channels (weight {weight.shape}, groups "
-                         f"{groups}), got input of shape {input.shape}")
+        raise ValueError(
+            f"conv2d: expected input with {cg * groups} channels (weight {weight.shape}, groups "
+            f"{groups}), got input of shape {input.shape}"
+        )
     if bias is not None and bias.shape != (o,):
         raise ValueError(f"conv2d: bias must have shape ({o},), got {bias.shape}")
     s = _pair(stride, "stride", "conv2d", 1)
     d = _pair(dilation, "dilation", "conv2d", 1)
-    cols, ho, wo = _windows(x, (kh, kw), s, _conv_padding(padding, (kh, kw), d, s), d, 0.0, "conv2d")
-    cols = cols.reshape(n, groups, cg * kh * kw, ho * wo)
-    out = weight.reshape(groups, o // groups, cg * kh * kw).matmul(cols).reshape(n, o, ho, wo)
-    if bias is not None:
-        out = out + bias.reshape(1, o, 1, 1)
+    left, right, top, bottom = _conv_padding(padding, (kh, kw), d, s)
+    if (left, top) != (right, bottom):  # 'same' with an even dilated extent: the primitive pads symmetrically
+        x = pad(x, (0, right - left, 0, bottom - top))
+    cols = _unfold(x, (kh, kw), s, (top, left), d, 0.0, "conv2d", rows_outer=True)
+    ho, wo = _out_hw("conv2d", x.shape, (kh, kw), s, (top, left), d)
+    # (N, C*kh*kw, L) stored as (C*kh*kw, N, L): a free view as (groups, C/groups*kh*kw, N*L)
+    mat = cols.permute(1, 0, 2).reshape(groups, cg * kh * kw, n * ho * wo)
+    out = weight.reshape(groups, o // groups, cg * kh * kw).matmul(mat)  # (groups, O/groups, N*L)
+    out = out.reshape(o, n, ho, wo).permute(1, 0, 2, 3)  # (N, O, OH, OW) through strides
+    # the bias add (or a copy) makes the result contiguous, as PyTorch's is
+    out = out + bias.reshape(1, o, 1, 1) if bias is not None else out.contiguous()
     return out.squeeze(0) if unbatched else out
 
 
-def _pool_args(op: str, kernel_size: IntOr2, stride: IntOr2 | None, padding: IntOr2,
-               ceil_mode: bool) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+# ---------------------------------------------------------------------------------------------- pooling
+def _pool_args(
+    op: str, kernel_size: IntOr2, stride: IntOr2 | None, padding: IntOr2, ceil_mode: bool
+) -> tuple[Pair, Pair, Pair]:
     k = _pair(kernel_size, "kernel_size", op, 1)
     s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) else _pair(stride, "stride", op, 1)
     p = _pair(padding, "padding", op)
@@ -180,42 +227,90 @@ def _pool_args(op: str, kernel_size: IntOr2, stride: IntOr2 | None, padding: Int
     return k, s, p
 
 
-def max_pool2d(input: Tensor, kernel_size: IntOr2, stride: IntOr2 | None = None, padding: IntOr2 = 0,  # noqa: A002
-               dilation: IntOr2 = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
+_TAPS: dict[tuple[Backend, int], Tensor] = {}
+
+
+def _taps(backend: Backend, kk: int) -> Tensor:
+    """int32 arange(kk) shaped (1, 1, kk, 1) on ``backend``, cached (uploaded once per window size)."""
+    t = _TAPS.get((backend, kk))
+    if t is None:
+        view = View(backend.from_numpy(np.arange(kk, dtype=np.int32), int32), (1, 1, kk, 1), (kk, kk, 1, 1), 0)
+        t = _TAPS[(backend, kk)] = Tensor._make(view, backend)
+    return t
+
+
+def max_pool2d(
+    input: Tensor,  # noqa: A002
+    kernel_size: IntOr2,
+    stride: IntOr2 | None = None,
+    padding: IntOr2 = 0,
+    dilation: IntOr2 = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Tensor:
     """Max over each window (padding counts as -inf); the gradient goes to the first maximum of each window."""
     if return_indices:
         raise NotImplementedError("max_pool2d: return_indices=True is not supported yet")
     k, s, p = _pool_args("max_pool2d", kernel_size, stride, padding, ceil_mode)
+    d = _pair(dilation, "dilation", "max_pool2d", 1)
     x, unbatched = _batched(input, "max_pool2d")
-    cols, ho, wo = _windows(x, k, s, (p[1], p[1], p[0], p[0]), _pair(dilation, "dilation", "max_pool2d", 1),
-                            -math.inf, "max_pool2d")
-    out = cols.max(dim=2).values.reshape(x.shape[0], x.shape[1], ho, wo)
+    n, c, h, w = x.shape
+    kk = k[0] * k[1]
+    lowest = -math.inf if x.dtype.is_floating else float(np.iinfo(x.dtype.np).min)  # padding never wins the max
+    oh, ow = _out_hw("max_pool2d", x.shape, k, s, p, d)
+    needs_grad = is_grad_enabled() and x.requires_grad
+    with no_grad():
+        windows = _unfold(x, k, s, p, d, lowest, "max_pool2d").reshape(n, c, kk, oh * ow)
+        if needs_grad:
+            values, indices = windows.max(dim=2, keepdim=True)
+        else:  # inference: no argmax pass
+            values = windows.amax(dim=2, keepdim=True)
+    out = values.reshape(n, c, oh, ow)
+    if not needs_grad:
+        return out.squeeze(0) if unbatched else out
+
+    def rule(node: Node, g: Tensor) -> tuple[Tensor]:
+        # g at the argmax of each window (a one-hot over the window dim), then summed back onto the image
+        hot = elementwise("eq", indices, _taps(g._backend, kk))
+        cols_g = elementwise("where", hot, g.reshape(n, c, 1, oh * ow), 0.0)
+        return (_fold(cols_g.reshape(n, c * kk, oh * ow), (h, w), k, s, p, d, "max_pool2d"),)
+
+    out = record(out, "MaxPool2DBackward", (x,), rule)
     return out.squeeze(0) if unbatched else out
 
 
 @lru_cache(maxsize=64)
-def _pool_counts(h: int, w: int, k: tuple[int, int], s: tuple[int, int], p: tuple[int, int]) -> np.ndarray:
+def _pool_counts(h: int, w: int, k: Pair, s: Pair, p: Pair) -> np.ndarray:
     """How many real (non-padding) pixels each window covers."""
+
     def axis(n: int, kk: int, ss: int, pp: int) -> np.ndarray:
-        starts = np.arange(_out_size(n + 2 * pp, kk, ss, 1, "avg_pool2d", (h, w))) * ss - pp
+        starts = np.arange((n + 2 * pp - kk) // ss + 1) * ss - pp
         return np.minimum(starts + kk, n) - np.maximum(starts, 0)
 
     return np.outer(axis(h, k[0], s[0], p[0]), axis(w, k[1], s[1], p[1])).reshape(-1)
 
 
-def avg_pool2d(input: Tensor, kernel_size: IntOr2, stride: IntOr2 | None = None, padding: IntOr2 = 0,  # noqa: A002
-               ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
+def avg_pool2d(
+    input: Tensor,  # noqa: A002
+    kernel_size: IntOr2,
+    stride: IntOr2 | None = None,
+    padding: IntOr2 = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> Tensor:
     """Mean over each window; ``count_include_pad=False`` divides by the real pixels only."""
     k, s, p = _pool_args("avg_pool2d", kernel_size, stride, padding, ceil_mode)
     x, unbatched = _batched(input, "avg_pool2d")
-    cols, ho, wo = _windows(x, k, s, (p[1], p[1], p[0], p[0]), (1, 1), 0.0, "avg_pool2d")
-    total = cols.sum(dim=2)
+    n, c, h, w = x.shape
+    oh, ow = _out_hw("avg_pool2d", x.shape, k, s, p, (1, 1))
+    cols = _unfold(x, k, s, p, (1, 1), 0.0, "avg_pool2d")
+    total = cols.reshape(n, c, k[0] * k[1], oh * ow).sum(dim=2)  # backward: fold of g broadcast over the window
     if divisor_override is not None:
         out = total * (1.0 / divisor_override)
     elif count_include_pad or p == (0, 0):
         out = total * (1.0 / (k[0] * k[1]))
     else:
-        counts = _pool_counts(x.shape[2], x.shape[3], k, s, p)
-        out = total / x.new_tensor(counts.astype(np.float64))
-    out = out.reshape(x.shape[0], x.shape[1], ho, wo)
+        out = total / x.new_tensor(_pool_counts(h, w, k, s, p).astype(np.float64))
+    out = out.reshape(n, c, oh, ow)
     return out.squeeze(0) if unbatched else out

@@ -23,7 +23,7 @@ from .. import elementwise as ew
 from ..base import RANDOM_DISTRIBUTIONS, REDUCE_OPS, Backend, BackendError, Scalar, UnsupportedError, View
 from .device import Device
 from .kernels import elementwise as ew_kernels
-from .kernels import indexing, random, reduce
+from .kernels import indexing, random, reduce, window
 from .kernels.plan import Plan, out_of_bounds
 from .kernels.reduce import SplitPlan
 from .matmul import encode_matmul
@@ -398,6 +398,38 @@ class VulkanBackend(Backend):
                 )
             plan = self._plan(key, "random", [out], lambda: random.build(self.dev, out, distribution))
         self.launch("random", plan, (out,), (random.pcg_host(seed & 0xFFFFFFFF), counter & 0xFFFFFFFF))
+
+    def unfold(
+        self,
+        out: View,
+        x: View,
+        kernel_size: tuple[int, int],
+        stride: tuple[int, int],
+        padding: tuple[int, int],
+        dilation: tuple[int, int],
+        pad_value: float,
+    ) -> None:
+        self._window("unfold", out, x, (*kernel_size, *stride, *padding, *dilation), (float(pad_value),))
+
+    def fold(
+        self,
+        out: View,
+        cols: View,
+        kernel_size: tuple[int, int],
+        stride: tuple[int, int],
+        padding: tuple[int, int],
+        dilation: tuple[int, int],
+    ) -> None:
+        self._window("fold", out, cols, (*kernel_size, *stride, *padding, *dilation), ())
+
+    def _window(self, op: str, out: View, src: View, geometry: tuple[int, ...], scalars: tuple[float, ...]) -> None:
+        geometry = tuple(int(g) for g in geometry)
+        key = (op, out[0].dtype, out[1], out[2], src[0].dtype, src[1], src[2], geometry)
+        plan = self.plans.get(key)
+        if plan is None:
+            k, s, p, d = geometry[0:2], geometry[2:4], geometry[4:6], geometry[6:8]
+            plan = self._plan(key, op, [out, src], lambda: window.build(self.dev, op, out, src, k, s, p, d))
+        self.launch(op, plan, (out, src), scalars)
 
     # -- measuring
     def device_copy(self, dst: VulkanStorage, src: VulkanStorage, nbytes: int) -> None:

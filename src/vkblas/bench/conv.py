@@ -1,0 +1,194 @@
+"""``vkblas bench conv``: one table of conv2d speed, forward and forward+backward, vkblas vs PyTorch.
+
+Layers: the MNIST CNN's two 3x3 convolutions (1->32 on 28x28 and 32->64 on 14x14, padding 1) at batch 128 and 512,
+and a ResNet-style 3x3 layer (64->64 on 56x56, padding 1, batch 32). Columns: milliseconds per forward and per
+forward+backward (grads of weight and bias, and of the input except for a first layer) for vkblas on every device
+present (or those given by ``--devices``), PyTorch on the CPU and on CUDA when present, and the ratio of the first
+vkblas device's time to PyTorch's (CUDA when present, else CPU) for forward+backward.
+
+Times are wall clock per call, the best of a few batches of back-to-back calls each ended by one synchronize (what a
+training loop sees); the first call of a shape (kernel compilation, autotuning) is not timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .gemm import format_table
+
+
+@dataclass(frozen=True)
+class Layer:
+    label: str
+    batch: int
+    cin: int
+    cout: int
+    size: int
+    kernel: int = 3
+    padding: int = 1
+    input_grad: bool = True  # a network's first layer needs no input gradient
+
+    def shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return (self.batch, self.cin, self.size, self.size), (self.cout, self.cin, self.kernel, self.kernel)
+
+
+LAYERS = (
+    Layer("mnist conv1 b128", 128, 1, 32, 28, input_grad=False),
+    Layer("mnist conv2 b128", 128, 32, 64, 14),
+    Layer("mnist conv1 b512", 512, 1, 32, 28, input_grad=False),
+    Layer("mnist conv2 b512", 512, 32, 64, 14),
+    Layer("resnet 3x3 b32", 32, 64, 64, 56),
+)
+
+
+def _time(fn: Callable[[], Any], sync: Callable[[], None], budget: float, max_reps: int = 50) -> float:
+    """Milliseconds per call: warm-up, then the best of 3 batches sized to ~budget/3 each."""
+    fn()
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    best = once = max(time.perf_counter() - t0, 1e-6)
+    if once >= budget:  # a slow device: one timed call is all the budget allows
+        return once * 1e3
+    reps = max(1, min(max_reps, int(budget / 3 / once)))
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        sync()
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return best * 1e3
+
+
+def _vkblas(
+    layer: Layer, device: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, g: np.ndarray, budget: float
+) -> tuple[float, float]:
+    import vkblas as vk
+    from vkblas.nn import functional as F
+
+    tx = vk.tensor(x, device=device, requires_grad=layer.input_grad)
+    tw, tb = (vk.tensor(a, device=device, requires_grad=True) for a in (w, b))
+    tg = vk.tensor(g, device=device)
+
+    def fwd() -> None:
+        with vk.no_grad():
+            F.conv2d(tx, tw, tb, padding=layer.padding)
+
+    def fwd_bwd() -> None:
+        tx.grad = tw.grad = tb.grad = None
+        F.conv2d(tx, tw, tb, padding=layer.padding).backward(tg)
+
+    def sync() -> None:
+        vk.synchronize(device)
+
+    return _time(fwd, sync, budget), _time(fwd_bwd, sync, budget)
+
+
+def _torch_times(
+    torch: Any, layer: Layer, device: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, g: np.ndarray, budget: float
+) -> tuple[float, float]:
+    tx = torch.from_numpy(x).to(device).requires_grad_(layer.input_grad)
+    tw, tb = (torch.from_numpy(a).to(device).requires_grad_() for a in (w, b))
+    tg = torch.from_numpy(g).to(device)
+    conv = torch.nn.functional.conv2d
+
+    def fwd() -> None:
+        with torch.no_grad():
+            conv(tx, tw, tb, padding=layer.padding)
+
+    def fwd_bwd() -> None:
+        tx.grad = tw.grad = tb.grad = None
+        conv(tx, tw, tb, padding=layer.padding).backward(tg)
+
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    return _time(fwd, sync, budget), _time(fwd_bwd, sync, budget)
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def run(
+    layers: Sequence[Layer],
+    devices: Sequence[str],
+    use_torch: bool = True,
+    torch_cpu: bool = True,
+    budget: float = 1.0,
+    seed: int = 0,
+) -> tuple[list[str], list[list[Any]]]:
+    torch = _torch() if use_torch else None
+    ref_devices = []
+    if torch is not None and torch_cpu:
+        ref_devices.append("cpu")
+    if torch is not None and torch.cuda.is_available():
+        ref_devices.append("cuda")
+    cols = ["layer"]
+    for d in devices:
+        cols += [f"vk {d} fwd ms", f"vk {d} f+b ms"]
+    for d in ref_devices:
+        cols += [f"torch {d} fwd ms", f"torch {d} f+b ms"]
+    if devices and ref_devices:
+        cols.append(f"vk {devices[0]} / torch {ref_devices[-1]} f+b")
+    rng = np.random.default_rng(seed)
+    rows = []
+    for layer in layers:
+        xs, ws = layer.shapes()
+        x = rng.standard_normal(xs, dtype=np.float32)
+        w = (rng.standard_normal(ws, dtype=np.float32) / np.sqrt(ws[1] * ws[2] * ws[3])).astype(np.float32)
+        b = rng.standard_normal(ws[0], dtype=np.float32)
+        g = rng.standard_normal((layer.batch, layer.cout, layer.size, layer.size), dtype=np.float32)
+        row: list[Any] = [layer.label]
+        for d in devices:
+            row += _vkblas(layer, d, x, w, b, g, budget)
+        for d in ref_devices:
+            row += _torch_times(torch, layer, d, x, w, b, g, budget)
+        if devices and ref_devices:
+            row.append(row[2] / row[-1])
+        rows.append(row)
+        print(f"  {layer.label}: done", file=sys.stderr, flush=True)
+    return cols, rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import vkblas as vk
+
+    p = argparse.ArgumentParser(prog="vkblas bench conv", description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--devices", default="", help="vkblas devices, comma separated (default: every device present, GPUs first)"
+    )
+    p.add_argument("--only", default="", help="run only layers whose label contains one of these (comma separated)")
+    p.add_argument("--no-torch", action="store_true", help="skip PyTorch")
+    p.add_argument("--no-torch-cpu", action="store_true", help="skip PyTorch on the CPU")
+    p.add_argument("--budget", type=float, default=1.0, help="seconds of timing per measurement (default 1)")
+    args = p.parse_args(argv)
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()]
+    if not devices:
+        present = vk.devices()
+        devices = [d for d in present if d != "cpu"] + ["cpu"]
+    layers = list(LAYERS)
+    if args.only:
+        keys = [k.strip() for k in args.only.split(",") if k.strip()]
+        layers = [la for la in layers if any(k in la.label for k in keys)]
+    print(f"conv2d 3x3 float32, forward and forward+backward; vkblas on {', '.join(devices)}", flush=True)
+    cols, rows = run(layers, devices, use_torch=not args.no_torch, torch_cpu=not args.no_torch_cpu, budget=args.budget)
+    print(format_table(cols, rows), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
