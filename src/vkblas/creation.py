@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from . import device as _dev
+from . import graphs as _graphs
 from .backend.base import View
 from .dtypes import INT32_MAX, INT32_MIN, DType, bool_, float32, int32, to_dtype
 from .ops._core import check_backend, elementwise
@@ -122,43 +123,33 @@ def full(
     return _new((size,) if isinstance(size, int) else tuple(size), dtype, device, requires_grad, fill_value)
 
 
-def zeros_like(
-    input: Tensor,
-    dtype: Any = None,
-    device: _dev.DeviceLike = None,  # noqa: A002
-    requires_grad: bool = False,
-) -> Tensor:
-    return zeros(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+def _like(name: str, fill: Any) -> Any:
+    def like(
+        input: Tensor,  # noqa: A002
+        dtype: Any = None,
+        device: _dev.DeviceLike = None,
+        requires_grad: bool = False,
+    ) -> Tensor:
+        return _new(input.shape, dtype or input.dtype, device or input.device, requires_grad, fill)
+
+    like.__name__ = like.__qualname__ = name
+    like.__doc__ = f"Like ``{name[:-5]}`` with ``input``'s shape, and its dtype and device unless given."
+    return like
 
 
-def ones_like(
-    input: Tensor,
-    dtype: Any = None,
-    device: _dev.DeviceLike = None,  # noqa: A002
-    requires_grad: bool = False,
-) -> Tensor:
-    return ones(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
-
-
-def empty_like(
-    input: Tensor,
-    dtype: Any = None,
-    device: _dev.DeviceLike = None,  # noqa: A002
-    requires_grad: bool = False,
-) -> Tensor:
-    return empty(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+zeros_like = _like("zeros_like", 0)
+ones_like = _like("ones_like", 1)
+empty_like = _like("empty_like", None)
 
 
 def full_like(
-    input: Tensor,
+    input: Tensor,  # noqa: A002
     fill_value: float,
     dtype: Any = None,
-    device: _dev.DeviceLike = None,  # noqa: A002
+    device: _dev.DeviceLike = None,
     requires_grad: bool = False,
 ) -> Tensor:
-    return full(
-        input.shape, fill_value, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad
-    )
+    return _new(input.shape, dtype or input.dtype, device or input.device, requires_grad, fill_value)
 
 
 def arange(
@@ -203,9 +194,11 @@ def _random(
     b = _dev.resolve(device)
     check_backend(b, dt, "rand")
     out = _empty(size, dt, b)
-    seed, counter = (generator or default_generator).take(out.numel())
+    gen = generator or default_generator
+    seed, counter = gen.take(out.numel())
     if out.numel():
         b.random(out._view, distribution, seed, counter)
+        _graphs.note_random(b, gen, out.numel())
     return out
 
 
@@ -271,9 +264,11 @@ def _fill_random(t: Tensor, distribution: str, generator: Generator | None) -> T
         raise RuntimeError(f"{distribution}_ cannot be recorded by autograd; call it inside vkblas.no_grad()")
     if not t.dtype.is_floating:
         raise RuntimeError(f"{distribution}_ needs a floating dtype, got {t.dtype!r}")
-    seed, counter = (generator or default_generator).take(t.numel())
+    gen = generator or default_generator
+    seed, counter = gen.take(t.numel())
     if t.numel():
         t._backend.random(t._view, distribution, seed, counter)
+        _graphs.note_random(t._backend, gen, t.numel())
     t._view.storage.version += 1
     return t
 

@@ -37,8 +37,9 @@ def _check_range(idx: Tensor, size: int, dim: int, shape: tuple[int, ...]) -> Te
         raise IndexError(f"tensors used as indices must be long, int or bool tensors (got {idx.dtype!r})")
     if idx.numel() == 0:
         return idx
-    check_index(idx, -size, size, f"index {{bad}} is out of bounds for dimension {dim} with size {size} (tensor "
-                f"shape {shape})")
+    check_index(
+        idx, -size, size, f"index {{bad}} is out of bounds for dimension {dim} with size {size} (tensor shape {shape})"
+    )
     return where(elementwise("lt", idx, 0), elementwise("add", idx, size), idx)
 
 
@@ -120,7 +121,8 @@ def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:  # noqa: A00
 
 
 def take_along(x: Tensor, d: int, flat_idx: Tensor) -> Tensor:
-    """(int32 index already in range) x indexed by a 1-D index at dim d: the index broadcast over the other dims (stride 0), then gather."""
+    """x indexed by a 1-D int32 index (already in range) at dim d: the index broadcast over the other dims with
+    stride 0, then one gather."""
     k = flat_idx.shape[0]
     shape = x.shape[:d] + (k,) + x.shape[d + 1 :]
     strides = tuple(0 for _ in x.shape[:d]) + (flat_idx._view.strides[0],) + tuple(0 for _ in x.shape[d + 1 :])

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..autograd import Node, record
-from ..dtypes import bool_, int32
+from ..dtypes import bool_, float32, int32
 from ..tensor import Tensor
 from ._core import cast, elementwise, empty, norm_dim, norm_dims
 from .pointwise import binary, unary, where
