@@ -99,9 +99,11 @@ def unary_samples(make: Callable[[Rng, tuple[int, ...]], np.ndarray] = uniform, 
     return gen
 
 
-def binary_samples(make_a: Callable[[Rng, tuple[int, ...]], np.ndarray] = uniform,
-                   make_b: Callable[[Rng, tuple[int, ...]], np.ndarray] = uniform,
-                   scalars: tuple[Any, Any] = (1.5, -0.75)):
+def binary_samples(
+    make_a: Callable[[Rng, tuple[int, ...]], np.ndarray] = uniform,
+    make_b: Callable[[Rng, tuple[int, ...]], np.ndarray] = uniform,
+    scalars: tuple[Any, Any] = (1.5, -0.75),
+):
     def gen(rng: Rng) -> Iterator[Sample]:
         for sa, sb in BINARY_SHAPES:
             a = scalars[0] if sa is None else make_a(rng, sa)
@@ -200,8 +202,18 @@ def var_samples(rng: Rng) -> Iterator[Sample]:
 
 
 def matmul_samples(rng: Rng) -> Iterator[Sample]:
-    for sa, sb in [((3, 4), (4, 2)), ((4,), (4, 3)), ((3, 4), (4,)), ((4,), (4,)), ((2, 3, 4), (4, 5)),
-                   ((2, 1, 2, 3), (3, 3, 2)), ((3,), (2, 3, 2)), ((3, 0), (0, 2)), ((0, 4), (4, 2)), ((1, 1), (1, 1))]:
+    for sa, sb in [
+        ((3, 4), (4, 2)),
+        ((4,), (4, 3)),
+        ((3, 4), (4,)),
+        ((4,), (4,)),
+        ((2, 3, 4), (4, 5)),
+        ((2, 1, 2, 3), (3, 3, 2)),
+        ((3,), (2, 3, 2)),
+        ((3, 0), (0, 2)),
+        ((0, 4), (4, 2)),
+        ((1, 1), (1, 1)),
+    ]:
         yield Sample((uniform(rng, sa), uniform(rng, sb)))
 
 
@@ -216,8 +228,17 @@ def reshape_samples(rng: Rng) -> Iterator[Sample]:
 
 def getitem_samples(rng: Rng) -> Iterator[Sample]:
     x = uniform(rng, (4, 3))
-    for index in [1, -1, (slice(1, None), 2), (slice(None, None, 2),), (Ellipsis, 0), (None, slice(1, 3)),
-                  (slice(0, 0),), (slice(-3, -1), slice(None)), (2, -2)]:
+    for index in [
+        1,
+        -1,
+        (slice(1, None), 2),
+        (slice(None, None, 2),),
+        (Ellipsis, 0),
+        (None, slice(1, 3)),
+        (slice(0, 0),),
+        (slice(-3, -1), slice(None)),
+        (2, -2),
+    ]:
         yield Sample((x,), {"index": index})
     yield Sample((uniform(rng, (2, 3, 4)),), {"index": (slice(None), slice(1, 3), slice(None, None, 3))})
 
@@ -375,8 +396,9 @@ def _np_chunk(x: np.ndarray, chunks: int, dim: int) -> tuple[np.ndarray, ...]:
     return _np_split(x, -(-x.shape[dim] // chunks), dim)
 
 
-def _np_var(x: np.ndarray, dim: Any = None, keepdim: bool = False, unbiased: bool = True,
-            correction: int | None = None) -> np.ndarray:
+def _np_var(
+    x: np.ndarray, dim: Any = None, keepdim: bool = False, unbiased: bool = True, correction: int | None = None
+) -> np.ndarray:
     ddof = correction if correction is not None else int(unbiased)
     return np.var(x, axis=_axis(dim), ddof=ddof, keepdims=keepdim)
 
@@ -419,15 +441,24 @@ OPS: list[OpInfo] = [
     _unary("silu", vb.silu, lambda x: x * np_sigmoid(x)),
     _unary("square", vb.square, np.square),
     _unary("reciprocal", vb.reciprocal, np.reciprocal, nonzero),
-    OpInfo("leaky_relu", vb.leaky_relu, lambda x, negative_slope=0.01: np.where(x > 0, x, x * negative_slope),
-           lambda rng: (Sample((away(uniform(rng, s)),), kw) for s in [(3, 4), (5,), (0, 2)]
-                        for kw in [{}, {"negative_slope": 0.2}])),
+    OpInfo(
+        "leaky_relu",
+        vb.leaky_relu,
+        lambda x, negative_slope=0.01: np.where(x > 0, x, x * negative_slope),
+        lambda rng: (
+            Sample((away(uniform(rng, s)),), kw) for s in [(3, 4), (5,), (0, 2)] for kw in [{}, {"negative_slope": 0.2}]
+        ),
+    ),
     OpInfo("clamp", vb.clamp, lambda x, min=None, max=None: np.clip(x, min, max), clamp_samples),  # noqa: A006
     # --- pointwise binary, with broadcasting and Python scalars on either side
     OpInfo("add", vb.add, np.add, binary_samples()),
     OpInfo("add (operator +)", operator.add, np.add, binary_samples()),
-    OpInfo("add (alpha)", lambda a, b: vb.add(a, b, alpha=2.5), lambda a, b: a + 2.5 * b,
-           lambda rng: (s for s in binary_samples()(rng) if isinstance(s.args[0], np.ndarray))),
+    OpInfo(
+        "add (alpha)",
+        lambda a, b: vb.add(a, b, alpha=2.5),
+        lambda a, b: a + 2.5 * b,
+        lambda rng: (s for s in binary_samples()(rng) if isinstance(s.args[0], np.ndarray)),
+    ),
     OpInfo("sub", vb.sub, np.subtract, binary_samples()),
     OpInfo("sub (operator -)", operator.sub, np.subtract, binary_samples()),
     OpInfo("mul", vb.mul, np.multiply, binary_samples()),
@@ -441,42 +472,95 @@ OPS: list[OpInfo] = [
     OpInfo("where", vb.where, np.where, where_samples),
     OpInfo("masked_fill", vb.masked_fill, lambda x, m, value: np.where(m, value, x), masked_fill_samples),
     # --- comparisons and logic give bool tensors
-    *(OpInfo(name, fn, ref, compare_samples, differentiable=False) for name, fn, ref in [
-        ("eq", vb.eq, np.equal), ("ne", vb.ne, np.not_equal), ("lt", vb.lt, np.less),
-        ("le", vb.le, np.less_equal), ("gt", vb.gt, np.greater), ("ge", vb.ge, np.greater_equal),
-        ("eq (operator ==)", operator.eq, np.equal), ("lt (operator <)", operator.lt, np.less),
-        ("ge (operator >=)", operator.ge, np.greater_equal)]),
+    *(
+        OpInfo(name, fn, ref, compare_samples, differentiable=False)
+        for name, fn, ref in [
+            ("eq", vb.eq, np.equal),
+            ("ne", vb.ne, np.not_equal),
+            ("lt", vb.lt, np.less),
+            ("le", vb.le, np.less_equal),
+            ("gt", vb.gt, np.greater),
+            ("ge", vb.ge, np.greater_equal),
+            ("eq (operator ==)", operator.eq, np.equal),
+            ("lt (operator <)", operator.lt, np.less),
+            ("ge (operator >=)", operator.ge, np.greater_equal),
+        ]
+    ),
     OpInfo("logical_and", vb.logical_and, np.logical_and, logical_samples, differentiable=False),
     OpInfo("logical_or", vb.logical_or, np.logical_or, logical_samples, differentiable=False),
-    OpInfo("logical_not", vb.logical_not, np.logical_not,
-           lambda rng: (Sample((rng.random(s) < 0.5,)) for s in [(3, 4), (0,)]), differentiable=False),
+    OpInfo(
+        "logical_not",
+        vb.logical_not,
+        np.logical_not,
+        lambda rng: (Sample((rng.random(s) < 0.5,)) for s in [(3, 4), (0,)]),
+        differentiable=False,
+    ),
     # --- reductions
-    OpInfo("sum", vb.sum, lambda x, dim=None, keepdim=False: np.sum(x, axis=_axis(dim), keepdims=keepdim),
-           reduction_samples),
-    OpInfo("mean", vb.mean, lambda x, dim=None, keepdim=False: np.mean(x, axis=_axis(dim), keepdims=keepdim),
-           lambda rng: reduction_samples(rng, empty_ok=False)),
+    OpInfo(
+        "sum",
+        vb.sum,
+        lambda x, dim=None, keepdim=False: np.sum(x, axis=_axis(dim), keepdims=keepdim),
+        reduction_samples,
+    ),
+    OpInfo(
+        "mean",
+        vb.mean,
+        lambda x, dim=None, keepdim=False: np.mean(x, axis=_axis(dim), keepdims=keepdim),
+        lambda rng: reduction_samples(rng, empty_ok=False),
+    ),
     OpInfo("var", vb.var, _np_var, var_samples),
     OpInfo("std", vb.std, lambda x, **kw: np.sqrt(_np_var(x, **kw)), var_samples),
     OpInfo("max (all)", vb.max, np.max, nonempty_samples),
     OpInfo("min (all)", vb.min, np.min, nonempty_samples),
-    OpInfo("max (dim)", lambda x, dim, keepdim=False: vb.max(x, dim, keepdim).values,
-           lambda x, dim, keepdim=False: np.max(x, axis=dim, keepdims=keepdim), one_dim_samples),
-    OpInfo("min (dim)", lambda x, dim, keepdim=False: vb.min(x, dim, keepdim).values,
-           lambda x, dim, keepdim=False: np.min(x, axis=dim, keepdims=keepdim), one_dim_samples),
-    OpInfo("max (dim) indices", lambda x, dim, keepdim=False: vb.max(x, dim, keepdim).indices,
-           _np_arg(np.argmax), one_dim_samples, differentiable=False),
-    OpInfo("amax", vb.amax, lambda x, dim=None, keepdim=False: np.max(x, axis=_axis(dim), keepdims=keepdim),
-           lambda rng: reduction_samples(rng, empty_ok=False)),
+    OpInfo(
+        "max (dim)",
+        lambda x, dim, keepdim=False: vb.max(x, dim, keepdim).values,
+        lambda x, dim, keepdim=False: np.max(x, axis=dim, keepdims=keepdim),
+        one_dim_samples,
+    ),
+    OpInfo(
+        "min (dim)",
+        lambda x, dim, keepdim=False: vb.min(x, dim, keepdim).values,
+        lambda x, dim, keepdim=False: np.min(x, axis=dim, keepdims=keepdim),
+        one_dim_samples,
+    ),
+    OpInfo(
+        "max (dim) indices",
+        lambda x, dim, keepdim=False: vb.max(x, dim, keepdim).indices,
+        _np_arg(np.argmax),
+        one_dim_samples,
+        differentiable=False,
+    ),
+    OpInfo(
+        "amax",
+        vb.amax,
+        lambda x, dim=None, keepdim=False: np.max(x, axis=_axis(dim), keepdims=keepdim),
+        lambda rng: reduction_samples(rng, empty_ok=False),
+    ),
     OpInfo("argmax", vb.argmax, _np_arg(np.argmax), one_dim_samples, differentiable=False),
     OpInfo("argmin", vb.argmin, _np_arg(np.argmin), one_dim_samples, differentiable=False),
-    OpInfo("argmax (flat)", vb.argmax, lambda x: np.argmax(x).astype(np.int32),
-           lambda rng: (Sample((uniform(rng, s),)) for s in [(3, 4), (5,), (2, 1, 3)]), differentiable=False),
-    OpInfo("logsumexp", vb.logsumexp, lambda x, dim, keepdim=False: np_logsumexp(x, _axis(dim), keepdim),
-           lambda rng: (s for s in reduction_samples(rng, empty_ok=False) if "dim" in s.kwargs)),
-    OpInfo("softmax", vb.softmax, np_softmax,
-           lambda rng: (s for s in one_dim_samples(rng) if "keepdim" not in s.kwargs)),
-    OpInfo("log_softmax", vb.log_softmax, lambda x, dim: np.log(np_softmax(x, dim)),
-           lambda rng: (s for s in one_dim_samples(rng) if "keepdim" not in s.kwargs)),
+    OpInfo(
+        "argmax (flat)",
+        vb.argmax,
+        lambda x: np.argmax(x).astype(np.int32),
+        lambda rng: (Sample((uniform(rng, s),)) for s in [(3, 4), (5,), (2, 1, 3)]),
+        differentiable=False,
+    ),
+    OpInfo(
+        "logsumexp",
+        vb.logsumexp,
+        lambda x, dim, keepdim=False: np_logsumexp(x, _axis(dim), keepdim),
+        lambda rng: (s for s in reduction_samples(rng, empty_ok=False) if "dim" in s.kwargs),
+    ),
+    OpInfo(
+        "softmax", vb.softmax, np_softmax, lambda rng: (s for s in one_dim_samples(rng) if "keepdim" not in s.kwargs)
+    ),
+    OpInfo(
+        "log_softmax",
+        vb.log_softmax,
+        lambda x, dim: np.log(np_softmax(x, dim)),
+        lambda rng: (s for s in one_dim_samples(rng) if "keepdim" not in s.kwargs),
+    ),
     # --- linear algebra
     OpInfo("matmul", vb.matmul, np.matmul, matmul_samples),
     OpInfo("matmul (operator @)", operator.matmul, np.matmul, matmul_samples),
@@ -484,10 +568,12 @@ OPS: list[OpInfo] = [
     OpInfo("bmm", vb.bmm, np.matmul, lambda rng: (Sample((uniform(rng, (2, 3, 4)), uniform(rng, (2, 4, 2)))),)),
     # --- movement
     OpInfo("reshape", lambda x, shape: x.reshape(shape), lambda x, shape: x.reshape(shape), reshape_samples),
-    OpInfo("view", lambda x, shape: x.view(shape), lambda x, shape: x.reshape(shape), reshape_samples,
-           noncontiguous=False),
-    OpInfo("flatten", vb.flatten, lambda x, start_dim=0, end_dim=-1: _np_flatten(x, start_dim, end_dim),
-           flatten_samples),
+    OpInfo(
+        "view", lambda x, shape: x.view(shape), lambda x, shape: x.reshape(shape), reshape_samples, noncontiguous=False
+    ),
+    OpInfo(
+        "flatten", vb.flatten, lambda x, start_dim=0, end_dim=-1: _np_flatten(x, start_dim, end_dim), flatten_samples
+    ),
     OpInfo("squeeze", vb.squeeze, lambda x, dim=None: _np_squeeze(x, dim), squeeze_samples),
     OpInfo("unsqueeze", vb.unsqueeze, lambda x, dim: np.expand_dims(x, dim), unsqueeze_samples),
     OpInfo("permute", lambda x, dims: x.permute(*dims), lambda x, dims: np.transpose(x, dims), permute_samples),
@@ -499,42 +585,88 @@ OPS: list[OpInfo] = [
     OpInfo("stack", lambda *xs, dim: vb.stack(list(xs), dim), lambda *xs, dim: np.stack(xs, axis=dim), stack_samples),
     OpInfo("split", _split, _np_split, split_samples),
     OpInfo("chunk", vb.chunk, _np_chunk, chunk_samples),
-    OpInfo("unbind", vb.unbind, lambda x, dim=0: tuple(np.moveaxis(x, dim, 0)),
-           lambda rng: (Sample((uniform(rng, (3, 2)),), {"dim": d}) for d in (0, 1))),
+    OpInfo(
+        "unbind",
+        vb.unbind,
+        lambda x, dim=0: tuple(np.moveaxis(x, dim, 0)),
+        lambda rng: (Sample((uniform(rng, (3, 2)),), {"dim": d}) for d in (0, 1)),
+    ),
     OpInfo("clone", vb.clone, np.copy, unary_samples()),
     OpInfo("contiguous", vb.contiguous, np.copy, unary_samples()),
     # --- indexing
     OpInfo("getitem (basic)", lambda x, index: x[index], lambda x, index: x[index], getitem_samples),
     OpInfo("getitem (int array)", lambda x, i: x[i], lambda x, i: x[i], index_array_samples),
-    OpInfo("getitem (two int arrays)", lambda x, i, j: x[i, :, j], lambda x, i, j: x[i, :, j],
-           lambda rng: (Sample((uniform(rng, (3, 2, 4)), np.array([0, 2, -1]), np.array([[3], [0]]))),)),
-    OpInfo("getitem (bool mask)", lambda x, m: x[m], lambda x, m: x[m],
-           lambda rng: (Sample((uniform(rng, (3, 4)), rng.random((3, 4)) < 0.5)),
-                        Sample((uniform(rng, (3, 2)), np.array([True, False, True]))))),
-    OpInfo("gather", lambda x, i, dim: vb.gather(x, dim, i), lambda x, i, dim: np.take_along_axis(x, i, dim),
-           gather_samples),
-    OpInfo("scatter_add", lambda x, i, s, dim: vb.scatter_add(x, dim, i, s),
-           lambda x, i, s, dim: np_scatter_add(x, dim, i, s), scatter_add_samples),
-    OpInfo("index_select", lambda x, i, dim: vb.index_select(x, dim, i), lambda x, i, dim: np.take(x, i, axis=dim),
-           lambda rng: (Sample((uniform(rng, (3, 4)), np.array([2, 0, 2])), {"dim": d}) for d in (0, 1))),
-    OpInfo("one_hot", vb.one_hot, lambda x, num_classes=-1: _np_one_hot(x, num_classes), one_hot_samples,
-           differentiable=False),
+    OpInfo(
+        "getitem (two int arrays)",
+        lambda x, i, j: x[i, :, j],
+        lambda x, i, j: x[i, :, j],
+        lambda rng: (Sample((uniform(rng, (3, 2, 4)), np.array([0, 2, -1]), np.array([[3], [0]]))),),
+    ),
+    OpInfo(
+        "getitem (bool mask)",
+        lambda x, m: x[m],
+        lambda x, m: x[m],
+        lambda rng: (
+            Sample((uniform(rng, (3, 4)), rng.random((3, 4)) < 0.5)),
+            Sample((uniform(rng, (3, 2)), np.array([True, False, True]))),
+        ),
+    ),
+    OpInfo(
+        "gather",
+        lambda x, i, dim: vb.gather(x, dim, i),
+        lambda x, i, dim: np.take_along_axis(x, i, dim),
+        gather_samples,
+    ),
+    OpInfo(
+        "scatter_add",
+        lambda x, i, s, dim: vb.scatter_add(x, dim, i, s),
+        lambda x, i, s, dim: np_scatter_add(x, dim, i, s),
+        scatter_add_samples,
+    ),
+    OpInfo(
+        "index_select",
+        lambda x, i, dim: vb.index_select(x, dim, i),
+        lambda x, i, dim: np.take(x, i, axis=dim),
+        lambda rng: (Sample((uniform(rng, (3, 4)), np.array([2, 0, 2])), {"dim": d}) for d in (0, 1)),
+    ),
+    OpInfo(
+        "one_hot",
+        vb.one_hot,
+        lambda x, num_classes=-1: _np_one_hot(x, num_classes),
+        one_hot_samples,
+        differentiable=False,
+    ),
     # --- in place, on a non-leaf copy (so autograd has to see through them)
     OpInfo("add_", lambda x, y: _fresh(x).add_(y), _inplace_ref(np.add), inplace_samples),
     OpInfo("add_ (operator +=)", lambda x, y: _iadd(_fresh(x), y), _inplace_ref(np.add), inplace_samples),
     OpInfo("sub_", lambda x, y: _fresh(x).sub_(y), _inplace_ref(np.subtract), inplace_samples),
     OpInfo("mul_", lambda x, y: _fresh(x).mul_(y), _inplace_ref(np.multiply), inplace_samples),
     OpInfo("div_", lambda x, y: _fresh(x).div_(y), _inplace_ref(np.divide), inplace_samples),
-    OpInfo("copy_", lambda x, y: _fresh(x).copy_(y), _inplace_ref(lambda a, b: np.broadcast_to(b, a.shape)),
-           lambda rng: (s for s in inplace_samples(rng) if isinstance(s.args[1], np.ndarray))),
-    OpInfo("fill_", lambda x, value: _fresh(x).fill_(value), lambda x, value: np.full_like(x, value),
-           lambda rng: (Sample((uniform(rng, s),), {"value": 2.5}) for s in [(3, 4), (), (0, 2)])),
+    OpInfo(
+        "copy_",
+        lambda x, y: _fresh(x).copy_(y),
+        _inplace_ref(lambda a, b: np.broadcast_to(b, a.shape)),
+        lambda rng: (s for s in inplace_samples(rng) if isinstance(s.args[1], np.ndarray)),
+    ),
+    OpInfo(
+        "fill_",
+        lambda x, value: _fresh(x).fill_(value),
+        lambda x, value: np.full_like(x, value),
+        lambda rng: (Sample((uniform(rng, s),), {"value": 2.5}) for s in [(3, 4), (), (0, 2)]),
+    ),
     OpInfo("zero_", lambda x: _fresh(x).zero_(), np.zeros_like, unary_samples()),
-    OpInfo("masked_fill_", lambda x, m, value: _fresh(x).masked_fill_(m, value),
-           lambda x, m, value: np.where(m, value, x),
-           lambda rng: (s for s in masked_fill_samples(rng) if np.broadcast(*s.args).shape == s.args[0].shape)),
-    OpInfo("clamp_", lambda x, **kw: _fresh(x).clamp_(**kw), lambda x, min=None, max=None: np.clip(x, min, max),  # noqa: A006
-           clamp_samples),
+    OpInfo(
+        "masked_fill_",
+        lambda x, m, value: _fresh(x).masked_fill_(m, value),
+        lambda x, m, value: np.where(m, value, x),
+        lambda rng: (s for s in masked_fill_samples(rng) if np.broadcast(*s.args).shape == s.args[0].shape),
+    ),
+    OpInfo(
+        "clamp_",
+        lambda x, **kw: _fresh(x).clamp_(**kw),
+        lambda x, min=None, max=None: np.clip(x, min, max),  # noqa: A006
+        clamp_samples,
+    ),
 ]
 
 
@@ -547,8 +679,11 @@ def _np_flatten(x: np.ndarray, start: int, end: int) -> np.ndarray:
     if x.ndim == 0:
         return x.reshape(1)
     s, e = start % x.ndim, end % x.ndim
-    return x.reshape(x.shape[:s] + (-1,) + x.shape[e + 1 :]) if x.size else x.reshape(
-        x.shape[:s] + (int(np.prod(x.shape[s : e + 1])),) + x.shape[e + 1 :])
+    return (
+        x.reshape(x.shape[:s] + (-1,) + x.shape[e + 1 :])
+        if x.size
+        else x.reshape(x.shape[:s] + (int(np.prod(x.shape[s : e + 1])),) + x.shape[e + 1 :])
+    )
 
 
 def _np_squeeze(x: np.ndarray, dim: int | None) -> np.ndarray:

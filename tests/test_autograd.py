@@ -162,8 +162,14 @@ def test_no_grad_allows_inplace_update_of_leaf(device: str) -> None:
 
 def test_inplace_on_leaf_requiring_grad_raises(device: str) -> None:
     w = t([1.0, 2.0], device, requires_grad=True)
-    for op in (lambda: w.add_(1.0), lambda: w.mul_(2.0), lambda: w.zero_(), lambda: w.fill_(3.0),
-               lambda: w.copy_(t([0.0, 0.0], device)), lambda: w.sub_(1.0)):
+    for op in (
+        lambda: w.add_(1.0),
+        lambda: w.mul_(2.0),
+        lambda: w.zero_(),
+        lambda: w.fill_(3.0),
+        lambda: w.copy_(t([0.0, 0.0], device)),
+        lambda: w.sub_(1.0),
+    ):
         with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
             op()
     np.testing.assert_allclose(w.detach().numpy(), [1.0, 2.0])  # untouched

@@ -56,8 +56,12 @@ CASES = [
     ErrorCase("stack", lambda d: vb.stack([f((2,), d), f((3,), d)]), RuntimeError, r"\(2,\).*\(3,\)"),
     ErrorCase("split sizes", lambda d: f((5,), d).split([2, 2]), RuntimeError, r"sum exactly to 5"),
     ErrorCase("in-place broadcast", lambda d: f((1, 3), d).add_(f((2, 3), d)), RuntimeError, r"\(1, 3\).*\(2, 3\)"),
-    ErrorCase("backward gradient shape", lambda d: (f((2,), d, True) * 2).backward(f((3,), d)), RuntimeError,
-              r"\(3,\).*\(2,\)"),
+    ErrorCase(
+        "backward gradient shape",
+        lambda d: (f((2,), d, True) * 2).backward(f((3,), d)),
+        RuntimeError,
+        r"\(3,\).*\(2,\)",
+    ),
     ErrorCase("dim out of range", lambda d: f((2, 3), d).sum(dim=2), IndexError, r"range of \[-2, 1\].*got 2"),
     ErrorCase("permute", lambda d: f((2, 3), d).permute(0, 0), RuntimeError, r"permutation.*\(2, 3\)"),
     ErrorCase("max of empty", lambda d: f((0,), d).max(), RuntimeError, r"numel\(\) == 0"),
@@ -74,26 +78,43 @@ CASES = [
     ErrorCase("~ on floats", lambda d: ~f((2,), d), TypeError, r"float32"),
     # --- autograd
     ErrorCase("backward without grad", lambda d: f((2,), d).sum().backward(), RuntimeError, r"does not require grad"),
-    ErrorCase("in-place on leaf", lambda d: f((2,), d, True).add_(1.0), RuntimeError,
-              r"leaf Variable that requires grad.*add_"),
+    ErrorCase(
+        "in-place on leaf",
+        lambda d: f((2,), d, True).add_(1.0),
+        RuntimeError,
+        r"leaf Variable that requires grad.*add_",
+    ),
     ErrorCase("in-place zero_ on leaf", lambda d: f((2,), d, True).zero_(), RuntimeError, r"leaf Variable"),
     ErrorCase("setitem on leaf", lambda d: f((2,), d, True).__setitem__(0, 1.0), RuntimeError, r"autograd"),
     ErrorCase("second backward", _backward_twice, RuntimeError, r"second time.*retain_graph=True"),
     ErrorCase("saved tensor modified", _modified_saved, RuntimeError, r"modified by an inplace operation"),
     ErrorCase("numpy of grad tensor", lambda d: f((2,), d, True).numpy(), RuntimeError, r"detach\(\)"),
     # --- indexing
-    ErrorCase("int index", lambda d: f((3, 2), d)[3], IndexError,
-              r"index 3 is out of bounds for dimension 0 with size 3"),
+    ErrorCase(
+        "int index", lambda d: f((3, 2), d)[3], IndexError, r"index 3 is out of bounds for dimension 0 with size 3"
+    ),
     ErrorCase("negative int index", lambda d: f((3, 2), d)[:, -3], IndexError, r"index -3 .* dimension 1 with size 2"),
     ErrorCase("too many indices", lambda d: f((3,), d)[0, 0], IndexError, r"too many indices.*\(3,\)"),
     ErrorCase("tensor index", lambda d: f((3,), d)[i([0, 5], d)], IndexError, r"index 5 is out of bounds.*size 3"),
     ErrorCase("list index", lambda d: f((3,), d)[[-4]], IndexError, r"index -4 is out of bounds.*size 3"),
-    ErrorCase("gather index", lambda d: vb.gather(f((2, 3), d), 1, i([[0, 3]], d)), IndexError,
-              r"index 3 is out of bounds for dimension 1 with size 3"),
-    ErrorCase("index_select", lambda d: vb.index_select(f((2, 3), d), 0, i([2], d)), IndexError,
-              r"index 2 is out of bounds for dimension 0 with size 2"),
-    ErrorCase("scatter_add index", lambda d: vb.scatter_add(f((2,), d), 0, i([2], d), f((1,), d)), IndexError,
-              r"index 2 is out of bounds"),
+    ErrorCase(
+        "gather index",
+        lambda d: vb.gather(f((2, 3), d), 1, i([[0, 3]], d)),
+        IndexError,
+        r"index 3 is out of bounds for dimension 1 with size 3",
+    ),
+    ErrorCase(
+        "index_select",
+        lambda d: vb.index_select(f((2, 3), d), 0, i([2], d)),
+        IndexError,
+        r"index 2 is out of bounds for dimension 0 with size 2",
+    ),
+    ErrorCase(
+        "scatter_add index",
+        lambda d: vb.scatter_add(f((2,), d), 0, i([2], d), f((1,), d)),
+        IndexError,
+        r"index 2 is out of bounds",
+    ),
     ErrorCase("one_hot class", lambda d: vb.one_hot(i([0, 3], d), 3), IndexError, r"index 3 is out of bounds"),
     ErrorCase("item of many", lambda d: f((2,), d).item(), RuntimeError, r"2 elements"),
     ErrorCase("bad device", lambda d: vb.zeros(2, device="cuda"), ValueError, r"cuda"),
@@ -134,14 +155,18 @@ def test_many_errors_in_a_row_keep_the_device_usable(device: str) -> None:
 
 
 @requires_vulkan
-@pytest.mark.parametrize("op", [
-    lambda a, b: a + b,
-    lambda a, b: a @ b,
-    lambda a, b: vb.where(a > 0, a, b),
-    lambda a, b: vb.cat([a, b]),
-    lambda a, b: vb.maximum(a, b),
-    lambda a, b: vb.gather(a, 0, vb.tensor([[0, 1], [1, 0]], device="vulkan")),
-], ids=["add", "matmul", "where", "cat", "maximum", "gather"])
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda a, b: a + b,
+        lambda a, b: a @ b,
+        lambda a, b: vb.where(a > 0, a, b),
+        lambda a, b: vb.cat([a, b]),
+        lambda a, b: vb.maximum(a, b),
+        lambda a, b: vb.gather(a, 0, vb.tensor([[0, 1], [1, 0]], device="vulkan")),
+    ],
+    ids=["add", "matmul", "where", "cat", "maximum", "gather"],
+)
 def test_device_mismatch_names_both_devices(op: Callable[[vb.Tensor, vb.Tensor], Any]) -> None:
     a = vb.ones(2, 2, device="cpu")
     b = vb.ones(2, 2, device="vulkan")

@@ -111,8 +111,10 @@ def _check(be, a: np.ndarray, b: np.ndarray, dtype=D.float32, la: dict | None = 
         assert np.max(np.abs(got - ref) / scale) <= tol
 
 
-@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (1, 7, 1), (2, 3, 5), (13, 17, 19), (31, 1, 37), (64, 64, 64),
-                                   (4, 128, 8), (67, 44, 36), (3, 2053, 5)])
+@pytest.mark.parametrize(
+    "m,k,n",
+    [(1, 1, 1), (1, 7, 1), (2, 3, 5), (13, 17, 19), (31, 1, 37), (64, 64, 64), (4, 128, 8), (67, 44, 36), (3, 2053, 5)],
+)
 def test_sizes_and_layouts(fresh, m, k, n):
     a = RNG.standard_normal((m, k))
     b = RNG.standard_normal((k, n))
@@ -148,8 +150,9 @@ def test_split_k_default(fresh):
 def test_autotune_cache_roundtrip(fresh, monkeypatch, tmp_path):
     monkeypatch.setenv("VKBLAS_AUTOTUNE", "1")
     monkeypatch.setattr(autotune, "MIN_TUNE_FLOPS", 1)
-    monkeypatch.setattr(gemm, "candidates", lambda *a: [(gemm.BY_NAME["32x32k16.4x4.db"], 1),
-                                                        (gemm.BY_NAME["32x64k16.4x4.db"], 1)])
+    monkeypatch.setattr(
+        gemm, "candidates", lambda *a: [(gemm.BY_NAME["32x32k16.4x4.db"], 1), (gemm.BY_NAME["32x64k16.4x4.db"], 1)]
+    )
     a, b = RNG.standard_normal((40, 24)), RNG.standard_normal((24, 40))
     _check(fresh, a, b)
     tuner = autotune.tuner(fresh)

@@ -72,8 +72,10 @@ def as_tuple(out: Any) -> tuple[Any, ...]:
 def reference(info: OpInfo, sample: Sample, device: str) -> tuple[np.ndarray, ...]:
     """The float64 reference, from the inputs exactly as the device sees them (rounded to its float dtype)."""
     np_float = float_dtype(device).np
-    args = [a.astype(np_float).astype(np.float64) if isinstance(a, np.ndarray) and a.dtype.kind == "f" else a
-            for a in sample.args]
+    args = [
+        a.astype(np_float).astype(np.float64) if isinstance(a, np.ndarray) and a.dtype.kind == "f" else a
+        for a in sample.args
+    ]
     return tuple(np.asarray(r) for r in as_tuple(info.ref(*args, **sample.kwargs)))
 
 
@@ -101,8 +103,9 @@ def assert_matches(out: vb.Tensor, ref: np.ndarray, device: str, info: OpInfo, w
         np.testing.assert_array_equal(got, ref, err_msg=what)
 
 
-def run(info: OpInfo, sample: Sample, device: str, requires_grad: bool = False,
-        noncontiguous: bool = False) -> tuple[list[Any], tuple[Any, ...]]:
+def run(
+    info: OpInfo, sample: Sample, device: str, requires_grad: bool = False, noncontiguous: bool = False
+) -> tuple[list[Any], tuple[Any, ...]]:
     pairs = [make_arg(a, device, requires_grad, noncontiguous) for a in sample.args]
     out = info.op(*(arg for _, arg in pairs), **sample.kwargs)
     return [leaf for leaf, _ in pairs], as_tuple(out)
@@ -118,8 +121,10 @@ def analytic_grads(info: OpInfo, sample: Sample, device: str, noncontiguous: boo
         total = term if total is None else total + term
     assert total is not None and total.requires_grad, f"{info.name}: output does not require grad"
     total.backward()
-    return [grad_of_leaf(leaf, noncontiguous, a.shape) if isinstance(leaf, vb.Tensor) and leaf.requires_grad
-            else None for leaf, a in zip(leaves, sample.args, strict=True)]
+    return [
+        grad_of_leaf(leaf, noncontiguous, a.shape) if isinstance(leaf, vb.Tensor) and leaf.requires_grad else None
+        for leaf, a in zip(leaves, sample.args, strict=True)
+    ]
 
 
 def has_float_input(sample: Sample) -> bool:
@@ -165,8 +170,13 @@ def test_device_grads_match_cpu_float64(info: OpInfo, device: str) -> None:
         want = analytic_grads(info, sample, "cpu")
         for i, (g, w) in enumerate(zip(got, want, strict=True)):
             if w is not None:
-                np.testing.assert_allclose(g, w, atol=info.grad_atol32, rtol=info.grad_rtol32,
-                                           err_msg=f"{info.name}{sample.describe()}: gradient of input {i}")
+                np.testing.assert_allclose(
+                    g,
+                    w,
+                    atol=info.grad_atol32,
+                    rtol=info.grad_rtol32,
+                    err_msg=f"{info.name}{sample.describe()}: gradient of input {i}",
+                )
 
 
 @pytest.mark.parametrize("info", [i for i in OPS if i.noncontiguous], ids=_ids)
@@ -181,8 +191,11 @@ def test_noncontiguous_inputs_match_contiguous(info: OpInfo, device: str) -> Non
         for o, w in zip(outs, want, strict=True):
             assert_matches(o, w.numpy(), device, info, what)
         if info.differentiable and has_float_input(sample):
-            for g, w in zip(analytic_grads(info, sample, device, noncontiguous=True),
-                            analytic_grads(info, sample, device), strict=True):
+            for g, w in zip(
+                analytic_grads(info, sample, device, noncontiguous=True),
+                analytic_grads(info, sample, device),
+                strict=True,
+            ):
                 if w is not None:
                     np.testing.assert_allclose(g, w, err_msg=what + " (gradient)", **tolerances(info, device))
         checked += 1
@@ -191,11 +204,13 @@ def test_noncontiguous_inputs_match_contiguous(info: OpInfo, device: str) -> Non
 
 def test_table_covers_the_issue_ops() -> None:
     names = {info.name.split(" ")[0] for info in OPS}
-    required = ("add sub mul div neg pow exp log sqrt rsqrt abs sin cos tanh sigmoid relu gelu gelu_tanh silu "
-                "leaky_relu clamp maximum minimum where eq ne lt le gt ge sum mean max min argmax argmin var std "
-                "matmul reshape view flatten squeeze unsqueeze permute transpose expand repeat cat stack split chunk "
-                "getitem gather scatter_add softmax log_softmax logsumexp one_hot masked_fill add_ mul_ sub_ zero_ "
-                "copy_ fill_").split()
+    required = (
+        "add sub mul div neg pow exp log sqrt rsqrt abs sin cos tanh sigmoid relu gelu gelu_tanh silu "
+        "leaky_relu clamp maximum minimum where eq ne lt le gt ge sum mean max min argmax argmin var std "
+        "matmul reshape view flatten squeeze unsqueeze permute transpose expand repeat cat stack split chunk "
+        "getitem gather scatter_add softmax log_softmax logsumexp one_hot masked_fill add_ mul_ sub_ zero_ "
+        "copy_ fill_"
+    ).split()
     assert not [n for n in required if n not in names]
 
 
@@ -208,12 +223,20 @@ TORCH_CASES = {
     "broadcast matmul": lambda m, x, y: m.matmul(x.unsqueeze(0), y.T.unsqueeze(0).expand(2, 4, 3)).sum(0),
     "var + std": lambda m, x, y: m.var(x, dim=1) + m.std(y, dim=0).sum(),
     "max/min dim": lambda m, x, y: m.max(x, dim=1).values * 2 + m.min(y, dim=1, keepdim=True).values.squeeze(),
-    "activations": lambda m, x, y: m.sigmoid(x) + m.tanh(y) + m.relu(x - y) + m.nn.functional.gelu(x)
-    + m.nn.functional.silu(y) + m.nn.functional.leaky_relu(x, 0.1) + m.nn.functional.gelu(y, approximate="tanh"),
+    "activations": lambda m, x, y: (
+        m.sigmoid(x)
+        + m.tanh(y)
+        + m.relu(x - y)
+        + m.nn.functional.gelu(x)
+        + m.nn.functional.silu(y)
+        + m.nn.functional.leaky_relu(x, 0.1)
+        + m.nn.functional.gelu(y, approximate="tanh")
+    ),
     "where/maximum/clamp": lambda m, x, y: m.where(x > 0, m.maximum(x, y), m.clamp(y, -0.5, 0.5)),
     "int-array index": lambda m, x, y: x[[0, 2, 2]] * y[:, [3, 0]].sum(),
-    "reshape/permute/cat/stack": lambda m, x, y: m.cat([x.reshape(4, 3).permute(1, 0), y], 1)
-    * m.stack([y[0], x[1], y[2]], 0).repeat(1, 2),
+    "reshape/permute/cat/stack": lambda m, x, y: (
+        m.cat([x.reshape(4, 3).permute(1, 0), y], 1) * m.stack([y[0], x[1], y[2]], 0).repeat(1, 2)
+    ),
 }
 
 

@@ -70,8 +70,11 @@ CASES = [
     (optim.Adam, adam_ref, dict(lr=0.01)),
     (optim.Adam, adam_ref, dict(lr=0.01, betas=(0.8, 0.9), weight_decay=0.1, amsgrad=True)),
     (optim.AdamW, lambda p, g, **kw: adam_ref(p, g, decoupled=True, **kw), dict(lr=0.01, weight_decay=0.1)),
-    (optim.AdamW, lambda p, g, **kw: adam_ref(p, g, decoupled=True, **{"weight_decay": 1e-2, **kw}),
-     dict(lr=0.01, amsgrad=True)),  # AdamW's default weight_decay is 1e-2
+    (
+        optim.AdamW,
+        lambda p, g, **kw: adam_ref(p, g, decoupled=True, **{"weight_decay": 1e-2, **kw}),
+        dict(lr=0.01, amsgrad=True),
+    ),  # AdamW's default weight_decay is 1e-2
     (optim.RMSprop, rmsprop_ref, dict(lr=0.01)),
     (optim.RMSprop, rmsprop_ref, dict(lr=0.01, momentum=0.9, centered=True, weight_decay=0.1)),
 ]
@@ -208,10 +211,14 @@ def _lrs(make, n, opt_cls=optim.SGD, **opt_kw):
 
 SCHEDULERS = {
     "StepLR": (lambda o: sched.StepLR(o, 3, gamma=0.5), lambda t: 0.1 * 0.5 ** (t // 3)),
-    "CosineAnnealingLR": (lambda o: sched.CosineAnnealingLR(o, T_max=8, eta_min=0.01),
-                          lambda t: 0.01 + 0.09 * (1 + math.cos(math.pi * t / 8)) / 2),
-    "LinearLR": (lambda o: sched.LinearLR(o, start_factor=0.25, total_iters=4),
-                 lambda t: 0.1 * (0.25 + 0.75 * min(t, 4) / 4)),
+    "CosineAnnealingLR": (
+        lambda o: sched.CosineAnnealingLR(o, T_max=8, eta_min=0.01),
+        lambda t: 0.01 + 0.09 * (1 + math.cos(math.pi * t / 8)) / 2,
+    ),
+    "LinearLR": (
+        lambda o: sched.LinearLR(o, start_factor=0.25, total_iters=4),
+        lambda t: 0.1 * (0.25 + 0.75 * min(t, 4) / 4),
+    ),
     "OneCycleLR": (lambda o: sched.OneCycleLR(o, max_lr=1.0, total_steps=10), None),
 }
 
@@ -238,9 +245,15 @@ def test_scheduler_matches_torch(name):
     make, _ = SCHEDULERS[name]
     tp = torch.ones(1, requires_grad=True)
     topt = torch.optim.SGD([tp], lr=0.1, momentum=0.9)
-    ts = getattr(torch.optim.lr_scheduler, name)(topt, **{
-        "StepLR": dict(step_size=3, gamma=0.5), "CosineAnnealingLR": dict(T_max=8, eta_min=0.01),
-        "LinearLR": dict(start_factor=0.25, total_iters=4), "OneCycleLR": dict(max_lr=1.0, total_steps=10)}[name])
+    ts = getattr(torch.optim.lr_scheduler, name)(
+        topt,
+        **{
+            "StepLR": dict(step_size=3, gamma=0.5),
+            "CosineAnnealingLR": dict(T_max=8, eta_min=0.01),
+            "LinearLR": dict(start_factor=0.25, total_iters=4),
+            "OneCycleLR": dict(max_lr=1.0, total_steps=10),
+        }[name],
+    )
     want, moms = [topt.param_groups[0]["lr"]], [topt.param_groups[0]["momentum"]]
     for _ in range(9):
         topt.step()

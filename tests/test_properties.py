@@ -42,8 +42,11 @@ def sum_to(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 @pytest.mark.parametrize("device", DEVICES)
 @SETTINGS
-@given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3, min_side=0, max_side=3),
-       seed=seeds, op=st.sampled_from(["add", "sub", "mul", "maximum"]))
+@given(
+    shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3, min_side=0, max_side=3),
+    seed=seeds,
+    op=st.sampled_from(["add", "sub", "mul", "maximum"]),
+)
 def test_binary_broadcasting_values_and_gradients(device: str, shapes, seed: int, op: str) -> None:
     (sa, sb), out_shape = shapes.input_shapes, shapes.result_shape
     a, b = as_device(values(sa, seed), device), as_device(values(sb, seed + 1), device)
@@ -55,8 +58,12 @@ def test_binary_broadcasting_values_and_gradients(device: str, shapes, seed: int
 
     w = np.random.default_rng(seed + 2).standard_normal(out_shape)
     out.backward(vb.tensor(w, dtype=out.dtype, device=device))
-    ga, gb = {"add": (w, w), "sub": (w, -w), "mul": (w * b, w * a),
-              "maximum": (w * (a > b) + 0.5 * w * (a == b), w * (b > a) + 0.5 * w * (a == b))}[op]
+    ga, gb = {
+        "add": (w, w),
+        "sub": (w, -w),
+        "mul": (w * b, w * a),
+        "maximum": (w * (a > b) + 0.5 * w * (a == b), w * (b > a) + 0.5 * w * (a == b)),
+    }[op]
     for t, g, shape in ((ta, ga, sa), (tb, gb, sb)):
         assert t.grad is not None and tuple(t.grad.shape) == shape  # summed back to each input's shape
         np.testing.assert_allclose(t.grad.numpy(), sum_to(np.broadcast_to(g, out_shape), shape), **tol(device))

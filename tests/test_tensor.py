@@ -46,8 +46,14 @@ def test_ranges(device: str) -> None:
 
 def test_like_constructors_keep_shape_dtype_device(device: str) -> None:
     x = vb.tensor([[1.0, 2.0]], dtype=float_dtype(device), device=device)
-    for y in (vb.zeros_like(x), vb.ones_like(x), vb.full_like(x, 3.0), vb.empty_like(x), vb.rand_like(x),
-              vb.randn_like(x)):
+    for y in (
+        vb.zeros_like(x),
+        vb.ones_like(x),
+        vb.full_like(x, 3.0),
+        vb.empty_like(x),
+        vb.rand_like(x),
+        vb.randn_like(x),
+    ):
         assert y.shape == x.shape and y.dtype is x.dtype and y.device == x.device
     assert vb.ones_like(x).tolist() == [[1.0, 1.0]]
     assert vb.zeros_like(x, dtype=vb.int32).dtype is vb.int32
@@ -228,14 +234,18 @@ def test_random_distributions_look_right(device: str) -> None:
 
 def test_generator_argument_is_independent(device: str) -> None:
     g1, g2 = vb.Generator(7), vb.Generator(7)
-    np.testing.assert_array_equal(vb.rand(4, generator=g1, device=device).numpy(),
-                                  vb.rand(4, generator=g2, device=device).numpy())
+    np.testing.assert_array_equal(
+        vb.rand(4, generator=g1, device=device).numpy(), vb.rand(4, generator=g2, device=device).numpy()
+    )
 
 
 @requires_vulkan
 def test_same_random_numbers_on_cpu_and_vulkan() -> None:
-    for make in (lambda d: vb.rand(3, 5, device=d), lambda d: vb.randn(17, device=d),
-                 lambda d: vb.randint(0, 100, (9,), device=d)):
+    for make in (
+        lambda d: vb.rand(3, 5, device=d),
+        lambda d: vb.randn(17, device=d),
+        lambda d: vb.randint(0, 100, (9,), device=d),
+    ):
         vb.manual_seed(2024)
         on_cpu = make("cpu").numpy()
         vb.manual_seed(2024)
@@ -247,6 +257,7 @@ def test_same_random_numbers_on_cpu_and_vulkan() -> None:
 def test_cross_device_results_agree() -> None:
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal((4, 5)).astype(np.float32), rng.standard_normal((5, 3)).astype(np.float32)
-    on = {d: ((vb.tensor(a, device=d) @ vb.tensor(b, device=d)).softmax(-1) * 3).sum(0).numpy()
-          for d in ("cpu", "vulkan")}
+    on = {
+        d: ((vb.tensor(a, device=d) @ vb.tensor(b, device=d)).softmax(-1) * 3).sum(0).numpy() for d in ("cpu", "vulkan")
+    }
     np.testing.assert_allclose(on["vulkan"], on["cpu"], rtol=1e-5, atol=1e-6)

@@ -77,5 +77,6 @@ def synchronize(device: Any = None) -> None:  # noqa: F811 - PyTorch's argument 
 def is_tensor(obj: object) -> bool:
     return isinstance(obj, Tensor)
 
-from . import data, nn, optim  # noqa: E402  (the training stack sits on everything above)
+
+from . import data, graphs, nn, optim  # noqa: E402  (the training stack sits on everything above)
 from .io import load, save  # noqa: E402

@@ -103,6 +103,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         limit=args.limit,
         data=args.data,
         progress=not args.quiet,
+        graph=not args.no_graph,
     )
     metrics = fit(cfg)
     print(
@@ -202,6 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=None,
         help="use only the first N images of the training and of the test split",
+    )
+    train.add_argument(
+        "--no-graph",
+        action="store_true",
+        help="run every training step eagerly instead of replaying a captured graph (Vulkan devices)",
     )
     _common(train)
     train.set_defaults(func=cmd_train)

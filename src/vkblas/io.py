@@ -42,8 +42,10 @@ def save(obj: Tensor | Mapping[str, Tensor], f: str | os.PathLike[str], metadata
     if isinstance(obj, Tensor):
         obj = {_SINGLE: obj}
     if not isinstance(obj, Mapping):
-        raise TypeError(f"vkblas.save expects a Tensor or a dict of Tensors (safetensors holds only tensors), got "
-                        f"{type(obj).__name__}; save optimizer state with its tensors flattened into a dict")
+        raise TypeError(
+            f"vkblas.save expects a Tensor or a dict of Tensors (safetensors holds only tensors), got "
+            f"{type(obj).__name__}; save optimizer state with its tensors flattened into a dict"
+        )
     arrays: dict[str, np.ndarray] = {}
     for k, v in obj.items():
         if not isinstance(k, str):
@@ -55,8 +57,9 @@ def save(obj: Tensor | Mapping[str, Tensor], f: str | os.PathLike[str], metadata
     save_file(arrays, path, metadata=metadata)
 
 
-def load(f: str | os.PathLike[str], device: DeviceLike = None,
-         map_location: DeviceLike = None) -> Tensor | dict[str, Tensor]:
+def load(
+    f: str | os.PathLike[str], device: DeviceLike = None, map_location: DeviceLike = None
+) -> Tensor | dict[str, Tensor]:
     """Read a safetensors file: a dict of tensors, or the tensor itself if it was saved alone.
 
     ``map_location`` is accepted as PyTorch's name for ``device``.
@@ -73,8 +76,9 @@ def load(f: str | os.PathLike[str], device: DeviceLike = None,
         raise ValueError(f"vkblas.load: {path!r} holds a dtype that vkblas cannot read ({e})") from e
     dev = device if device is not None else map_location
     keep64 = resolve(dev).supports(float64)  # float64 stays float64 where the device has it (cpu)
-    out = {k: tensor(a, dtype=float64 if keep64 and a.dtype == np.float64 else None, device=dev)
-           for k, a in arrays.items()}
+    out = {
+        k: tensor(a, dtype=float64 if keep64 and a.dtype == np.float64 else None, device=dev) for k, a in arrays.items()
+    }
     if set(out) == {_SINGLE}:
         return out[_SINGLE]
     return out

@@ -126,6 +126,10 @@ _TABLE = [
     # --- fused optimizer updates (one dispatch per tensor each; see vkblas.optim)
     ElementwiseOp("axpby", 4, lambda m, x, y, a, b: a * x + b * y),
     ElementwiseOp("ema_sq", 3, lambda m, v, g, beta: beta * v + (1.0 - beta) * g * g),
+    ElementwiseOp("sub_scaled", 3, lambda m, x, y, s: x - s * y),
+    # capturable optimizers: bias corrections from the step count t kept on the device
+    ElementwiseOp("adam_step_size", 3, lambda m, lr, t, beta1: lr / (1.0 - m.pow(beta1, t))),
+    ElementwiseOp("adam_rsqrt_bc", 2, lambda m, t, beta2: 1.0 / m.sqrt(1.0 - m.pow(beta2, t))),
     # p * decay - step * m / (sqrt(v) * inv_sqrt_bc2 + eps): Adam / AdamW / RMSprop's parameter update
     ElementwiseOp(
         "adam_apply",

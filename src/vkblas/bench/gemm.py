@@ -175,9 +175,15 @@ def _reference(torch: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a.astype(np.float64) @ b.astype(np.float64)
 
 
-def run(shapes: Sequence[Shape], device: str = "vulkan", f16: bool = True, cpu: bool = True,
-        use_torch: bool = True, seed: int = 0, json_path: str = "",
-        ) -> tuple[list[str], list[list[Any]], dict[str, Any]]:
+def run(
+    shapes: Sequence[Shape],
+    device: str = "vulkan",
+    f16: bool = True,
+    cpu: bool = True,
+    use_torch: bool = True,
+    seed: int = 0,
+    json_path: str = "",
+) -> tuple[list[str], list[list[Any]], dict[str, Any]]:
     """Measure every path on every shape; returns (header, rows, metadata). ``json_path``: rewritten after every
     shape, so an interrupted run keeps what it measured."""
     from vkblas.dtypes import float16, float32
@@ -264,8 +270,10 @@ def _fmt(x: Any) -> str:
 def format_table(cols: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [list(cols)] + [[_fmt(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(cols))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(cells[0], widths, strict=True)) + " |",
-             "|-" + "-|-".join("-" * w for w in widths) + "-|"]
+    lines = [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(cells[0], widths, strict=True)) + " |",
+        "|-" + "-|-".join("-" * w for w in widths) + "-|",
+    ]
     lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in cells[1:]]
     return "\n".join(lines)
 
@@ -285,10 +293,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.only:
         keys = [k.strip() for k in args.only.split(",") if k.strip()]
         shapes = [s for s in shapes if any(k in s.label for k in keys)]
-    cols, rows, meta = run(shapes, args.device, f16=not args.no_f16, cpu=not args.no_cpu,
-                           use_torch=not args.no_torch, json_path=args.json)
-    title = (f"GEMM, {meta['date']}, vkblas on {meta['adapter']} ({meta['driver']})"
-             + (f", PyTorch {meta['torch']} on {meta['cuda_device']}" if meta.get("cuda_device") else ""))
+    cols, rows, meta = run(
+        shapes, args.device, f16=not args.no_f16, cpu=not args.no_cpu, use_torch=not args.no_torch, json_path=args.json
+    )
+    title = f"GEMM, {meta['date']}, vkblas on {meta['adapter']} ({meta['driver']})" + (
+        f", PyTorch {meta['torch']} on {meta['cuda_device']}" if meta.get("cuda_device") else ""
+    )
     print(title)
     print(format_table(cols, rows), flush=True)
     if args.json:

@@ -18,9 +18,31 @@ from ..ops.pointwise import gelu, leaky_relu, where
 from ..tensor import Tensor
 
 __all__ = [
-    "avg_pool2d", "batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "conv2d",
-    "cross_entropy", "dropout", "embedding", "gelu", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_softmax",
-    "max_pool2d", "mse_loss", "nll_loss", "one_hot", "pad", "relu", "rms_norm", "sigmoid", "silu", "softmax", "tanh",
+    "avg_pool2d",
+    "batch_norm",
+    "binary_cross_entropy",
+    "binary_cross_entropy_with_logits",
+    "conv2d",
+    "cross_entropy",
+    "dropout",
+    "embedding",
+    "gelu",
+    "l1_loss",
+    "layer_norm",
+    "leaky_relu",
+    "linear",
+    "log_softmax",
+    "max_pool2d",
+    "mse_loss",
+    "nll_loss",
+    "one_hot",
+    "pad",
+    "relu",
+    "rms_norm",
+    "sigmoid",
+    "silu",
+    "softmax",
+    "tanh",
     "unfold",
 ]
 
@@ -56,8 +78,10 @@ def log_softmax(input: Tensor, dim: int, dtype: object = None) -> Tensor:  # noq
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002
     """``input @ weight.T + bias`` with input (*, in_features), weight (out_features, in_features)."""
     if input.ndim == 0 or input.shape[-1] != weight.shape[-1]:
-        raise ValueError(f"linear: input of shape {input.shape} does not match weight of shape {weight.shape} "
-                         f"(expected input of shape (*, {weight.shape[-1]}))")
+        raise ValueError(
+            f"linear: input of shape {input.shape} does not match weight of shape {weight.shape} "
+            f"(expected input of shape (*, {weight.shape[-1]}))"
+        )
     out = input.matmul(weight.mT)
     return out if bias is None else out + bias
 
@@ -87,13 +111,18 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
 
 def _check_trailing(op: str, input: Tensor, normalized_shape: Sequence[int]) -> tuple[int, ...]:
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    if input.shape[input.ndim - len(shape):] != shape or input.ndim < len(shape):
+    if input.shape[input.ndim - len(shape) :] != shape or input.ndim < len(shape):
         raise ValueError(f"{op}: expected input with shape (*, {', '.join(map(str, shape))}), got {input.shape}")
     return tuple(range(input.ndim - len(shape), input.ndim))
 
 
-def layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None = None,  # noqa: A002
-               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+def layer_norm(
+    input: Tensor,
+    normalized_shape: Sequence[int],
+    weight: Tensor | None = None,  # noqa: A002
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
     dims = _check_trailing("layer_norm", input, normalized_shape)
     mean = input.mean(dims, keepdim=True)
     centered = input - mean
@@ -106,8 +135,12 @@ def layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | 
 _EPS = {float16: 0.0009765625, float64: 2.220446049250313e-16}
 
 
-def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None = None,  # noqa: A002
-             eps: float | None = None) -> Tensor:
+def rms_norm(
+    input: Tensor,
+    normalized_shape: Sequence[int],
+    weight: Tensor | None = None,  # noqa: A002
+    eps: float | None = None,
+) -> Tensor:
     """``x / sqrt(mean(x^2) + eps) * weight``; ``eps=None`` is the dtype's machine epsilon (PyTorch's default)."""
     dims = _check_trailing("rms_norm", input, normalized_shape)
     e = _EPS.get(input.dtype, 1.1920928955078125e-07) if eps is None else eps
@@ -115,9 +148,16 @@ def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | No
     return out if weight is None else out * weight
 
 
-def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,  # noqa: A002
-               weight: Tensor | None = None, bias: Tensor | None = None, training: bool = False,
-               momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+def batch_norm(
+    input: Tensor,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,  # noqa: A002
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
     """Normalise over every dim but 1 (channels). In training, batch statistics are used and the running ones
     updated in place: ``running = (1 - momentum) * running + momentum * batch`` (unbiased variance)."""
     if input.ndim < 2:
@@ -128,8 +168,9 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     if training or running_mean is None:
         count = input.numel() // max(c, 1)
         if count <= 1 and training:
-            raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got input of shape "
-                             f"{input.shape}")
+            raise ValueError(
+                f"batch_norm: expected more than 1 value per channel when training, got input of shape {input.shape}"
+            )
         mean = input.mean(dims, keepdim=True)
         centered = input - mean
         var = centered.square().mean(dims, keepdim=True)
@@ -188,22 +229,34 @@ def _rows(op: str, x: Tensor) -> Tensor:
     return x.permute(0, *range(2, x.ndim), 1).reshape(-1, x.shape[1])
 
 
-def _nll_rows(op: str, logp: Tensor, input_shape: tuple[int, ...], target: Tensor, weight: Tensor | None,
-              ignore_index: int, reduction: str, label_smoothing: float) -> Tensor:
+def _nll_rows(
+    op: str,
+    logp: Tensor,
+    input_shape: tuple[int, ...],
+    target: Tensor,
+    weight: Tensor | None,
+    ignore_index: int,
+    reduction: str,
+    label_smoothing: float,
+) -> Tensor:
     """Negative log-likelihood of class indices over rows of log-probabilities (M, C), weighted, with ignored
     targets and label smoothing as PyTorch defines them."""
     n_classes = logp.shape[1]
     want = input_shape[:1] + input_shape[2:]
     if target.shape != want:
-        raise ValueError(f"{op}: expected target of shape {want} for input of shape {input_shape}, got "
-                         f"{target.shape}")
+        raise ValueError(f"{op}: expected target of shape {want} for input of shape {input_shape}, got {target.shape}")
     if target.dtype is bool_:
         raise TypeError(f"{op}: class-index targets must be integers, got {target.dtype!r}")
     flat = target.reshape(-1)
     ignored = flat == ignore_index
     safe = where(ignored, 0, flat)
-    check_index(safe, 0, n_classes, f"{op}: target class index {{bad}} is out of range for {n_classes} classes "
-                f"(input shape {input_shape}; valid targets are 0..{n_classes - 1} or ignore_index={ignore_index})")
+    check_index(
+        safe,
+        0,
+        n_classes,
+        f"{op}: target class index {{bad}} is out of range for {n_classes} classes "
+        f"(input shape {input_shape}; valid targets are 0..{n_classes - 1} or ignore_index={ignore_index})",
+    )
     safe = safe.to(int32)
     keep = (~ignored).to(logp.dtype)
     w = keep if weight is None else take_along(weight, 0, safe) * keep
@@ -232,8 +285,14 @@ def _classes_first(op: str, input: Tensor, target: Tensor) -> tuple[Tensor, Tens
     return input, target
 
 
-def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
-                  ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+def cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,  # noqa: A002
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
     """Cross-entropy of logits ``input`` (N, C, ...) against class indices (N, ...) or class probabilities of the
     input's shape. Computed from ``log_softmax`` (log-sum-exp), so large logits do not overflow."""
     _check_reduction("cross_entropy", reduction)
@@ -246,23 +305,32 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  
     logp = _rows("cross_entropy", x.log_softmax(1))
     if t.dtype.is_floating:  # class probabilities
         if t.shape != x.shape:
-            raise ValueError(f"cross_entropy: probability targets must have the input's shape {input.shape}, got "
-                             f"{target.shape}")
+            raise ValueError(
+                f"cross_entropy: probability targets must have the input's shape {input.shape}, got {target.shape}"
+            )
         probs = _rows("cross_entropy", t)
         if label_smoothing > 0:
             probs = probs * (1 - label_smoothing) + label_smoothing / n_classes
         terms = logp * probs if weight is None else logp * probs * weight
         loss = -terms.sum(1)
         if reduction == "none":
-            return loss.reshape(x.shape[:1] + x.shape[2:]).squeeze(0) if unbatched else loss.reshape(
-                x.shape[:1] + x.shape[2:])
+            return (
+                loss.reshape(x.shape[:1] + x.shape[2:]).squeeze(0)
+                if unbatched
+                else loss.reshape(x.shape[:1] + x.shape[2:])
+            )
         return loss.sum() if reduction == "sum" else loss.mean()
     out = _nll_rows("cross_entropy", logp, x.shape, t, weight, ignore_index, reduction, label_smoothing)
     return out.squeeze(0) if unbatched and reduction == "none" else out
 
 
-def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,  # noqa: A002
-             reduction: str = "mean") -> Tensor:
+def nll_loss(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    ignore_index: int = -100,  # noqa: A002
+    reduction: str = "mean",
+) -> Tensor:
     """Negative log-likelihood of log-probabilities ``input`` (N, C, ...) at class indices ``target`` (N, ...)."""
     _check_reduction("nll_loss", reduction)
     unbatched = input.ndim == 1
@@ -274,8 +342,12 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore
     return out.squeeze(0) if unbatched and reduction == "none" else out
 
 
-def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
-                         reduction: str = "mean") -> Tensor:
+def binary_cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,  # noqa: A002
+    reduction: str = "mean",
+) -> Tensor:
     """``-(t log x + (1 - t) log(1 - x))`` of probabilities ``input``; the logs are clamped at -100 like PyTorch."""
     _check_reduction("binary_cross_entropy", reduction)
     _check_same_shape("binary_cross_entropy", input, target)
@@ -283,8 +355,13 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
     return _reduce(loss if weight is None else loss * weight, reduction)
 
 
-def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
-                                     reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
+def binary_cross_entropy_with_logits(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,  # noqa: A002
+    reduction: str = "mean",
+    pos_weight: Tensor | None = None,
+) -> Tensor:
     """BCE of ``sigmoid(input)`` computed stably: ``(1 - t) x + (1 + (pw - 1) t) softplus(-x)`` with
     ``softplus(-x) = log(1 + exp(-|x|)) + max(-x, 0)``."""
     _check_reduction("binary_cross_entropy_with_logits", reduction)

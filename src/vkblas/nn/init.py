@@ -7,8 +7,17 @@ import math
 from ..autograd import no_grad
 from ..tensor import Tensor
 
-_LINEAR = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
-           "sigmoid", "identity")
+_LINEAR = (
+    "linear",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "sigmoid",
+    "identity",
+)
 
 
 def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
@@ -31,8 +40,9 @@ def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
 
 def _calculate_fan_in_and_fan_out(tensor: Tensor) -> tuple[int, int]:
     if tensor.ndim < 2:
-        raise ValueError(f"Fan in and fan out can not be computed for tensor with fewer than 2 dimensions "
-                         f"(shape {tensor.shape})")
+        raise ValueError(
+            f"Fan in and fan out can not be computed for tensor with fewer than 2 dimensions (shape {tensor.shape})"
+        )
     receptive = math.prod(tensor.shape[2:])
     return tensor.shape[1] * receptive, tensor.shape[0] * receptive
 
@@ -80,8 +90,7 @@ def xavier_normal_(tensor: Tensor, gain: float = 1.0) -> Tensor:
     return normal_(tensor, 0.0, gain * math.sqrt(2.0 / float(fan_in + fan_out)))
 
 
-def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in",
-                     nonlinearity: str = "leaky_relu") -> Tensor:
+def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu") -> Tensor:
     """U(-b, b) with b = gain * sqrt(3 / fan) (He et al., 2015)."""
     if 0 in tensor.shape:
         return tensor

@@ -44,8 +44,13 @@ class CrossEntropyLoss(_Loss):
     fn = staticmethod(F.cross_entropy)
     settings = ("weight", "ignore_index", "label_smoothing")
 
-    def __init__(self, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean",
-                 label_smoothing: float = 0.0) -> None:
+    def __init__(
+        self,
+        weight: Tensor | None = None,
+        ignore_index: int = -100,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+    ) -> None:
         super().__init__(reduction, weight=weight, ignore_index=ignore_index, label_smoothing=label_smoothing)
 
 

@@ -60,8 +60,9 @@ class Module:
             self._modules[name] = value
         elif name in self._parameters:
             if value is not None:
-                raise TypeError(f"cannot assign {type(value).__name__} as parameter {name!r} "
-                                "(vkblas.nn.Parameter or None expected)")
+                raise TypeError(
+                    f"cannot assign {type(value).__name__} as parameter {name!r} (vkblas.nn.Parameter or None expected)"
+                )
             self._parameters[name] = None
         elif name in self._buffers:
             if value is not None and not isinstance(value, Tensor):
@@ -69,8 +70,9 @@ class Module:
             self._buffers[name] = value
         elif name in self._modules:
             if value is not None:
-                raise TypeError(f"cannot assign {type(value).__name__} as child module {name!r} (Module or None "
-                                "expected)")
+                raise TypeError(
+                    f"cannot assign {type(value).__name__} as child module {name!r} (Module or None expected)"
+                )
             self._modules[name] = None
         else:
             if _holds_trainables(value):
@@ -132,8 +134,9 @@ class Module:
             raise KeyError(f"module, parameter and buffer names must be non-empty strings without '.', got {name!r}")
 
     # ------------------------------------------------------------------ traversal
-    def named_modules(self, memo: set[int] | None = None, prefix: str = "",
-                      remove_duplicate: bool = True) -> Iterator[tuple[str, Module]]:
+    def named_modules(
+        self, memo: set[int] | None = None, prefix: str = "", remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Module]]:
         """Every module of the tree (self first) with its dotted name, each once. Iterative (no recursion limit)."""
         seen: set[int] = set() if memo is None else memo
         stack: list[tuple[str, Module]] = [(prefix, self)]
@@ -161,8 +164,9 @@ class Module:
         for _, m in self.named_children():
             yield m
 
-    def _named_members(self, store: str, prefix: str, recurse: bool,
-                       remove_duplicate: bool = True) -> Iterator[tuple[str, Tensor]]:
+    def _named_members(
+        self, store: str, prefix: str, recurse: bool, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Tensor]]:
         seen: set[int] = set()
         mods = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse else [(prefix, self)]
         for mod_name, m in mods:
@@ -172,16 +176,18 @@ class Module:
                 seen.add(id(v))
                 yield (f"{mod_name}.{k}" if mod_name else k), v
 
-    def named_parameters(self, prefix: str = "", recurse: bool = True,
-                         remove_duplicate: bool = True) -> Iterator[tuple[str, Parameter]]:
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Parameter]]:
         yield from self._named_members("_parameters", prefix, recurse, remove_duplicate)  # type: ignore[misc]
 
     def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
-    def named_buffers(self, prefix: str = "", recurse: bool = True,
-                      remove_duplicate: bool = True) -> Iterator[tuple[str, Tensor]]:
+    def named_buffers(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Tensor]]:
         yield from self._named_members("_buffers", prefix, recurse, remove_duplicate)
 
     def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
@@ -195,8 +201,9 @@ class Module:
         return self
 
     # ------------------------------------------------------------------ state
-    def state_dict(self, destination: dict[str, Tensor] | None = None, prefix: str = "",
-                   keep_vars: bool = False) -> dict[str, Tensor]:
+    def state_dict(
+        self, destination: dict[str, Tensor] | None = None, prefix: str = "", keep_vars: bool = False
+    ) -> dict[str, Tensor]:
         """Parameters and persistent buffers by dotted name (detached unless ``keep_vars``), in registration order."""
         out: dict[str, Tensor] = OrderedDict() if destination is None else destination
         for name, m in self.named_modules(prefix=prefix.rstrip(".")):
@@ -225,8 +232,10 @@ class Module:
             if k in state_dict:
                 shape = tuple(np.shape(state_dict[k])) if not isinstance(state_dict[k], Tensor) else state_dict[k].shape
                 if shape != dst.shape:
-                    mis_shaped.append(f"size mismatch for {k}: copying a param with shape {shape} from checkpoint, "
-                                      f"the shape in current model is {dst.shape}.")
+                    mis_shaped.append(
+                        f"size mismatch for {k}: copying a param with shape {shape} from checkpoint, "
+                        f"the shape in current model is {dst.shape}."
+                    )
         errors = list(mis_shaped)
         if strict:
             if missing:
@@ -313,8 +322,9 @@ class Module:
 
     def _bad_input(self, expected: str, x: Tensor) -> ValueError:
         """The error for an input of the wrong shape, naming this layer, the expected and the actual shape."""
-        return ValueError(f"{type(self).__name__}({self.extra_repr()}): expected input of shape {expected}, "
-                          f"got {x.shape}")
+        return ValueError(
+            f"{type(self).__name__}({self.extra_repr()}): expected input of shape {expected}, got {x.shape}"
+        )
 
 
 def _is_dtype(a: Any) -> bool:

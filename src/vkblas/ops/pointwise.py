@@ -64,7 +64,8 @@ BINARY_RULES: dict[str, tuple[str, Callable[[Node, G], tuple[Any, ...]]]] = {
         lambda n, g: (
             g * n.saved[1] * _ew("pow", n.saved[0], n.saved[1] - 1) if n.needs[0] else None,
             g * n.saved[2] * (_ew("log", n.saved[0]) if isinstance(n.saved[0], Tensor) else math.log(n.saved[0]))
-            if n.needs[1] else None,
+            if n.needs[1]
+            else None,
         ),
     ),
     "maximum": ("xy", lambda n, g: (_pick_half(g, n.saved[0], n.saved[1]), _pick_half(g, n.saved[1], n.saved[0]))),

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from .. import ops
+from ..dtypes import float32
 from ..ops._core import elementwise, write_into
 from ..tensor import Tensor
 from .optimizer import Optimizer, ParamsT, check_hyper
@@ -28,15 +29,38 @@ class Adam(Optimizer):
 
     ``m`` (``exp_avg``), ``v`` (``exp_avg_sq``) and ``max_exp_avg_sq`` are created on the first step, on the
     parameter's device; every line above is one in-place device op.
+
+    ``capturable=True`` (for ``vkblas.graphs``): the step count, learning rate and bias corrections are 0-d device
+    tensors per group, advanced by three (AdamW with weight decay: four) tiny dispatches per group and step; see
+    ``vkblas.optim.optimizer``.
     """
 
     decoupled_weight_decay = False
 
-    def __init__(self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0, amsgrad: bool = False, *,
-                 maximize: bool = False) -> None:
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      amsgrad=amsgrad, maximize=maximize))
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        capturable: bool = False,
+    ) -> None:
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                betas=tuple(betas),
+                eps=eps,
+                weight_decay=weight_decay,
+                amsgrad=amsgrad,
+                maximize=maximize,
+                capturable=capturable,
+            ),
+        )
 
     def _check_group(self, group: dict[str, Any]) -> None:
         super()._check_group(group)
@@ -50,6 +74,20 @@ class Adam(Optimizer):
         state["exp_avg_sq"] = ops.full(p.shape, 0.0, p.dtype, p._backend)
         if group["amsgrad"]:
             state["max_exp_avg_sq"] = ops.full(p.shape, 0.0, p.dtype, p._backend)
+
+    def _init_scalars(self, group: dict[str, Any], sc: dict[str, Any], backend: Any) -> None:
+        sc["step_size"] = ops.full((), 0.0, float32, backend)  # lr / (1 - beta1^t)
+        sc["rsqrt_bc2"] = ops.full((), 0.0, float32, backend)  # 1 / sqrt(1 - beta2^t)
+        if self.decoupled_weight_decay and group["weight_decay"]:
+            sc["decay"] = ops.full((), 1.0, float32, backend)  # 1 - lr * weight_decay
+
+    def _advance(self, group: dict[str, Any], sc: dict[str, Any]) -> None:
+        super()._advance(group, sc)
+        (beta1, beta2), t = group["betas"], sc["step"]
+        write_into(sc["step_size"], "adam_step_size", sc["lr"], t, float(beta1))
+        write_into(sc["rsqrt_bc2"], "adam_rsqrt_bc", t, float(beta2))
+        if "decay" in sc:
+            write_into(sc["decay"], "axpby", sc["lr"], 1.0, -float(group["weight_decay"]), 1.0)
 
     def _update(self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         # three fused dispatches per parameter (EMA of g, EMA of g^2, the update), four with AMSGrad
@@ -65,6 +103,10 @@ class Adam(Optimizer):
         write_into(v, "ema_sq", v, grad, float(beta2))
         if group["amsgrad"]:
             v = write_into(state["max_exp_avg_sq"], "maximum", state["max_exp_avg_sq"], v)
+        if group["capturable"]:
+            sc = self._scalars[id(group)]
+            write_into(p, "adam_apply", p, m, v, sc["step_size"], sc["rsqrt_bc2"], float(eps), sc.get("decay", 1.0))
+            return
         bias1, bias2 = 1 - beta1**t, 1 - beta2**t
         write_into(p, "adam_apply", p, m, v, lr / bias1, 1 / math.sqrt(bias2), float(eps), decay)
 
@@ -75,7 +117,16 @@ class AdamW(Adam):
 
     decoupled_weight_decay = True
 
-    def __init__(self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, *,
-                 maximize: bool = False) -> None:
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize)
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        capturable: bool = False,
+    ) -> None:
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize, capturable=capturable)

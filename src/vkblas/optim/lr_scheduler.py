@@ -23,8 +23,9 @@ class LRScheduler:
         else:
             for i, g in enumerate(optimizer.param_groups):
                 if "initial_lr" not in g:
-                    raise KeyError(f"param 'initial_lr' is not specified in param_groups[{i}] when resuming an "
-                                   "optimizer")
+                    raise KeyError(
+                        f"param 'initial_lr' is not specified in param_groups[{i}] when resuming an optimizer"
+                    )
         self.base_lrs = [g["initial_lr"] for g in optimizer.param_groups]
         self.last_epoch = last_epoch
         self.step()
@@ -92,11 +93,19 @@ class LinearLR(LRScheduler):
     """Linear warm-up (or decay): the factor goes from ``start_factor`` to ``end_factor`` over ``total_iters``
     steps and then stays at ``end_factor``."""
 
-    def __init__(self, optimizer: Optimizer, start_factor: float = 1.0 / 3, end_factor: float = 1.0,
-                 total_iters: int = 5, last_epoch: int = -1) -> None:
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        start_factor: float = 1.0 / 3,
+        end_factor: float = 1.0,
+        total_iters: int = 5,
+        last_epoch: int = -1,
+    ) -> None:
         if not 0 < start_factor <= 1 or not 0 <= end_factor <= 1:
-            raise ValueError(f"LinearLR: start_factor must be in (0, 1] and end_factor in [0, 1], got "
-                             f"{start_factor} and {end_factor}")
+            raise ValueError(
+                f"LinearLR: start_factor must be in (0, 1] and end_factor in [0, 1], got "
+                f"{start_factor} and {end_factor}"
+            )
         self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
         super().__init__(optimizer, last_epoch)
 
@@ -110,11 +119,23 @@ class OneCycleLR(LRScheduler):
     ``max_lr`` over ``pct_start`` of the steps, then anneal to ``initial_lr / final_div_factor`` (three phases if
     ``three_phase``); momentum (or Adam's beta1) cycles inversely between ``max_momentum`` and ``base_momentum``."""
 
-    def __init__(self, optimizer: Optimizer, max_lr: float | Sequence[float], total_steps: int | None = None,
-                 epochs: int | None = None, steps_per_epoch: int | None = None, pct_start: float = 0.3,
-                 anneal_strategy: str = "cos", cycle_momentum: bool = True, base_momentum: float = 0.85,
-                 max_momentum: float = 0.95, div_factor: float = 25.0, final_div_factor: float = 1e4,
-                 three_phase: bool = False, last_epoch: int = -1) -> None:
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        max_lr: float | Sequence[float],
+        total_steps: int | None = None,
+        epochs: int | None = None,
+        steps_per_epoch: int | None = None,
+        pct_start: float = 0.3,
+        anneal_strategy: str = "cos",
+        cycle_momentum: bool = True,
+        base_momentum: float = 0.85,
+        max_momentum: float = 0.95,
+        div_factor: float = 25.0,
+        final_div_factor: float = 1e4,
+        three_phase: bool = False,
+        last_epoch: int = -1,
+    ) -> None:
         if total_steps is None:
             if epochs is None or steps_per_epoch is None:
                 raise ValueError("OneCycleLR: you must define either total_steps OR (epochs AND steps_per_epoch)")
@@ -128,12 +149,16 @@ class OneCycleLR(LRScheduler):
         self.total_steps, self.anneal_strategy = total_steps, anneal_strategy
         p = pct_start * total_steps
         if three_phase:
-            self.phases = [(p - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
-                           (2 * p - 2, "max_lr", "initial_lr", "base_momentum", "max_momentum"),
-                           (total_steps - 1, "initial_lr", "min_lr", "max_momentum", "max_momentum")]
+            self.phases = [
+                (p - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                (2 * p - 2, "max_lr", "initial_lr", "base_momentum", "max_momentum"),
+                (total_steps - 1, "initial_lr", "min_lr", "max_momentum", "max_momentum"),
+            ]
         else:
-            self.phases = [(p - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
-                           (total_steps - 1, "max_lr", "min_lr", "base_momentum", "max_momentum")]
+            self.phases = [
+                (p - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                (total_steps - 1, "max_lr", "min_lr", "base_momentum", "max_momentum"),
+            ]
         groups = optimizer.param_groups
         max_lrs = list(max_lr) if isinstance(max_lr, Sequence) else [max_lr] * len(groups)
         self.cycle_momentum = cycle_momentum
@@ -163,8 +188,7 @@ class OneCycleLR(LRScheduler):
     def get_lr(self) -> list[float]:
         step = self.last_epoch
         if step > self.total_steps:
-            raise ValueError(f"Tried to step {step} times. The specified number of total steps is "
-                             f"{self.total_steps}")
+            raise ValueError(f"Tried to step {step} times. The specified number of total steps is {self.total_steps}")
         lrs = []
         for g in self.optimizer.param_groups:
             start = 0.0

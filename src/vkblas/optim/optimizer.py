@@ -3,6 +3,14 @@
 A subclass names its defaults, checks its hyper-parameters, and writes one ``_update(p, grad, state, group)`` that
 changes ``p`` in place with the in-place tensor ops (each a single device dispatch; nothing is read back to the
 host). ``step`` runs it under ``no_grad`` for every parameter that has a gradient.
+
+``capturable=True`` (PyTorch's name; Adam, AdamW, SGD) makes a step recordable by ``vkblas.graphs``: the values
+that change between steps (learning rate, step count, bias corrections) live in 0-d device tensors per parameter
+group, advanced by kernels inside the step, and the fused updates take them as broadcast operands. The device lr
+is refreshed from ``group["lr"]`` by every ``step()`` and, for a captured step, by the graph before each replay,
+so LR schedulers keep working. Differences from PyTorch: the step count is per group (``state["step"]`` of each
+parameter is the group's shared 0-d tensor), and the optimizer state must exist before capture (one eager
+warm-up step).
 """
 
 from __future__ import annotations
@@ -10,14 +18,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .. import graphs
 from ..autograd import enable_grad, no_grad
+from ..dtypes import float32
+from ..ops._core import full, write_into
 from ..tensor import Tensor
 
 ParamsT = Iterable[Tensor] | Iterable[dict[str, Any]]
 
 
-def check_hyper(name: str, value: float, low: float = 0.0, high: float | None = None,
-                open_low: bool = False) -> None:
+def check_hyper(name: str, value: float, low: float = 0.0, high: float | None = None, open_low: bool = False) -> None:
     """Raise ValueError naming the hyper-parameter and its value unless low <= value (< high)."""
     bad = value < low or (open_low and value == low) or (high is not None and value >= high)
     if bad:
@@ -31,10 +41,13 @@ class Optimizer:
     def __init__(self, params: ParamsT, defaults: dict[str, Any]) -> None:
         self.defaults = dict(defaults)
         self.state: dict[Tensor, dict[str, Any]] = {}
+        #: capturable groups: id(group) -> {"lr": 0-d tensor, "lr_host": the float it holds, "step": 0-d, ...}
+        self._scalars: dict[int, dict[str, Any]] = {}
         self.param_groups: list[dict[str, Any]] = []
         if isinstance(params, Tensor):
-            raise TypeError("params argument given to the optimizer should be an iterable of Tensors or dicts, but "
-                            "got a Tensor")
+            raise TypeError(
+                "params argument given to the optimizer should be an iterable of Tensors or dicts, but got a Tensor"
+            )
         groups = list(params)
         if not groups:
             raise ValueError("optimizer got an empty parameter list")
@@ -55,13 +68,16 @@ class Optimizer:
             if not isinstance(p, Tensor):
                 raise TypeError(f"optimizer can only optimize Tensors, but parameter {i} is {type(p).__name__}")
             if not p.is_leaf:
-                raise ValueError(f"can't optimize a non-leaf Tensor (parameter {i}, shape {p.shape}, grad_fn "
-                                 f"{p.grad_fn}); optimize the leaf it was computed from")
+                raise ValueError(
+                    f"can't optimize a non-leaf Tensor (parameter {i}, shape {p.shape}, grad_fn "
+                    f"{p.grad_fn}); optimize the leaf it was computed from"
+                )
             if not p.dtype.is_floating:
                 raise ValueError(f"can't optimize parameter {i} of dtype {p.dtype!r}: it must be floating point")
             if id(p) in seen:
-                raise ValueError(f"parameter {i} (shape {p.shape}) appears in more than one parameter group or "
-                                 "twice in one")
+                raise ValueError(
+                    f"parameter {i} (shape {p.shape}) appears in more than one parameter group or twice in one"
+                )
             seen.add(id(p))
         group = {**self.defaults, **param_group, "params": params}
         self._check_group(group)
@@ -89,18 +105,77 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
+        graph = graphs.current_graph()
+        if graph is not None:
+            if not all(g.get("capturable") for g in self.param_groups):
+                raise RuntimeError(
+                    f"{type(self).__name__}.step() during graph capture needs capturable=True (learning rate and step "
+                    "count must live on the device so that replays advance them); build the optimizer with "
+                    "capturable=True"
+                )
+            graph._register_optimizer(self)
         for group in self.param_groups:
+            scalars = self._group_scalars(group, graph is not None) if group.get("capturable") else None
+            advanced = False
             for p in group["params"]:
                 if p.grad is None:
                     continue
                 state = self.state.setdefault(p, {})
                 if not state:
-                    state["step"] = 0
+                    if graph is not None:
+                        raise RuntimeError(
+                            f"{type(self).__name__}: optimizer state would be created during graph capture (and "
+                            "reset by every replay); run one eager training step (warm-up) before capturing"
+                        )
+                    state["step"] = 0 if scalars is None else scalars["step"]
                     self._init_state(p, state, group)
-                state["step"] += 1
+                if scalars is None:
+                    state["step"] += 1
+                elif not advanced:
+                    self._advance(group, scalars)
+                    advanced = True
                 grad = p.grad if not group.get("maximize", False) else -p.grad
                 self._update(p, grad, state, group)
         return loss
+
+    # ------------------------------------------------------------------ capturable
+    def _group_scalars(self, group: dict[str, Any], capturing: bool) -> dict[str, Any]:
+        """The group's device scalars, created on its first step, with the device lr synced to ``group["lr"]``."""
+        sc = self._scalars.get(id(group))
+        if sc is None:
+            if capturing:  # allocating now could alias a buffer the capture already uses as a temporary
+                raise RuntimeError(f"{type(self).__name__}: run one eager step (warm-up) before graph capture")
+            backend = group["params"][0]._backend
+            sc = self._scalars[id(group)] = {
+                "lr": full((), float(group["lr"]), float32, backend),
+                "lr_host": float(group["lr"]),
+                "step": full((), 0.0, float32, backend),
+            }
+            self._init_scalars(group, sc, backend)
+        self._sync_lr(group, sc)
+        return sc
+
+    def _sync_lr(self, group: dict[str, Any], sc: dict[str, Any]) -> None:
+        lr = float(group["lr"])
+        if lr != sc["lr_host"]:
+            with graphs.paused():  # never recorded: a replay must not reset the lr to the captured value
+                write_into(sc["lr"], "copy", lr)
+            sc["lr_host"] = lr
+
+    def _sync_device_lr(self) -> None:
+        """Copy a changed ``group["lr"]`` (an LR scheduler, a manual change) into the device lr (graphs call this
+        before each replay)."""
+        for group in self.param_groups:
+            sc = self._scalars.get(id(group))
+            if sc is not None:
+                self._sync_lr(group, sc)
+
+    def _init_scalars(self, group: dict[str, Any], sc: dict[str, Any], backend: Any) -> None:
+        """Create a capturable group's further device scalars (subclasses)."""
+
+    def _advance(self, group: dict[str, Any], sc: dict[str, Any]) -> None:
+        """Once per step of a capturable group, before its parameters are updated: advance the device scalars."""
+        write_into(sc["step"], "add", sc["step"], 1.0)
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Create the per-parameter state on the first step (buffers on p's device)."""
@@ -113,21 +188,26 @@ class Optimizer:
         """PyTorch's layout: ``state`` keyed by the parameter's index over all groups, ``param_groups`` with the
         settings and ``params`` as those indices. Tensors in the state are the live buffers (not copies)."""
         index = {id(p): i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
-        groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [index[id(p)] for p in g["params"]]}
-                  for g in self.param_groups]
+        groups = [
+            {**{k: v for k, v in g.items() if k != "params"}, "params": [index[id(p)] for p in g["params"]]}
+            for g in self.param_groups
+        ]
         state = {index[id(p)]: dict(s) for p, s in self.state.items()}
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         groups = state_dict["param_groups"]
         if len(groups) != len(self.param_groups):
-            raise ValueError(f"loaded state dict has {len(groups)} parameter groups, the optimizer has "
-                             f"{len(self.param_groups)}")
+            raise ValueError(
+                f"loaded state dict has {len(groups)} parameter groups, the optimizer has {len(self.param_groups)}"
+            )
         for i, (saved, own) in enumerate(zip(groups, self.param_groups, strict=True)):
             if len(saved["params"]) != len(own["params"]):
-                raise ValueError(f"loaded state dict contains a parameter group {i} of {len(saved['params'])} "
-                                 f"parameters that doesn't match the size of optimizer's group "
-                                 f"({len(own['params'])})")
+                raise ValueError(
+                    f"loaded state dict contains a parameter group {i} of {len(saved['params'])} "
+                    f"parameters that doesn't match the size of optimizer's group "
+                    f"({len(own['params'])})"
+                )
         by_index = {}
         for saved, own in zip(groups, self.param_groups, strict=True):
             by_index.update(zip(saved["params"], own["params"], strict=True))

@@ -23,20 +23,44 @@ class SGD(Optimizer):
     >>> opt = vkblas.optim.SGD([w], lr=0.1)
     >>> (w * 3).sum().backward(); opt.step(); w
     tensor([0.7], requires_grad=True)
+
+    ``capturable=True``: the learning rate is read from a device tensor (for ``vkblas.graphs``).
     """
 
-    def __init__(self, params: ParamsT, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False) -> None:
-        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                                      nesterov=nesterov, maximize=maximize))
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        *,
+        maximize: bool = False,
+        capturable: bool = False,
+    ) -> None:
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                momentum=momentum,
+                dampening=dampening,
+                weight_decay=weight_decay,
+                nesterov=nesterov,
+                maximize=maximize,
+                capturable=capturable,
+            ),
+        )
 
     def _check_group(self, group: dict[str, Any]) -> None:
         super()._check_group(group)
         check_hyper("momentum", group["momentum"])
         check_hyper("weight_decay", group["weight_decay"])
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
-            raise ValueError(f"Nesterov momentum requires a momentum > 0 and zero dampening (got momentum="
-                             f"{group['momentum']}, dampening={group['dampening']})")
+            raise ValueError(
+                f"Nesterov momentum requires a momentum > 0 and zero dampening (got momentum="
+                f"{group['momentum']}, dampening={group['dampening']})"
+            )
 
     def _update(self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         # each line is one fused dispatch: at most four per parameter (weight decay, momentum, Nesterov, update)
@@ -50,4 +74,7 @@ class SGD(Optimizer):
             else:
                 write_into(buf, "axpby", buf, grad, float(mu), 1.0 - group["dampening"])
             grad = elementwise("axpby", grad, buf, 1.0, float(mu)) if group["nesterov"] else buf
-        write_into(p, "axpby", p, grad, 1.0, -float(group["lr"]))
+        if group["capturable"]:  # the learning rate from its device tensor (vkblas.graphs)
+            write_into(p, "sub_scaled", p, grad, self._scalars[id(group)]["lr"])
+        else:
+            write_into(p, "axpby", p, grad, 1.0, -float(group["lr"]))

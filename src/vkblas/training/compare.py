@@ -25,6 +25,7 @@ from .models import MODELS, build
 class Row:
     framework: str
     device: str
+    mode: str  # vkblas: "graph" (captured step replayed) or "eager"; PyTorch: "eager"
     train_samples_per_s: float
     eval_samples_per_s: float
     seconds_to_target: float | None  # cumulative training time (evaluation excluded) at the first epoch >= target
@@ -46,6 +47,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--devices", default=None, help="comma-separated vkblas devices (default: all of vkblas.devices())")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch rows")
     p.add_argument("--data", default=None, metavar="DIR", help="dataset directory (before $VKBLAS_DATA)")
+    p.add_argument("--no-graph", action="store_true", help="vkblas: eager steps instead of a captured graph")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the rows as JSON to FILE")
     args = p.parse_args(argv)
     for name in ("epochs", "batch_size", "limit"):
@@ -77,13 +79,17 @@ def _measure(
     loaders: tuple[Any, Any],
     no_grad: Callable[[], Any] | None,
     memory: Callable[[], str],
+    graph: bool = False,
 ) -> Row:
     lr = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
-    history = list(run_epochs(model, optimizer, loss_fn, *loaders, args.epochs, lr, show=False, no_grad=no_grad))
+    history = list(
+        run_epochs(model, optimizer, loss_fn, *loaders, args.epochs, lr, show=False, no_grad=no_grad, graph=graph)
+    )
     reached = [h["train_seconds_total"] for h in history if h["test_accuracy"] >= args.target]
     return Row(
         framework=framework,
         device=device,
+        mode="graph" if graph else "eager",
         train_samples_per_s=float(np.mean([h["train_samples_per_s"] for h in history[1:] or history])),
         eval_samples_per_s=float(np.mean([h["eval_samples_per_s"] for h in history[1:] or history])),
         seconds_to_target=reached[0] if reached else None,
@@ -95,10 +101,12 @@ def _measure(
 def run_vkblas(args: argparse.Namespace, device: str, state: dict[str, np.ndarray]) -> Row:
     from .. import backend, nn
     from .checkpoint import load_into
+    from .loop import GraphedStep
 
     model = load_into(build(args.model), state, device).to(device)
     lr = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
-    optimizer = make_optimizer(args.optimizer, model.parameters(), lr)
+    graph = not args.no_graph and GraphedStep.supported(model)
+    optimizer = make_optimizer(args.optimizer, model.parameters(), lr, capturable=graph)
     loaders = make_loaders(args.dataset, args.batch_size, args.seed, device, args.data, args.limit)
     pool = getattr(backend.get(device), "pool", None)
 
@@ -107,7 +115,7 @@ def run_vkblas(args: argparse.Namespace, device: str, state: dict[str, np.ndarra
             return _process_peak_rss()
         return f"{pool.allocated_bytes / 2**20:.0f} MiB (buffer pool)"
 
-    return _measure(args, "vkblas", device, model, optimizer, nn.CrossEntropyLoss(), loaders, None, memory)
+    return _measure(args, "vkblas", device, model, optimizer, nn.CrossEntropyLoss(), loaders, None, memory, graph)
 
 
 def run_torch(args: argparse.Namespace, torch: Any, device: str, state: dict[str, np.ndarray]) -> Row:
@@ -149,6 +157,7 @@ def format_table(rows: Sequence[Row], target: float) -> str:
     header = [
         "framework",
         "device",
+        "mode",
         "train samples/s",
         "eval samples/s",
         f"s to {100 * target:g}%",
@@ -159,6 +168,7 @@ def format_table(rows: Sequence[Row], target: float) -> str:
         [
             r.framework,
             r.device,
+            r.mode,
             f"{r.train_samples_per_s:,.0f}",
             f"{r.eval_samples_per_s:,.0f}",
             "-" if r.seconds_to_target is None else f"{r.seconds_to_target:.1f}",

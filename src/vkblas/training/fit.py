@@ -20,7 +20,7 @@ from ..data.transforms import Compose, Normalize, ToTensor
 from ..device import device as Device
 from ..random import manual_seed
 from . import checkpoint, models, report
-from .loop import PassResult, evaluate, train_epoch
+from .loop import GraphedStep, PassResult, evaluate, train_epoch
 
 DATASETS: dict[str, type[IDXImageDataset]] = {"mnist": MNIST, "fashion-mnist": FashionMNIST}
 OPTIMIZERS = ("adam", "adamw", "sgd")
@@ -44,6 +44,7 @@ class TrainConfig:
     limit: int | None = None  # use only the first N images of each split
     data: str | None = None  # a directory searched before $VKBLAS_DATA and the cache
     progress: bool = True
+    graph: bool = True  # capture the training step as a graph on Vulkan devices (vkblas.graphs)
 
     def __post_init__(self) -> None:
         if self.dataset not in DATASETS:
@@ -91,16 +92,17 @@ def make_loaders(
     return train, test
 
 
-def make_optimizer(name: str, params: Any, lr: float, optim: Any = None) -> Any:
-    """``name`` (sgd with momentum 0.9, adam, adamw with weight decay 0.01) from ``optim`` (default vkblas.optim)."""
+def make_optimizer(name: str, params: Any, lr: float, optim: Any = None, capturable: bool = False) -> Any:
+    """``name`` (sgd with momentum 0.9, adam, adamw with weight decay 0.01) from ``optim`` (default vkblas.optim);
+    ``capturable``: for a graph-captured step (vkblas only)."""
     if optim is None:
         from .. import optim
-
+    kw = {"capturable": True} if capturable else {}
     if name == "sgd":
-        return optim.SGD(params, lr=lr, momentum=0.9)
+        return optim.SGD(params, lr=lr, momentum=0.9, **kw)
     if name == "adamw":
-        return optim.AdamW(params, lr=lr, weight_decay=0.01)
-    return optim.Adam(params, lr=lr)
+        return optim.AdamW(params, lr=lr, weight_decay=0.01, **kw)
+    return optim.Adam(params, lr=lr, **kw)
 
 
 def cosine_lr(base: float, epoch: int, epochs: int) -> float:
@@ -129,12 +131,21 @@ def fit(cfg: TrainConfig, on_epoch: EpochCallback | None = None) -> dict[str, An
 
     manual_seed(cfg.seed)
     model = models.build(cfg.model).to(dev)
-    optimizer = make_optimizer(cfg.optimizer, model.parameters(), cfg.learning_rate)
+    graph = cfg.graph and GraphedStep.supported(model)
+    optimizer = make_optimizer(cfg.optimizer, model.parameters(), cfg.learning_rate, capturable=graph)
     loss_fn = nn.CrossEntropyLoss()
 
     history: list[dict[str, Any]] = []
     for record in run_epochs(
-        model, optimizer, loss_fn, train_loader, test_loader, cfg.epochs, cfg.learning_rate, show=cfg.progress
+        model,
+        optimizer,
+        loss_fn,
+        train_loader,
+        test_loader,
+        cfg.epochs,
+        cfg.learning_rate,
+        show=cfg.progress,
+        graph=graph,
     ):
         history.append(record)
         tqdm.write(_epoch_line(record, cfg.epochs))  # with or without bars: one line per epoch on stdout
@@ -167,16 +178,20 @@ def run_epochs(
     lr: float,
     show: bool = True,
     no_grad: Callable[[], Any] | None = None,
+    graph: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """Train for ``epochs`` with a cosine-decayed learning rate, evaluating after each; yield one record per epoch.
 
-    Framework-neutral: the PyTorch side of the benchmark runs the very same loop on torch objects."""
+    Framework-neutral: the PyTorch side of the benchmark runs the very same loop on torch objects. ``graph``
+    (vkblas on Vulkan, optimizer built with ``capturable=True``): run the training steps as a captured graph."""
     train_seconds = 0.0
+    graphed = GraphedStep(model, optimizer, loss_fn) if graph else None
     for epoch in range(epochs):
         epoch_lr = cosine_lr(lr, epoch, epochs)
         for group in optimizer.param_groups:
             group["lr"] = epoch_lr
-        tr = train_epoch(model, train_loader, optimizer, loss_fn, desc=f"epoch {epoch + 1}/{epochs}", show=show)
+        desc = f"epoch {epoch + 1}/{epochs}"
+        tr = train_epoch(model, train_loader, optimizer, loss_fn, desc=desc, show=show, graphed=graphed)
         te = evaluate(model, test_loader, loss_fn, desc="test", show=show, no_grad=no_grad)
         train_seconds += tr.seconds
         yield _epoch_record(epoch + 1, epoch_lr, tr, te, train_seconds)

@@ -12,6 +12,7 @@ offset against its storage (inlined), one ``Struct.pack_into`` and three C calls
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -25,10 +26,12 @@ from .device import Device
 from .kernels import elementwise as ew_kernels
 from .kernels import indexing, random, reduce, window
 from .kernels.plan import Plan, out_of_bounds
+from .kernels.random import pcg_host
 from .kernels.reduce import SplitPlan
+from .kernels.wgsl import PARAM_WORDS
 from .matmul import encode_matmul
 from .memory import BufferPool, VulkanStorage
-from .queue import Runtime
+from .queue import Recording, Runtime
 
 _PY_SCALARS = (bool, int, float)
 _PLAN_CACHE = 16384
@@ -49,6 +52,9 @@ def _describe(views: Sequence[Any]) -> str:
 
 
 _CHECK_SLOTS = 64
+# a random dispatch's params: word 0 the view's offset, 1 pcg(seed), 2 counter (see random())
+_RANDOM_WORDS = struct.Struct("<II")
+_WINDOW_BYTES = PARAM_WORDS * 4
 
 
 class VulkanBackend(Backend):
@@ -66,6 +72,8 @@ class VulkanBackend(Backend):
         #: index checks recorded on the device and not yet looked at: (index view, low, high, message)
         self._checks: list[tuple[View, int, int, str]] = []
         self._flags: VulkanStorage | None = None
+        #: replayed graphs whose captured index checks have not been looked at yet
+        self._graph_checks: list[Recording] = []
 
     @property
     def adapter_index(self) -> int:
@@ -134,13 +142,13 @@ class VulkanBackend(Backend):
         raw = self.rt.read(src.storage.buffer, a0, a1 - a0)
         arr = np.frombuffer(raw, dtype=self._np_storage.get(view.dtype, view.dtype.np), count=n, offset=b0 - a0)
         arr = arr != 0 if view.dtype is bool_ else arr.copy()
-        if self._checks:
+        if self._checks or self._graph_checks:
             self._raise_failed_checks()
         return arr.reshape(view.shape)
 
     def synchronize(self) -> None:
         self.rt.synchronize()
-        if self._checks:
+        if self._checks or self._graph_checks:
             self._raise_failed_checks()
 
     # -- index checks: recorded on the device, reported at the next sync point (like CUDA's device-side asserts)
@@ -151,29 +159,91 @@ class VulkanBackend(Backend):
         n = index.numel
         if n == 0:
             return
+        rec = self.rt.recording
+        if rec is not None:
+            self._capture_check(rec, index, int(low), int(high), message)
+            return
         if self._flags is None:
-            self._flags = self.alloc(_CHECK_SLOTS, int32)
-            self.elementwise("copy", View.of(self._flags, (_CHECK_SLOTS,)), [0])
+            self._flags = self._zeroed_flags()
         if len(self._checks) == _CHECK_SLOTS:
             self._raise_failed_checks()
-        bad = View.of(self.alloc(n, int32), index.shape)  # 1 where out of range (bool stored as int)
-        self.elementwise("out_of_range", bad, [index, int(low), int(high)])
-        self.reduce("max", View(self._flags, (), (), len(self._checks)), bad, tuple(range(len(index.shape))))
+        slot = View(self._flags, (), (), len(self._checks))
+        self.reduce("max", slot, self._out_of_range(index, low, high), tuple(range(len(index.shape))))
         self._checks.append((index, int(low), int(high), message))
 
+    def _zeroed_flags(self) -> VulkanStorage:
+        flags = self.alloc(_CHECK_SLOTS, int32)
+        self.elementwise("copy", View.of(flags, (_CHECK_SLOTS,)), [0])
+        return flags
+
+    def _out_of_range(self, index: View, low: int, high: int) -> View:
+        """Reduced later over all axes: 1 where ``index`` is outside [low, high) (bool stored as int)."""
+        bad = View.of(self.alloc(index.numel, int32), index.shape)
+        self.elementwise("out_of_range", bad, [index, int(low), int(high)])
+        return bad
+
+    def _capture_check(self, rec: Recording, index: View, low: int, high: int, message: str) -> None:
+        """A replayable check: each replay ORs this step's result into the graph's own flag slot (reset when read at
+        a sync point), so a failure in any replay since the last sync is reported, as in eager mode."""
+        slot = len(rec.checks)
+        if slot == _CHECK_SLOTS:
+            raise BackendError(
+                f"check_range on {self._device_name()}: more than {_CHECK_SLOTS} index checks in one captured graph"
+            )
+        bad = self._out_of_range(index, low, high)
+        step = View.of(self.alloc(1, int32), ())
+        self.reduce("max", step, bad, tuple(range(len(index.shape))))
+        flag = View(rec.flags, (), (), slot)
+        self.elementwise("maximum", flag, [flag, step])
+        rec.checks.append((index, low, high, message))
+
     def _raise_failed_checks(self) -> None:
-        checks, self._checks = self._checks, []
-        assert self._flags is not None
-        raw = self.rt.read(self._flags.buffer, 0, 4 * len(checks))
-        flags = np.frombuffer(raw, dtype=np.int32, count=len(checks)).copy()
-        self.elementwise("copy", View.of(self._flags, (_CHECK_SLOTS,)), [0])
-        for (index, low, high, message), failed in zip(checks, flags, strict=True):
-            if failed:
-                values = self.to_numpy(index)
-                bad = values[(values < low) | (values >= high)]
-                shown = int(bad.reshape(-1)[0]) if bad.size else "(changed since)"
-                raise IndexError(message.format(bad=shown) + " [found by a device-side check, reported at this "
-                                 "sync point]")
+        groups = []
+        if self._checks:
+            assert self._flags is not None
+            groups.append((self._flags, self._checks))
+            self._checks = []
+        groups += [(rec.flags, rec.checks) for rec in self._graph_checks]
+        self._graph_checks = []
+        failed = []
+        for flags, checks in groups:  # read and reset every group before raising
+            raw = self.rt.read(flags.buffer, 0, 4 * len(checks))
+            self.elementwise("copy", View.of(flags, (_CHECK_SLOTS,)), [0])
+            values = np.frombuffer(raw, dtype=np.int32, count=len(checks))
+            failed += [c for c, bad in zip(checks, values, strict=True) if bad]
+        for index, low, high, message in failed[:1]:
+            values = self.to_numpy(index)
+            bad = values[(values < low) | (values >= high)]
+            shown = int(bad.reshape(-1)[0]) if bad.size else "(changed since)"
+            raise IndexError(message.format(bad=shown) + " [found by a device-side check, reported at this sync point]")
+
+    # -- graphs (vkblas.graphs drives these)
+    def capture_begin(self, rec: Recording) -> None:
+        # the graph's check flags persist across replays: allocated and zeroed before recording starts, so that
+        # no buffer freed during the capture (an intermediate the replay rewrites) can become them
+        rec.flags = self._zeroed_flags()
+        self.rt.begin_capture(rec)
+
+    def capture_end(self) -> Recording | None:
+        """Stop recording; pins the buffers the recording binds (a graph's memory) in the pool."""
+        rec = self.rt.end_capture()
+        if rec is not None:
+            self.pool.pin(rec.buffers)
+        return rec
+
+    def release_recording(self, rec: Recording) -> None:
+        self.pool.unpin(rec.buffers)
+
+    def replay(self, rec: Recording) -> None:
+        """Re-issue a recording: random dispatches get the next seed/counter of their generator (as the eager op
+        would), then every dispatch is re-recorded; its index checks are looked at by the next sync point."""
+        blob = rec.blob
+        for i, gen, n in rec.randoms:
+            seed, counter = gen.take(n)
+            _RANDOM_WORDS.pack_into(blob, i * _WINDOW_BYTES + 4, pcg_host(seed & 0xFFFFFFFF), counter & 0xFFFFFFFF)
+        self.rt.replay(rec)
+        if rec.checks and rec not in self._graph_checks:
+            self._graph_checks.append(rec)
 
     def empty_cache(self) -> None:
         """Release cached free buffers back to the driver."""

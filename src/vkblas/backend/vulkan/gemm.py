@@ -437,7 +437,9 @@ def encode(backend: Any, out: View, a: View, b: View) -> None:
     if gp is None:
         from .autotune import tuner  # autotune imports this module
 
-        gp = backend.plans[key] = tuner(backend).plan(out, a, b)
+        # never tuned or self-checked inside a graph capture: that work runs eagerly, unrecorded
+        with backend.rt.paused():
+            gp = backend.plans[key] = tuner(backend).plan(out, a, b)
     record(backend, gp, out, a, b)
 
 

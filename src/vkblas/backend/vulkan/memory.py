@@ -7,6 +7,10 @@ work that used it before, and the queue executes in order. The one exception, ho
 ``queue.write_buffer`` (they run *before* the next submit's dispatches), is handled by ``Runtime.upload``.
 
 A buffer returns to the pool from ``VulkanStorage.__del__`` (cheaper than ``weakref.finalize`` on the hot path).
+
+Graphs pin the buffers their recorded dispatches bind (``pin``): a pinned buffer whose storage is freed is parked
+instead of being handed out again (a replay would overwrite the new owner's data), and goes back to the free lists
+when the last graph naming it is deleted (``unpin``).
 """
 
 from __future__ import annotations
@@ -56,6 +60,9 @@ class BufferPool:
         self.allocated_bytes = 0
         #: called before cached buffers are destroyed (the runtime flushes and drops bind groups naming them)
         self.before_destroy: Any = None
+        #: buffer -> number of graphs that bind it; ``_parked``: pinned buffers whose storage was freed
+        self._pinned: dict[PoolBuffer, int] = {}
+        self._parked: set[PoolBuffer] = set()
 
     def acquire(self, nbytes: int, what: Any) -> PoolBuffer:
         """A buffer of at least ``nbytes``; ``what`` is (dtype, numel) of the tensor, named in errors."""
@@ -85,12 +92,43 @@ class BufferPool:
         return PoolBuffer(buf, size)
 
     def release(self, pb: PoolBuffer) -> None:
+        if self._pinned and pb in self._pinned:
+            self._parked.add(pb)
+            return
         size = pb.size
         free = self._free.get(size)
         if free is None:
             free = self._free[size] = []
         free.append(pb)
         self.cached_bytes += size
+
+    def pin(self, buffers: Any) -> None:
+        """Keep ``buffers`` from being handed out again until ``unpin`` (a graph's buffers). Buffers already freed
+        (intermediates of the captured work) leave the free lists now."""
+        for pb in buffers:
+            n = self._pinned.get(pb, 0)
+            self._pinned[pb] = n + 1
+            if n == 0:
+                free = self._free.get(pb.size)
+                if free is not None and any(x is pb for x in free):
+                    free.remove(pb)
+                    self.cached_bytes -= pb.size
+                    self._parked.add(pb)
+
+    def unpin(self, buffers: Any) -> None:
+        """Undo one ``pin``; buffers no graph names any more and whose storage is gone return to the free lists."""
+        for pb in buffers:
+            n = self._pinned.pop(pb, 0) - 1
+            if n > 0:
+                self._pinned[pb] = n
+            elif pb in self._parked:
+                self._parked.discard(pb)
+                self.release(pb)
+
+    @property
+    def pinned_bytes(self) -> int:
+        """Bytes held by graphs although no tensor uses them any more."""
+        return sum(pb.size for pb in self._parked)
 
     def empty_cache(self) -> None:
         """Destroy every cached (free) buffer."""

@@ -26,6 +26,12 @@ while cached).
 ``copy`` records a buffer-to-buffer copy in order with the dispatches (it ends the open compute pass; the next
 dispatch opens a new pass on the same encoder).
 
+Graphs (``vkblas.graphs``): while a :class:`Recording` is attached (``begin_capture``), ``record`` is replaced by
+an instance attribute that also appends each dispatch's (pipeline, bind group, params window, grid) to it, so the
+plain hot path pays nothing for the feature. ``replay`` copies a recording's params into the ring in one slice and
+re-issues its dispatches with three C calls each. Host reads, uploads and copies raise during capture: they would
+not be repeated by a replay.
+
 Submission happens at sync points (``read``, ``synchronize``), before an upload that could race with pending work,
 or when ``FLUSH_DISPATCHES`` dispatches or the params ring fill up. Waiting uses buffer mapping
 (``on_submitted_work_done_sync`` is broken in wgpu-py 0.32).
@@ -34,7 +40,8 @@ or when ``FLUSH_DISPATCHES`` dispatches or the params ring fill up. Waiting uses
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import wgpu
@@ -55,6 +62,40 @@ _set_bind_group = _lib.wgpuComputePassEncoderSetBindGroup
 _dispatch = _lib.wgpuComputePassEncoderDispatchWorkgroups
 
 
+class GraphCaptureError(BackendError, RuntimeError):
+    """An operation that a graph cannot record was called during capture."""
+
+
+_FORBIDDEN = {
+    "read": "reading a tensor on the host (.numpy(), .item(), .tolist(), printing it) is not allowed during graph "
+    "capture: it would run once, not on every replay; read the graph's output tensors after replay()",
+    "upload": "uploading host data into a new device tensor (vkblas.tensor(...), from_numpy, .to() from the cpu) is "
+    "not allowed during graph capture: it would not be repeated on replay; create static input tensors before "
+    "capture and copy each batch into them (static.copy_(batch)) outside the capture block",
+    "copy": "device_copy (a buffer-to-buffer copy) is not allowed during graph capture: graphs record dispatches "
+    "only; use an elementwise copy (dst.copy_(src)) inside the capture block",
+    "synchronize": "synchronize() is not allowed during graph capture; synchronize after the capture block or "
+    "after replay()",
+}
+
+
+class Recording:
+    """What a graph capture recorded: per dispatch (pipeline, bind group handle, x, y, z groups) in ``ops`` and its
+    256-byte params window in ``blob``; ``bind_groups`` keeps the native bind groups alive (the runtime's cache may
+    drop them), ``buffers`` names every buffer bound (the graph pins them in the pool). ``checks``/``flags`` and
+    ``randoms`` are filled by the backend (replayable index checks, random-number dispatches to re-seed)."""
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[Any, Any, int, int, int]] = []
+        self.blob = bytearray()
+        self.bind_groups: dict[tuple[PoolBuffer, ...], Any] = {}
+        self.buffers: set[PoolBuffer] = set()
+        self.checks: list[Any] = []
+        self.flags: Any = None
+        #: (op index, generator, numel): the dispatch's seed/counter words are re-taken from ``generator`` per replay
+        self.randoms: list[tuple[int, Any, int]] = []
+
+
 class Runtime:
     def __init__(self, dev: Device) -> None:
         self.dev = dev
@@ -71,9 +112,11 @@ class Runtime:
         #: (PoolBuffer, ...) -> native bind group handle; ``_bg_objects`` keeps the Python objects (and so the
         #: native bind groups) alive
         self._bind_groups: dict[tuple[PoolBuffer, ...], Any] = {}
-        self._bg_objects: list[Any] = []
+        self._bg_objects: dict[tuple[PoolBuffer, ...], Any] = {}
         self._offset = _ffi_.new("uint32_t[1]")
         self._staging: Any = None
+        #: the graph capture in progress, if any
+        self.recording: Recording | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -106,7 +149,7 @@ class Runtime:
             b.fresh = False
         layout = self.dev.bind_group_layout(len(bufs))
         bg = self.device.create_bind_group(layout=layout, entries=entries)
-        self._bg_objects.append(bg)
+        self._bg_objects[bufs] = bg
         handle = self._bind_groups[bufs] = bg._internal
         return handle
 
@@ -141,8 +184,78 @@ class Runtime:
         """Record one dispatch of ``kernel`` (convenience form of :meth:`record` for tools and tests)."""
         self.record(kernel.handle, tuple(bufs), struct.Struct(fmt), args, groups)
 
+    # -- graphs
+    def begin_capture(self, rec: Recording) -> None:
+        """Record every dispatch into ``rec`` as well as executing it (see the module docstring)."""
+        if self.recording is not None:
+            raise GraphCaptureError("a graph capture is already in progress on this device (captures do not nest)")
+        self.recording = rec
+        self.record = self._record_captured  # type: ignore[method-assign]  # shadows the plain hot path
+
+    def end_capture(self) -> Recording | None:
+        rec, self.recording = self.recording, None
+        self.__dict__.pop("record", None)
+        return rec
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Run eager, unrecorded work in the middle of a capture (autotuning, state set up once)."""
+        rec = self.end_capture()
+        try:
+            yield
+        finally:
+            if rec is not None:
+                self.begin_capture(rec)
+
+    def _record_captured(
+        self, pipeline: Any, bufs: tuple[PoolBuffer, ...], packer: Any, args: Sequence[Any], groups: Sequence[int]
+    ) -> None:
+        rec = self.recording
+        assert rec is not None
+        window = packer.pack(*args)  # before anything is appended: a struct.error leaves rec unchanged
+        if bufs not in self._bind_groups:
+            self._bind_group(bufs)
+        bg = rec.bind_groups[bufs] = self._bg_objects[bufs]
+        rec.ops.append((pipeline, bg._internal, groups[0], groups[1], groups[2]))
+        rec.blob += window.ljust(_WINDOW, b"\0")
+        rec.buffers.update(bufs)
+        Runtime.record(self, pipeline, bufs, packer, args, groups)
+
+    def replay(self, rec: Recording) -> None:
+        """Re-issue ``rec``'s dispatches into the open pass: one slice copy of the params per batch of dispatches,
+        then set pipeline (when it changes), set bind group, dispatch."""
+        ops, blob, n, i = rec.ops, memoryview(rec.blob), len(rec.ops), 0
+        ring, off = self.ring, self._offset
+        while i < n:
+            k = min(FLUSH_DISPATCHES - self.count, n - i)
+            h = self._handle
+            if h is None:
+                h = self._open()
+            pos = self.pos
+            ring[pos : pos + k * _WINDOW] = blob[i * _WINDOW : (i + k) * _WINDOW]
+            last = self._last_pipeline
+            for pipeline, bg, gx, gy, gz in ops[i : i + k]:
+                if pipeline is not last:
+                    _set_pipeline(h, pipeline)
+                    last = pipeline
+                off[0] = pos
+                _set_bind_group(h, 0, bg, 1, off)
+                _dispatch(h, gx, gy, gz)
+                pos += _WINDOW
+            self._last_pipeline = last
+            self.pos = pos
+            self.count += k
+            i += k
+            if self.count >= FLUSH_DISPATCHES:
+                self.flush()
+
+    def _forbid(self, what: str) -> None:
+        if self.recording is not None:
+            raise GraphCaptureError(f"vulkan: {_FORBIDDEN[what]}")
+
     def copy(self, dst: PoolBuffer, dst_offset: int, src: PoolBuffer, src_offset: int, nbytes: int) -> None:
         """Record a buffer copy in order with the recorded dispatches (offsets and size multiples of 4)."""
+        self._forbid("copy")
         if self._encoder is None:
             self._encoder = self.device.create_command_encoder()
         if self._pass is not None:  # copies cannot be recorded inside a compute pass
@@ -194,6 +307,7 @@ class Runtime:
     def read(self, pb: PoolBuffer, offset: int, nbytes: int) -> bytes:
         """Submit pending work plus a copy into a mapped staging buffer; wait; return the bytes. (Faster than
         ``queue.read_buffer`` on lavapipe.) ``offset`` and ``nbytes`` must be multiples of 4."""
+        self._forbid("read")
         self.reads += 1
         staging = self._staging_buffer(max(nbytes, 4))
         if nbytes:
@@ -209,6 +323,7 @@ class Runtime:
 
     def synchronize(self) -> None:
         """Submit pending work and wait for everything submitted so far (mapping waits for the queue)."""
+        self._forbid("synchronize")
         staging = self._staging_buffer(4)
         self._finish(lambda enc: enc.copy_buffer_to_buffer(self.ring_gpu, 0, staging, 0, 4))
         staging.map_sync(wgpu.MapMode.READ, 0, 4)
@@ -217,6 +332,7 @@ class Runtime:
     def upload(self, pb: PoolBuffer, data: bytes | memoryview) -> None:
         """Host -> buffer. ``write_buffer`` executes at the next submit *before* that submit's dispatches, so a
         recycled buffer still read by pending dispatches would be overwritten too early: submit those first."""
+        self._forbid("upload")
         if self._encoder is not None and not pb.fresh:
             self.flush()
         self.queue.write_buffer(pb.buf, 0, data)

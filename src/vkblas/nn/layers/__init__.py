@@ -6,7 +6,24 @@ from .linear import Dropout, Embedding, Flatten, Linear
 from .norm import BatchNorm1d, BatchNorm2d, LayerNorm, RMSNorm
 
 __all__ = [
-    "GELU", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "Dropout", "Embedding", "Flatten", "Identity",
-    "LayerNorm", "LeakyReLU", "LogSoftmax", "Linear", "MaxPool2d", "RMSNorm", "ReLU", "SiLU", "Sigmoid", "Softmax",
+    "GELU",
+    "AvgPool2d",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "Conv2d",
+    "Dropout",
+    "Embedding",
+    "Flatten",
+    "Identity",
+    "LayerNorm",
+    "LeakyReLU",
+    "LogSoftmax",
+    "Linear",
+    "MaxPool2d",
+    "RMSNorm",
+    "ReLU",
+    "SiLU",
+    "Sigmoid",
+    "Softmax",
     "Tanh",
 ]

@@ -18,13 +18,25 @@ def _pair(v: Any) -> tuple[int, int]:
 class Conv2d(Module):
     """2-D convolution over (N, C_in, H, W) or (C_in, H, W). Initialised like Linear (PyTorch's default)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int], stride: Any = 1,
-                 padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True,
-                 padding_mode: str = "zeros", device: Any = None, dtype: Any = None) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int],
+        stride: Any = 1,
+        padding: Any = 0,
+        dilation: Any = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
         super().__init__()
         if groups < 1 or in_channels % groups or out_channels % groups:
-            raise ValueError(f"Conv2d: groups={groups} must divide in_channels={in_channels} and "
-                             f"out_channels={out_channels}")
+            raise ValueError(
+                f"Conv2d: groups={groups} must divide in_channels={in_channels} and out_channels={out_channels}"
+            )
         if padding_mode != "zeros":
             raise NotImplementedError(f"Conv2d: only padding_mode='zeros' is supported, got {padding_mode!r}")
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
@@ -73,27 +85,49 @@ class _Pool2d(Module):
 
 
 class MaxPool2d(_Pool2d):
-    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
-                 return_indices: bool = False, ceil_mode: bool = False) -> None:
+    def __init__(
+        self,
+        kernel_size: Any,
+        stride: Any = None,
+        padding: Any = 0,
+        dilation: Any = 1,
+        return_indices: bool = False,
+        ceil_mode: bool = False,
+    ) -> None:
         super().__init__(kernel_size, stride, padding, ceil_mode)
         self.dilation, self.return_indices = dilation, return_indices
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
         self._check(input)
-        return F.max_pool2d(input, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
-                            self.return_indices)
+        return F.max_pool2d(
+            input, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode, self.return_indices
+        )
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", dilation={self.dilation}, ceil_mode={self.ceil_mode}"
 
 
 class AvgPool2d(_Pool2d):
-    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
-                 count_include_pad: bool = True, divisor_override: int | None = None) -> None:
+    def __init__(
+        self,
+        kernel_size: Any,
+        stride: Any = None,
+        padding: Any = 0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+        divisor_override: int | None = None,
+    ) -> None:
         super().__init__(kernel_size, stride, padding, ceil_mode)
         self.count_include_pad, self.divisor_override = count_include_pad, divisor_override
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
         self._check(input)
-        return F.avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                            self.count_include_pad, self.divisor_override)
+        return F.avg_pool2d(
+            input,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.ceil_mode,
+            self.count_include_pad,
+            self.divisor_override,
+        )

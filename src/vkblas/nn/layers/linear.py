@@ -21,8 +21,9 @@ class Linear(Module):
     """``y = x A^T + b`` for x of shape (*, in_features). Initialised like PyTorch: weight
     kaiming_uniform_(a=sqrt(5)), bias U(-1/sqrt(in_features), 1/sqrt(in_features))."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, device: Any = None,
-                 dtype: Any = None) -> None:
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = True, device: Any = None, dtype: Any = None
+    ) -> None:
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.weight = _param(out_features, in_features, device=device, dtype=dtype)
@@ -47,8 +48,14 @@ class Embedding(Module):
     """A lookup table of ``num_embeddings`` vectors of size ``embedding_dim``, initialised N(0, 1); the
     ``padding_idx`` row starts at zero and gets no gradient."""
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None, device: Any = None,
-                 dtype: Any = None) -> None:
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
         super().__init__()
         if padding_idx is not None and not -num_embeddings <= padding_idx < num_embeddings:
             raise ValueError(f"Embedding: padding_idx={padding_idx} must be within num_embeddings={num_embeddings}")
@@ -65,8 +72,9 @@ class Embedding(Module):
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
         if input.dtype.is_floating:
-            raise TypeError(f"{type(self).__name__}({self.extra_repr()}): expected integer indices, got "
-                            f"{input.dtype!r}")
+            raise TypeError(
+                f"{type(self).__name__}({self.extra_repr()}): expected integer indices, got {input.dtype!r}"
+            )
         return F.embedding(input, self.weight, self.padding_idx)
 
     def extra_repr(self) -> str:

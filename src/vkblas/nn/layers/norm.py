@@ -21,8 +21,9 @@ def _shape(normalized_shape: int | tuple[int, ...] | list[int]) -> tuple[int, ..
 class _TrailingNorm(Module):
     """Shared by LayerNorm and RMSNorm: normalises over the trailing ``normalized_shape`` dims."""
 
-    def __init__(self, normalized_shape: Any, eps: float | None, elementwise_affine: bool, bias: bool,
-                 device: Any, dtype: Any) -> None:
+    def __init__(
+        self, normalized_shape: Any, eps: float | None, elementwise_affine: bool, bias: bool, device: Any, dtype: Any
+    ) -> None:
         super().__init__()
         self.normalized_shape, self.eps, self.elementwise_affine = _shape(normalized_shape), eps, elementwise_affine
         if elementwise_affine:
@@ -39,7 +40,7 @@ class _TrailingNorm(Module):
 
     def _check(self, input: Tensor) -> None:  # noqa: A002
         k = len(self.normalized_shape)
-        if input.ndim < k or input.shape[input.ndim - k:] != self.normalized_shape:
+        if input.ndim < k or input.shape[input.ndim - k :] != self.normalized_shape:
             raise self._bad_input(f"(*, {', '.join(map(str, self.normalized_shape))})", input)
 
     def extra_repr(self) -> str:
@@ -47,8 +48,15 @@ class _TrailingNorm(Module):
 
 
 class LayerNorm(_TrailingNorm):
-    def __init__(self, normalized_shape: Any, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
-                 device: Any = None, dtype: Any = None) -> None:
+    def __init__(
+        self,
+        normalized_shape: Any,
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
         super().__init__(normalized_shape, eps, elementwise_affine, bias, device, dtype)
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
@@ -57,8 +65,14 @@ class LayerNorm(_TrailingNorm):
 
 
 class RMSNorm(_TrailingNorm):
-    def __init__(self, normalized_shape: Any, eps: float | None = None, elementwise_affine: bool = True,
-                 device: Any = None, dtype: Any = None) -> None:
+    def __init__(
+        self,
+        normalized_shape: Any,
+        eps: float | None = None,
+        elementwise_affine: bool = True,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
         super().__init__(normalized_shape, eps, elementwise_affine, False, device, dtype)
         del self.bias  # RMSNorm has no bias (PyTorch's state_dict has only "weight")
 
@@ -73,8 +87,16 @@ class _BatchNorm(Module):
 
     _ranks: tuple[int, ...] = ()
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
-                 track_running_stats: bool = True, device: Any = None, dtype: Any = None) -> None:
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
@@ -108,8 +130,11 @@ class _BatchNorm(Module):
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
         if input.ndim not in self._ranks or input.shape[1] != self.num_features:
-            shapes = {2: f"(N, {self.num_features})", 3: f"(N, {self.num_features}, L)",
-                      4: f"(N, {self.num_features}, H, W)"}
+            shapes = {
+                2: f"(N, {self.num_features})",
+                3: f"(N, {self.num_features}, L)",
+                4: f"(N, {self.num_features}, H, W)",
+            }
             raise self._bad_input(" or ".join(shapes[r] for r in self._ranks), input)
         momentum = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
@@ -118,13 +143,22 @@ class _BatchNorm(Module):
             if self.momentum is None:  # cumulative moving average needs the count on the host
                 momentum = 1.0 / float(self.num_batches_tracked.item())
         use_batch = self.training or not self.track_running_stats
-        return F.batch_norm(input, self.running_mean if not use_batch or self.training else None,
-                            self.running_var if not use_batch or self.training else None, self.weight, self.bias,
-                            use_batch, momentum, self.eps)
+        return F.batch_norm(
+            input,
+            self.running_mean if not use_batch or self.training else None,
+            self.running_var if not use_batch or self.training else None,
+            self.weight,
+            self.bias,
+            use_batch,
+            momentum,
+            self.eps,
+        )
 
     def extra_repr(self) -> str:
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"track_running_stats={self.track_running_stats}")
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+            f"track_running_stats={self.track_running_stats}"
+        )
 
 
 class BatchNorm1d(_BatchNorm):
