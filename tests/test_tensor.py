@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -261,3 +265,18 @@ def test_cross_device_results_agree() -> None:
         d: ((vb.tensor(a, device=d) @ vb.tensor(b, device=d)).softmax(-1) * 3).sum(0).numpy() for d in ("cpu", "vulkan")
     }
     np.testing.assert_allclose(on["vulkan"], on["cpu"], rtol=1e-5, atol=1e-6)
+
+
+@requires_vulkan
+def test_vulkan_with_and_without_index_is_one_device() -> None:
+    # regression: "vulkan:0" then "vulkan" once made two devices for one adapter, so mixing tensors made with the
+    # two names raised a same-device error. A fresh process, so that the order of first use is this one.
+    code = (
+        "import vkblas as vb; b = vb.ones(3, device='vulkan:0'); a = vb.ones(3, device='vulkan'); "
+        "assert a._backend is b._backend; print((a + b).tolist())"
+    )
+    src = str(Path(vb.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[2.0, 2.0, 2.0]"

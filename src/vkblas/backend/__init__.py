@@ -33,18 +33,28 @@ def parse(name: str) -> tuple[str, int | None]:
 
 
 def get(name: str) -> Backend:
-    """The backend for a device string, created on first use."""
+    """The backend for a device string, created on first use. ``"vulkan"`` and ``"vulkan:N"`` of the same adapter
+    are one device (one queue, one pool): tensors made with either name work together."""
     kind, idx = parse(name)
-    key = "cpu" if kind == "cpu" else f"vulkan:{idx}" if idx is not None else "vulkan"
+    if kind == "cpu":
+        return _cpu
+    if idx is None:
+        key = _default_vulkan_key()
+    else:
+        key = f"vulkan:{idx}"
     backend = _instances.get(key)
     if backend is None:
         from .vulkan import VulkanBackend
 
-        backend = VulkanBackend(adapter_index=idx)
-        _instances[key] = backend
-        # "vulkan" and the explicit index of the same adapter share one device (one queue, one pool)
-        _instances.setdefault(f"vulkan:{backend.adapter_index}", backend)
+        backend = _instances[key] = VulkanBackend(adapter_index=int(key.split(":")[1]))
     return backend
+
+
+@cache
+def _default_vulkan_key() -> str:
+    from .vulkan.device import select_adapter
+
+    return f"vulkan:{select_adapter(None)[0]}"
 
 
 @cache
