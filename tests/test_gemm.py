@@ -184,6 +184,28 @@ def test_self_check_disables_wrong_variant(fresh, monkeypatch):
     assert bad in autotune.tuner(fresh).disabled
 
 
+def test_startup_check_verifies_defaults_and_disables_a_wrong_one(fresh, monkeypatch):
+    autotune.startup_check(fresh)
+    checked = {name for name, _ in autotune.tuner(fresh).verified}
+    usable = {
+        n for n in autotune.STARTUP_VARIANTS if gemm.applicable(gemm.BY_NAME[n], _common_spec(), fresh.dev.limits)
+    }
+    assert usable and usable <= checked
+
+    fresh.__dict__.pop("_gemm_tuner", None)
+    real, bad = autotune.self_check, "64x64k16.4x4.db"
+    monkeypatch.setattr(
+        autotune, "self_check", lambda be, v, spec: (False, 1.0) if v.name == bad else real(be, v, spec)
+    )
+    with pytest.warns(RuntimeWarning, match=f"{bad}.*disabled"):
+        autotune.startup_check(fresh)
+    assert autotune.tuner(fresh).disabled == {bad}
+
+
+def _common_spec() -> gemm.Spec:
+    return gemm.Spec(D.float32, 0, "vk", "vi", True, False)
+
+
 def test_autograd_forward_backward():
     vb = pytest.importorskip("vkblas")
     if not any(d.startswith("vulkan") for d in vb.devices()):

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import wgpu
 
-from ...dtypes import float16, int32
+from ...dtypes import float16, float32, int32
 from ..base import BackendError, View, contiguous_strides
 from . import gemm
 from .gemm import GemmPlan, Spec, Variant
@@ -218,22 +218,41 @@ class Tuner:
     def verify(self, gp: GemmPlan) -> bool:
         """Run ``gp``'s variant once per specialisation on a small problem with edge tiles; False (and the variant
         disabled, with a warning) when it disagrees with numpy."""
-        key = (gp.variant.name, gp.spec)
+        return self.verify_variant(gp.variant, gp.spec)
+
+    def verify_variant(self, v: Variant, spec: Spec) -> bool:
+        key = (v.name, spec)
         if key in self.verified:
             return True
-        ok, err = self_check(self.backend, gp.variant, gp.spec)
+        ok, err = self_check(self.backend, v, spec)
         if ok:
             self.verified.add(key)
             return True
-        self.disabled.add(gp.variant.name)
+        self.disabled.add(v.name)
         warnings.warn(
-            f"vkblas: GEMM variant {gp.variant.name} ({gp.spec.dtype.name}, loads {gp.spec.a_mode}/"
-            f"{gp.spec.b_mode}) gave wrong results on {self.backend.dev.info['name']} (max error {err:.3g}); "
-            "it is disabled",
+            f"vkblas: GEMM variant {v.name} ({spec.dtype.name}, loads {spec.a_mode}/{spec.b_mode}) gave wrong "
+            f"results on {self.backend.dev.info['name']} (max error {err:.3g}); it is disabled",
             RuntimeWarning,
             stacklevel=4,
         )
         return False
+
+
+#: what the fp32 defaults pick, small to large (gemm.default_choice), checked when a device starts
+STARTUP_VARIANTS = ("32x32k16.4x4.db", "64x64k16.4x4.db", "128x128k8.8x8.db", "128x256k8.8x16.db")
+
+
+def startup_check(backend: Any) -> None:
+    """Device start-up self-check: each default fp32 variant on a small edge-tiled problem in the common layout
+    (row-major operands, vec4 loads and stores) against numpy. Drivers' feature reports are not trusted blindly: a
+    variant the driver gets wrong is disabled here, with a warning, before any user matmul. Other variants and
+    layouts are checked on first use."""
+    t = tuner(backend)
+    spec = Spec(float32, 0, "vk", "vi", True, False)
+    for name in STARTUP_VARIANTS:
+        v = gemm.BY_NAME[name]
+        if gemm.applicable(v, spec, backend.dev.limits):
+            t.verify_variant(v, spec)
 
 
 def _operand(
@@ -297,4 +316,4 @@ def tuner(backend: Any) -> Tuner:
     return t
 
 
-__all__ = ["MIN_TUNE_FLOPS", "Tuner", "cache_path", "float16", "self_check", "shape_class", "tuner"]
+__all__ = ["MIN_TUNE_FLOPS", "Tuner", "cache_path", "float16", "self_check", "shape_class", "startup_check", "tuner"]

@@ -22,6 +22,7 @@ import numpy as np
 from ...dtypes import DType, bool_, float16, float32, int32
 from .. import elementwise as ew
 from ..base import RANDOM_DISTRIBUTIONS, REDUCE_OPS, Backend, BackendError, Scalar, UnsupportedError, View
+from .autotune import startup_check
 from .device import Device
 from .kernels import elementwise as ew_kernels
 from .kernels import indexing, random, reduce, window
@@ -74,6 +75,7 @@ class VulkanBackend(Backend):
         self._flags: VulkanStorage | None = None
         #: replayed graphs whose captured index checks have not been looked at yet
         self._graph_checks: list[Recording] = []
+        startup_check(self)  # default GEMM variants vs numpy: a driver bug is caught before any user matmul
 
     @property
     def adapter_index(self) -> int:
