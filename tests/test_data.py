@@ -190,6 +190,27 @@ def test_transforms_item_and_batch_agree() -> None:
         transforms.Normalize((0.5,), (0.0,))
 
 
+@needs_data
+def test_deterministic_transforms_are_cached_and_random_ones_are_not() -> None:
+    norm = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.1307,), (0.3081,))])
+    test = MNIST(DATA, train=False, transform=norm)
+    idx = np.array([3, 9999, 0, 3])
+    x, _ = test.get_batch(idx)
+    np.testing.assert_array_equal(x, norm(test.data[idx]))
+    assert test._transformed is not None  # the whole split was transformed once
+
+    calls = []
+
+    def noisy(batch: np.ndarray) -> np.ndarray:  # not marked deterministic: applied per batch, never cached
+        calls.append(len(batch))
+        return batch.astype(np.float32)
+
+    raw = MNIST(DATA, train=False, transform=noisy)
+    raw.get_batch(idx)
+    raw.get_batch(idx)
+    assert calls == [4, 4] and raw._transformed is None
+
+
 def test_tensor_dataset_and_subset() -> None:
     ds = TensorDataset(vkblas.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], device="cpu"), np.array([7, 8, 9]))
     assert len(ds) == 3 and ds[1][1] == 8

@@ -20,6 +20,8 @@ Transform = Callable[[np.ndarray], np.ndarray]
 class Compose:
     def __init__(self, transforms: Sequence[Transform]) -> None:
         self.transforms = list(transforms)
+        #: the same input always gives the same output, so a dataset may transform everything once and cache it
+        self.deterministic = all(getattr(t, "deterministic", False) for t in self.transforms)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         for t in self.transforms:
@@ -33,8 +35,12 @@ class Compose:
 class ToTensor:
     """uint8 pixels ``[..., H, W]`` -> float32 in [0, 1] with a channel axis: ``[..., 1, H, W]``."""
 
+    deterministic = True
+
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        return np.expand_dims(np.asarray(x, dtype=np.float32) / np.float32(255.0), -3)
+        out = np.array(x, dtype=np.float32)  # a fresh array, so the scaling can run in place (one pass less)
+        out *= np.float32(1.0 / 255.0)
+        return np.expand_dims(out, -3)
 
     def __repr__(self) -> str:
         return "ToTensor()"
@@ -42,6 +48,8 @@ class ToTensor:
 
 class Normalize:
     """``(x - mean) / std`` per channel (the channel axis is ``-3``)."""
+
+    deterministic = True
 
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
         if len(mean) != len(std):
@@ -52,7 +60,10 @@ class Normalize:
         self.inv_std = (1.0 / np.asarray(std, dtype=np.float32)).reshape(-1, 1, 1)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        return ((x - self.mean) * self.inv_std).astype(np.float32, copy=False)
+        # x * (1/std) + (-mean/std): one new array, then in place (batches are large; passes over them count)
+        out = np.multiply(x, self.inv_std, dtype=np.float32)
+        out += -self.mean * self.inv_std
+        return out
 
     def __repr__(self) -> str:
         return f"Normalize(mean={self.mean.ravel().tolist()}, std={(1 / self.inv_std).ravel().tolist()})"

@@ -119,10 +119,11 @@ class VulkanBackend(Backend):
         if dtype is bool_:
             host = host.astype(np.uint32)
         storage = VulkanStorage(self.pool, dtype, host.size)
-        data = host.tobytes()
-        if len(data) % 4:
-            data += b"\0" * (4 - len(data) % 4)
-        if data:
+        if host.nbytes % 4:  # write_buffer wants whole words
+            data: bytes | memoryview = host.tobytes() + b"\0" * (4 - host.nbytes % 4)
+        else:
+            data = memoryview(host).cast("B")  # no host-side copy of a batch
+        if host.nbytes:
             self.rt.upload(storage.buffer, data)
         return storage
 
