@@ -35,6 +35,27 @@ def chain_vkblas(dev: str, n_ops: int) -> float:
     return best_of(run, repeat=3) / n_ops * 1e6
 
 
+def chain_vkblas_replayed(dev: str, n_ops: int) -> float:
+    """The same chain captured once with ``vkblas.graphs`` and replayed: the runtime's cost per dispatch with no
+    Python per op (what a training step costs when it is replayed)."""
+    import vkblas
+
+    x0 = vkblas.ones(64, device=dev)
+    graph = vkblas.graphs.Graph()
+    with vkblas.graphs.capture(graph, device=dev):
+        x = x0
+        for i in range(n_ops):
+            x = x * 1.0001 if i % 2 == 0 else x + 0.0001
+
+    def run() -> None:
+        graph.replay()
+        x.numpy()
+
+    us = best_of(run, repeat=3) / n_ops * 1e6
+    graph.reset()
+    return us
+
+
 def chain_numpy(n_ops: int) -> float:
     x0 = np.ones(64, np.float32)
 
@@ -131,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         us = chain_vkblas(dev, args.chain)
         ga, gc = bw_vkblas(dev, n)
         rows.append([label, us, ga, gc, 100 * ga / gc])
+        if dev != "cpu":
+            rows.append(
+                [f"vkblas {dev}, chain replayed (vkblas.graphs)", chain_vkblas_replayed(dev, args.chain), "", "", ""]
+            )
     us = chain_numpy(args.chain)
     ga, gc = bw_numpy(n)
     rows.append(["numpy", us, ga, gc, 100 * ga / gc])
