@@ -102,7 +102,9 @@ def make_optimizer(name: str, params: Any, lr: float, optim: Any = None, captura
         return optim.SGD(params, lr=lr, momentum=0.9, **kw)
     if name == "adamw":
         return optim.AdamW(params, lr=lr, weight_decay=0.01, **kw)
-    return optim.Adam(params, lr=lr, **kw)
+    if name == "adam":
+        return optim.Adam(params, lr=lr, **kw)
+    raise ValueError(f"unknown optimizer {name!r}: choose from {', '.join(OPTIMIZERS)}")
 
 
 def cosine_lr(base: float, epoch: int, epochs: int) -> float:

@@ -1,0 +1,175 @@
+"""What travels between workers and the holder of the model: updates (gradients, pseudo-gradients) and weights,
+as safetensors payloads in one of three codecs.
+
+* ``fp32``: as is.
+* ``fp16``: half the bytes; refused (ValueError naming the tensor) if a value is beyond fp16's range, rather than
+  silently turned into Inf.
+* ``int8``: a quarter of the bytes plus one float32 scale per ``block`` values: the tensor is flattened in C order
+  and cut into blocks; each block stores ``q = round(x / s)`` with ``s = max|x| / 127``, so ``|x - q*s| <= s/2``
+  (INTELLECT-1 sent its pseudo-gradients this way). The scales of tensor ``name`` are the entry
+  ``name + SCALE_SUFFIX``.
+
+:class:`ErrorFeedback` keeps, on the sender, what compression lost and adds it to the next update, so the error
+does not accumulate over rounds (Seide et al. 2014; Karimireddy et al., "Error Feedback Fixes SignSGD", 2019).
+
+Payloads come from untrusted peers: :func:`from_payload` and :func:`decode` check sizes, names, dtypes and shapes
+and raise :class:`CodecError` (a ValueError) with a message, never anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping
+
+import numpy as np
+
+Params = dict[str, np.ndarray]
+CODECS = ("fp32", "fp16", "int8")
+SCALE_SUFFIX = ".__scale__"
+FORMAT = "vkblas-update/1"
+DEFAULT_BLOCK = 256
+MAX_BLOCK = 1 << 20
+FP16_MAX = float(np.finfo(np.float16).max)
+MAX_SCALE = float(np.finfo(np.float32).max) / 127  # larger scales overflow float32 when decoded
+
+
+class CodecError(ValueError):
+    """A payload that cannot be decoded (malformed, truncated, of the wrong layout)."""
+
+
+def encode(update: Mapping[str, np.ndarray], codec: str = "fp32", block: int = DEFAULT_BLOCK) -> tuple[Params, dict]:
+    """``update`` (name -> float array) as (safetensors tensors, metadata) in ``codec``."""
+    if codec not in CODECS:
+        raise ValueError(f"unknown codec {codec!r}: choose from {', '.join(CODECS)}")
+    if codec == "int8" and not 1 <= block <= MAX_BLOCK:
+        raise ValueError(f"int8 block size must be in [1, {MAX_BLOCK}], got {block}")
+    tensors: Params = {}
+    for name, value in update.items():
+        if name.endswith(SCALE_SUFFIX):
+            raise ValueError(f"tensor name {name!r} ends with the reserved suffix {SCALE_SUFFIX!r}")
+        x = np.ascontiguousarray(value, np.float32)
+        if codec == "fp32":
+            tensors[name] = x
+        elif codec == "fp16":
+            big = np.abs(x) > FP16_MAX
+            if big.any():
+                raise ValueError(
+                    f"{name!r}: {int(big.sum())} value(s) beyond fp16's range (max |x| {float(np.abs(x).max()):.4g} "
+                    f"> {FP16_MAX}); send this update as fp32 or int8"
+                )
+            tensors[name] = x.astype(np.float16)
+        else:
+            q, scales = _int8_blocks(x, block)
+            tensors[name], tensors[name + SCALE_SUFFIX] = q, scales
+    meta = {"format": FORMAT, "codec": codec}
+    if codec == "int8":
+        meta["block"] = str(block)
+    return tensors, meta
+
+
+def _int8_blocks(x: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+    flat = x.reshape(-1)
+    n = flat.size
+    nb = -(-n // block)
+    padded = np.zeros(nb * block, np.float32)
+    padded[:n] = flat
+    blocks = padded.reshape(nb, block)
+    scales = (np.abs(blocks).max(axis=1) / 127.0).astype(np.float32) if nb else np.zeros(0, np.float32)
+    safe = np.where(scales > 0, scales, 1.0).astype(np.float32)
+    q = np.clip(np.rint(blocks / safe[:, None]), -127, 127).astype(np.int8)
+    return q.reshape(-1)[:n].reshape(x.shape), scales
+
+
+def decode(tensors: Mapping[str, np.ndarray], meta: Mapping[str, str]) -> Params:
+    """The float32 update that :func:`encode` encoded. Raises :class:`CodecError` for anything malformed."""
+    if meta.get("format") != FORMAT:
+        raise CodecError(f"unknown payload format {meta.get('format')!r} (expected {FORMAT!r})")
+    codec = meta.get("codec")
+    if codec not in CODECS:
+        raise CodecError(f"unknown codec {codec!r}: expected one of {', '.join(CODECS)}")
+    out: Params = {}
+    if codec in ("fp32", "fp16"):
+        want = np.float32 if codec == "fp32" else np.float16
+        for name, arr in tensors.items():
+            if arr.dtype != want:
+                raise CodecError(f"{name!r}: dtype {arr.dtype.name} in a {codec} payload")
+            out[name] = arr.astype(np.float32)
+        return out
+    try:
+        block = int(meta.get("block", ""))
+    except ValueError:
+        raise CodecError(f"int8 payload with a bad block size {meta.get('block')!r}") from None
+    if not 1 <= block <= MAX_BLOCK:
+        raise CodecError(f"int8 block size {block} outside [1, {MAX_BLOCK}]")
+    names = [k for k in tensors if not k.endswith(SCALE_SUFFIX)]
+    extra = set(tensors) - set(names) - {k + SCALE_SUFFIX for k in names}
+    if extra:
+        raise CodecError(f"int8 payload holds scales without their tensor: {sorted(extra)}")
+    for name in names:
+        q, scales = tensors[name], tensors.get(name + SCALE_SUFFIX)
+        if scales is None:
+            raise CodecError(f"{name!r}: int8 tensor without its scales")
+        nb = -(-q.size // block)
+        if q.dtype != np.int8 or scales.dtype != np.float32 or scales.shape != (nb,):
+            raise CodecError(
+                f"{name!r}: expected int8 values and {nb} float32 scales, got {q.dtype.name} {q.shape} and "
+                f"{scales.dtype.name} {scales.shape}"
+            )
+        if not np.all((scales >= 0) & (scales <= MAX_SCALE)):  # NaN fails too
+            raise CodecError(f"{name!r}: int8 scales must be finite, >= 0 and <= {MAX_SCALE:.4g}")
+        padded = np.zeros(nb * block, np.float32)
+        padded[: q.size] = q.reshape(-1)
+        out[name] = (padded.reshape(nb, block) * scales[:, None]).reshape(-1)[: q.size].reshape(q.shape)
+    return out
+
+
+class ErrorFeedback:
+    """Compression with error feedback: what one update lost to the codec is added to the next one."""
+
+    def __init__(self, codec: str = "int8", block: int = DEFAULT_BLOCK) -> None:
+        encode({}, codec, block)  # validates the settings
+        self.codec, self.block = codec, block
+        self.residual: Params = {}
+
+    def compress(self, update: Mapping[str, np.ndarray]) -> tuple[Params, dict]:
+        corrected = {k: np.asarray(v, np.float32) + self.residual.get(k, 0.0) for k, v in update.items()}
+        tensors, meta = encode(corrected, self.codec, self.block)
+        sent = decode(tensors, meta)
+        self.residual = {k: corrected[k] - sent[k] for k in corrected}
+        return tensors, meta
+
+
+def to_payload(tensors: Mapping[str, np.ndarray], meta: Mapping[str, str] | None = None) -> bytes:
+    """Tensors and string metadata as the bytes of a safetensors file."""
+    from safetensors.numpy import save
+
+    return save({k: np.ascontiguousarray(v) for k, v in tensors.items()}, metadata=dict(meta or {}))
+
+
+def from_payload(data: bytes, max_bytes: int | None = None, max_header: int = 1 << 20) -> tuple[Params, dict]:
+    """Parse safetensors bytes from an untrusted peer into (tensors, metadata); :class:`CodecError` if they are
+    oversized, truncated or malformed."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load
+
+    if max_bytes is not None and len(data) > max_bytes:
+        raise CodecError(f"payload of {len(data)} bytes is above the limit of {max_bytes}")
+    if len(data) < 8:
+        raise CodecError(f"payload of {len(data)} bytes is too short for a safetensors header")
+    (header_len,) = struct.unpack("<Q", data[:8])
+    if header_len > max_header or 8 + header_len > len(data):
+        raise CodecError(f"safetensors header of {header_len} bytes is truncated or above {max_header}")
+    try:
+        header = json.loads(data[8 : 8 + header_len])
+        if not isinstance(header, dict):
+            raise CodecError("safetensors header is not a JSON object")
+        meta = header.get("__metadata__") or {}
+        if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+            raise CodecError("safetensors metadata must map strings to strings")
+        tensors = load(bytes(data))
+    except CodecError:
+        raise
+    except (SafetensorError, ValueError, TypeError, UnicodeDecodeError) as e:
+        raise CodecError(f"not a readable safetensors payload ({e})") from e
+    return tensors, meta
