@@ -24,6 +24,7 @@ wgpu = pytest.importorskip("wgpu")
 from vkblas.backend.vulkan import VulkanBackend, list_adapters  # noqa: E402
 from vkblas.backend.vulkan import queue as vk_queue  # noqa: E402
 from vkblas.backend.vulkan.kernels.reduce import SplitPlan  # noqa: E402
+from vkblas.bench.copy import copy_bandwidth, device_copy  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -579,13 +580,13 @@ def test_device_copy_in_order(vk):
     y = empty(vk, (100,), D.float32)
     z = empty(vk, (100,), D.float32)
     vk.elementwise("mul", x, [x, 2.0])  # recorded before the copy
-    vk.device_copy(y.storage, x.storage, 400)
+    device_copy(vk, y.storage, x.storage, 400)
     vk.elementwise("add", z, [y, 1.0])  # reads the copy: a new compute pass after it
     np.testing.assert_array_equal(vk.to_numpy(z), np.arange(100) * 2 + 1)
     with pytest.raises(BackendError, match="multiple of 4"):
-        vk.device_copy(y.storage, x.storage, 6)
+        device_copy(vk, y.storage, x.storage, 6)
     with pytest.raises(BackendError, match="one buffer"):
-        vk.device_copy(x.storage, x.storage, 4)
+        device_copy(vk, x.storage, x.storage, 4)
     with pytest.raises(BackendError, match="exceed"):
-        vk.device_copy(y.storage, x.storage, 1 << 20)
-    assert vk.copy_bandwidth(1 << 16, reps=2) > 0
+        device_copy(vk, y.storage, x.storage, 1 << 20)
+    assert copy_bandwidth(vk, 1 << 16, reps=2) > 0

@@ -85,8 +85,9 @@ _TABLE = [
     ElementwiseOp("ge", 2, lambda m, a, b: a >= b, returns_bool=True),
     ElementwiseOp("logical_and", 2, lambda m, a, b: m.logical_and(a, b), returns_bool=True),
     ElementwiseOp("logical_or", 2, lambda m, a, b: m.logical_or(a, b), returns_bool=True),
-    # index validation: true where low <= v < high fails
+    # index validation: true where low <= v < high fails; flags of several steps merged (the Vulkan index checks)
     ElementwiseOp("out_of_range", 3, lambda m, v, lo, hi: m.logical_or(v < lo, v >= hi), returns_bool=True),
+    ElementwiseOp("flag_or", 2, lambda m, a, b: m.maximum(a, b)),
     # --- fused backward rules (one dispatch instead of three or four); first operand is the incoming gradient
     ElementwiseOp("relu_grad", 2, lambda m, g, x: m.where(x > 0, g, 0)),
     ElementwiseOp("leaky_relu_grad", 3, lambda m, g, x, slope: m.where(x > 0, g, g * slope)),
