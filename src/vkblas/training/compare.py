@@ -184,10 +184,10 @@ def format_table(rows: Sequence[Row], target: float) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import vkblas
+    from ..device import devices as all_devices
 
     args = parse_args(argv)
-    devices = args.devices.split(",") if args.devices else vkblas.devices()
+    devices = args.devices.split(",") if args.devices else all_devices()
     state = initial_state(args.model, args.seed)
     rows: list[Row] = []
     for dev in devices:

@@ -1,7 +1,8 @@
 """WGSL building blocks shared by every kernel generator.
 
 * dtype -> WGSL storage / compute types (bool lives in a u32 word, float16 needs ``enable f16``),
-* :class:`Expr` / :class:`WgslMath`: the math namespace that lets ``backend/elementwise.py``'s table generate WGSL.
+* :class:`Expr` / :class:`WgslMath`: the math namespace that lets ``backend/elementwise.py``'s formulas generate
+  WGSL (each math function's WGSL spelling is in that module's ``MATH`` table, beside numpy's).
   Values are WGSL expression strings with a type; every intermediate is bound to a ``let`` so shared
   sub-expressions (``_sigmoid`` used twice in ``silu_grad``) are not textually duplicated. Python numbers in a
   formula become ``T(x)`` literals of the other operand's type (numpy/NEP 50 rules: a float literal with an int
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ....dtypes import DType, bool_, float16, float32, int32
+from ...elementwise import MATH, MathFunction
 
 WORKGROUP = 256
 PARAM_WORDS = 64  # 256-byte params window per dispatch
@@ -197,88 +199,51 @@ fn vk_pow_i32(a: i32, b: i32) -> i32 {
 """
 
 
+#: WGSL helper functions that math-table templates call, by name: (source for float types T, source for i32)
+HELPERS = {"pow": (_POW_FLOAT, _POW_INT)}
+
+
 class WgslMath:
-    """The ``m`` namespace for ``backend/elementwise.py`` formulas, producing WGSL."""
+    """The ``m`` namespace for elementwise formulas, producing WGSL: ``m.<name>(...)`` renders the template of
+    ``MATH[name]`` (``backend/elementwise.py``, the one table that also gives numpy's spelling)."""
 
     def __init__(self, em: Emitter) -> None:
         self.em = em
 
-    def _float(self, x: Any) -> tuple[str, str]:
-        code, ty = self.em.value(x)
-        if ty in ("f32", "f16"):
-            return code, ty
-        return convert(code, ty, "f32"), "f32"  # numpy: float functions of ints give floats
+    def __getattr__(self, name: str) -> Any:
+        fn = MATH.get(name)
+        if fn is None:
+            raise AttributeError(f"no math function {name!r} in backend/elementwise.py MATH")
+        return lambda *args: self._call(fn, args)
 
-    def _call(self, fn: str, x: Any) -> Expr:
-        code, ty = self._float(x)
-        return self.em.let(f"{fn}({code})", ty)
+    def _call(self, fn: MathFunction, args: Sequence[Any]) -> Expr:
+        codes, ty = self._operands(fn.operands, args)
+        template = fn.wgsl if isinstance(fn.wgsl, str) else fn.wgsl.get(ty, fn.wgsl["*"])
+        if fn.helper is not None:
+            float_src, int_src = HELPERS[fn.helper]
+            self.em.helpers[f"{fn.helper}_{ty}"] = int_src if ty == "i32" else float_src.format(T=ty)
+        return self.em.let(template.format(*codes, T=ty), "bool" if fn.operands == "logic" else ty)
 
-    def exp(self, x: Any) -> Expr:
-        return self._call("exp", x)
-
-    def log(self, x: Any) -> Expr:
-        return self._call("log", x)
-
-    def sqrt(self, x: Any) -> Expr:
-        return self._call("sqrt", x)
-
-    def sin(self, x: Any) -> Expr:
-        return self._call("sin", x)
-
-    def cos(self, x: Any) -> Expr:
-        return self._call("cos", x)
-
-    def tanh(self, x: Any) -> Expr:
-        code, ty = self._float(x)
-        # clamp: some drivers compute tanh through exp and return NaN for large |x|; tanh(15) rounds to 1 in f32
-        return self.em.let(f"tanh(clamp({code}, {ty}(-15.0), {ty}(15.0)))", ty)
-
-    def abs(self, x: Any) -> Expr:
-        code, ty = self.em.value(x)
-        if ty == "bool":
-            return self.em.let(code, ty)
-        return self.em.let(f"abs({code})", ty)
-
-    def sign(self, x: Any) -> Expr:
-        code, ty = self.em.value(x)
-        if ty == "bool":
-            return self.em.let(code, ty)
-        z, one = literal(0, ty), literal(1, ty)
-        s = f"select(select({z}, -{one}, {code} < {z}), {one}, {code} > {z})"
-        if ty != "i32":
-            s = f"select({s}, {code}, {code} != {code})"  # sign(nan) = nan, as numpy
-        return self.em.let(s, ty)
-
-    def where(self, c: Any, a: Any, b: Any) -> Expr:
-        cc, ct = self.em.value(c, "bool")
-        ca, cb, ty = _unify(self.em, a, b, arith=False)
-        return self.em.let(f"select({cb}, {ca}, {convert(cc, ct, 'bool')})", ty)
-
-    def maximum(self, a: Any, b: Any) -> Expr:
-        ca, cb, ty = _unify(self.em, a, b, arith=True)
-        return self.em.let(f"max({ca}, {cb})", ty)
-
-    def minimum(self, a: Any, b: Any) -> Expr:
-        ca, cb, ty = _unify(self.em, a, b, arith=True)
-        return self.em.let(f"min({ca}, {cb})", ty)
-
-    def pow(self, a: Any, b: Any) -> Expr:
-        ca, cb, ty = _unify(self.em, a, b, arith=True)
-        self.em.helpers[f"pow_{ty}"] = _POW_INT if ty == "i32" else _POW_FLOAT.format(T=ty)
-        return self.em.let(f"vk_pow_{ty}({ca}, {cb})", ty)
-
-    def _bool(self, x: Any) -> str:
-        code, ty = self.em.value(x, "bool")
-        return convert(code, ty, "bool")
-
-    def logical_not(self, a: Any) -> Expr:
-        return self.em.let(f"!{self._bool(a)}", "bool")
-
-    def logical_and(self, a: Any, b: Any) -> Expr:
-        return self.em.let(f"({self._bool(a)} && {self._bool(b)})", "bool")
-
-    def logical_or(self, a: Any, b: Any) -> Expr:
-        return self.em.let(f"({self._bool(a)} || {self._bool(b)})", "bool")
+    def _operands(self, rule: str, args: Sequence[Any]) -> tuple[list[str], str]:
+        em = self.em
+        if rule == "same":
+            code, ty = em.value(args[0])
+            return [code], ty
+        if rule == "logic":
+            return [convert(*em.value(a, "bool"), "bool") for a in args], "bool"
+        if rule == "select":
+            cond = convert(*em.value(args[0], "bool"), "bool")
+            ca, cb, ty = _unify(em, args[1], args[2], arith=False)
+            return [cond, ca, cb], ty
+        if len(args) == 1:
+            code, ty = em.value(args[0])
+            codes = [code]
+        else:
+            ca, cb, ty = _unify(em, args[0], args[1], arith=True)
+            codes = [ca, cb]
+        if rule == "float" and ty not in ("f32", "f16"):  # numpy: float functions of ints give floats
+            codes, ty = [convert(c, ty, "f32") for c in codes], "f32"
+        return codes, ty
 
 
 def header(buffers: Sequence[tuple[str, str]], f16: bool) -> str:
