@@ -1,11 +1,14 @@
 """One entry per op: the vkblas callable, a float64 numpy reference, sample inputs and tolerances (PyTorch's OpInfo).
 
-``tests/test_ops.py`` reads this table and checks, for every entry and device: values against the reference, gradients
-against finite differences, the device's float32 gradients against the cpu's float64 ones, and non-contiguous
-inputs against contiguous ones. Adding an op means adding one ``OpInfo`` here.
+``tests/test_ops.py`` reads this table and checks, for every entry and device: values against the reference (in
+the default float dtype and in every dtype of ``dtypes``), gradients against finite differences of vkblas and of the
+reference, the device's float32 gradients against the cpu's float64 ones, non-contiguous inputs against contiguous
+ones, and that ``error_inputs`` raise. Every public op must have an entry (the test fails otherwise); adding an op
+means adding one ``OpInfo`` here.
 
-Sample arguments are numpy arrays (tensor operands: float arrays become the device's float dtype, int arrays int32,
-bool arrays bool) or Python scalars, which are passed through unchanged. ``kwargs`` are passed to both callables.
+Sample arguments are numpy arrays (tensor operands: float arrays become the device's float dtype, float16 arrays
+float16, int arrays int32, bool arrays bool) or Python scalars, which are passed through unchanged. ``kwargs`` are
+passed to both callables.
 """
 
 from __future__ import annotations
@@ -20,8 +23,12 @@ from typing import Any
 import numpy as np
 
 import vkblas as vb
+from references import conv_ref, pcg_normal, pcg_uniform, pool_ref
 
 Rng = np.random.Generator
+I32, F16, BOOL = vb.int32, vb.float16, vb.bool
+NUMERIC = (I32, F16)
+ANY = (I32, F16, BOOL)  # movement and indexing: any dtype
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,15 @@ class Sample:
     def describe(self) -> str:
         parts = [f"array{a.shape}:{a.dtype}" if isinstance(a, np.ndarray) else repr(a) for a in self.args]
         return f"({', '.join(parts)}{''.join(f', {k}={v!r}' for k, v in self.kwargs.items())})"
+
+
+@dataclass(frozen=True)
+class ErrorInput:
+    """A sample the op must refuse: the exception type and a regex its message matches."""
+
+    sample: Sample
+    error: type[BaseException]
+    match: str
 
 
 @dataclass(frozen=True)
@@ -53,9 +69,23 @@ class OpInfo:
     grad_rtol32: float = 1e-3
     #: False for ops that only accept contiguous inputs (view)
     noncontiguous: bool = True
+    #: dtypes the op takes besides the default float: the samples' float arrays converted (int32: rint(2x),
+    #: bool: x > 0, float16: rounded); the result's dtype follows the reference's (float results of int inputs are
+    #: float32, of float16 inputs float16)
+    dtypes: tuple[vb.DType, ...] = ()
+    #: int32 inputs compute in float (float32 result) where numpy and PyTorch keep ints (pow)
+    int_to_float: bool = False
+    #: inputs the op must refuse
+    error_inputs: Callable[[Rng], Iterator[ErrorInput]] | None = None
+
+    def _rng(self) -> Rng:
+        return np.random.default_rng(zlib.crc32(self.name.encode()))
 
     def sample_list(self) -> list[Sample]:
-        return list(self.samples(np.random.default_rng(zlib.crc32(self.name.encode()))))
+        return list(self.samples(self._rng()))
+
+    def error_list(self) -> list[ErrorInput]:
+        return list(self.error_inputs(self._rng())) if self.error_inputs is not None else []
 
 
 # ---------------------------------------------------------------- input generators
@@ -170,17 +200,18 @@ def nonempty_samples(rng: Rng) -> Iterator[Sample]:
     return (s for s in unary_samples()(rng) if s.args[0].size)
 
 
-def reduction_samples(rng: Rng, empty_ok: bool = True) -> Iterator[Sample]:
-    yield Sample((uniform(rng, (3, 4)),), {})
-    yield Sample((uniform(rng, (3, 4)),), {"dim": 0})
-    yield Sample((uniform(rng, (3, 4)),), {"dim": -1, "keepdim": True})
-    yield Sample((uniform(rng, (2, 3, 4)),), {"dim": (0, 2)})
-    yield Sample((uniform(rng, (2, 3, 4)),), {"dim": (1,), "keepdim": True})
-    yield Sample((uniform(rng, (1, 5)),), {"dim": 0})
-    yield Sample((uniform(rng, ()),), {})
+def reduction_samples(rng: Rng, empty_ok: bool = True, make: Any = None) -> Iterator[Sample]:
+    make = make or uniform
+    yield Sample((make(rng, (3, 4)),), {})
+    yield Sample((make(rng, (3, 4)),), {"dim": 0})
+    yield Sample((make(rng, (3, 4)),), {"dim": -1, "keepdim": True})
+    yield Sample((make(rng, (2, 3, 4)),), {"dim": (0, 2)})
+    yield Sample((make(rng, (2, 3, 4)),), {"dim": (1,), "keepdim": True})
+    yield Sample((make(rng, (1, 5)),), {"dim": 0})
+    yield Sample((make(rng, ()),), {})
     if empty_ok:
-        yield Sample((uniform(rng, (0, 3)),), {"dim": 0})
-        yield Sample((uniform(rng, (2, 0)),), {"dim": 0, "keepdim": True})
+        yield Sample((make(rng, (0, 3)),), {"dim": 0})
+        yield Sample((make(rng, (2, 0)),), {"dim": 0, "keepdim": True})
 
 
 def one_dim_samples(rng: Rng) -> Iterator[Sample]:
@@ -215,6 +246,21 @@ def matmul_samples(rng: Rng) -> Iterator[Sample]:
         ((1, 1), (1, 1)),
     ]:
         yield Sample((uniform(rng, sa), uniform(rng, sb)))
+
+
+def conv_samples(rng: Rng) -> Iterator[Sample]:
+    x = uniform(rng, (1, 2, 5, 4))
+    yield Sample((x, uniform(rng, (3, 2, 2, 2)), uniform(rng, (3,))))
+    yield Sample((x, uniform(rng, (3, 2, 3, 2)), None), {"stride": 2, "padding": 1})
+    yield Sample((x, uniform(rng, (4, 1, 2, 2)), uniform(rng, (4,))), {"groups": 2, "dilation": (1, 2)})
+
+
+def pool_samples(rng: Rng) -> Iterator[Sample]:
+    """(x, kernel, stride, padding); distinct values, so a window's maximum is unique."""
+    x = rng.permutation(40).reshape(1, 2, 5, 4) / 10.0 - 2.0
+    yield Sample((x, 2, 2, 0))
+    yield Sample((x, 3, 2, 1))
+    yield Sample((x, 2, 1, 1))
 
 
 def reshape_samples(rng: Rng) -> Iterator[Sample]:
@@ -413,7 +459,30 @@ def _fresh(x: vb.Tensor) -> vb.Tensor:
 
 
 def _inplace_ref(fn: Callable[[np.ndarray, Any], np.ndarray]) -> Callable[[np.ndarray, Any], np.ndarray]:
-    return lambda a, b: np.broadcast_to(fn(a, b), a.shape).copy()
+    """The reference of ``a.op_(b)``: the result broadcast to ``a``'s shape, in ``a``'s dtype."""
+    return lambda a, b: np.broadcast_to(fn(a, b), a.shape).astype(a.dtype)
+
+
+# ---------------------------------------------------------------- error inputs
+def errors(*cases: tuple[tuple[Any, ...], dict[str, Any], type[BaseException], str]):
+    """error_inputs from (args, kwargs, exception, message regex) rows."""
+    return lambda rng: (ErrorInput(Sample(args, kwargs), exc, match) for args, kwargs, exc, match in cases)
+
+
+_Z = np.zeros
+BROADCAST_ERRORS = errors(((_Z((3, 4)), _Z((2, 4))), {}, RuntimeError, "cannot be broadcast"))
+DIM_ERRORS = errors(((_Z((3, 4)),), {"dim": 2}, IndexError, "Dimension out of range"))
+INPLACE_ERRORS = errors(((_Z((3,)), _Z((2, 3))), {}, RuntimeError, "doesn't match the broadcast shape"))
+
+
+def _random_fill(method: str, **kw: Any) -> Callable[[vb.Tensor], vb.Tensor]:
+    """``method`` on a copy of the input, from a generator seeded 11 (no global state touched)."""
+    return lambda x: getattr(_fresh(x).detach(), method)(generator=vb.Generator(11), **kw)
+
+
+def _float_ref(ref: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """``ref`` computed in float64 and returned in its input's dtype (references that pad with -inf)."""
+    return lambda x, *a, **kw: ref(x.astype(np.float64), *a, **kw).astype(x.dtype)
 
 
 # ---------------------------------------------------------------- the table
@@ -423,24 +492,32 @@ def _unary(name: str, op: Callable[..., Any], ref: Callable[..., Any], make: Any
 
 OPS: list[OpInfo] = [
     # --- pointwise unary
-    _unary("neg", vb.neg, np.negative),
+    _unary("neg", vb.neg, np.negative, dtypes=NUMERIC),
     _unary("neg (operator -x)", operator.neg, np.negative),
-    _unary("exp", vb.exp, np.exp),
-    _unary("log", vb.log, np.log, positive),
-    _unary("sqrt", vb.sqrt, np.sqrt, positive),
-    _unary("rsqrt", vb.rsqrt, lambda x: 1.0 / np.sqrt(x), positive),
-    _unary("abs", vb.abs, np.abs, kinked(0.0)),
-    _unary("sin", vb.sin, np.sin),
-    _unary("cos", vb.cos, np.cos),
-    _unary("tanh", vb.tanh, np.tanh),
-    _unary("sigmoid", vb.sigmoid, np_sigmoid),
-    _unary("relu", vb.relu, lambda x: np.maximum(x, 0.0), kinked(0.0)),
-    # exact gelu uses an erf approximation with |error| < 1.5e-7 (backend/elementwise.py)
-    _unary("gelu", vb.gelu, np_gelu, atol=1e-6),
-    _unary("gelu_tanh", lambda x: vb.gelu(x, approximate="tanh"), np_gelu_tanh),
-    _unary("silu", vb.silu, lambda x: x * np_sigmoid(x)),
-    _unary("square", vb.square, np.square),
-    _unary("reciprocal", vb.reciprocal, np.reciprocal, nonzero),
+    _unary("exp", vb.exp, np.exp, dtypes=NUMERIC),
+    _unary("log", vb.log, np.log, positive, dtypes=NUMERIC),
+    _unary("sqrt", vb.sqrt, np.sqrt, positive, dtypes=NUMERIC),
+    _unary("rsqrt", vb.rsqrt, lambda x: 1.0 / np.sqrt(x), positive, dtypes=NUMERIC),
+    _unary("abs", vb.abs, np.abs, kinked(0.0), dtypes=ANY),
+    _unary("sign", vb.sign, np.sign, kinked(0.0), dtypes=NUMERIC),
+    _unary("sin", vb.sin, np.sin, dtypes=NUMERIC),
+    _unary("cos", vb.cos, np.cos, dtypes=NUMERIC),
+    _unary("tanh", vb.tanh, np.tanh, dtypes=NUMERIC),
+    _unary("sigmoid", vb.sigmoid, np_sigmoid, dtypes=NUMERIC),
+    _unary("relu", vb.relu, lambda x: np.maximum(x, 0), kinked(0.0), dtypes=NUMERIC),
+    # exact gelu uses an erf approximation with |error| < 1.5e-7 (ops/elementwise.py)
+    _unary(
+        "gelu",
+        vb.gelu,
+        np_gelu,
+        atol=1e-6,
+        dtypes=NUMERIC,
+        error_inputs=errors(((_Z(3),), {"approximate": "fast"}, ValueError, "approximate must be")),
+    ),
+    _unary("gelu_tanh", lambda x: vb.gelu(x, approximate="tanh"), np_gelu_tanh, dtypes=NUMERIC),
+    _unary("silu", vb.silu, lambda x: x * np_sigmoid(x), dtypes=NUMERIC),
+    _unary("square", vb.square, np.square, dtypes=NUMERIC),
+    _unary("reciprocal", vb.reciprocal, np.reciprocal, nonzero, dtypes=(F16,)),
     OpInfo(
         "leaky_relu",
         vb.leaky_relu,
@@ -448,10 +525,19 @@ OPS: list[OpInfo] = [
         lambda rng: (
             Sample((away(uniform(rng, s)),), kw) for s in [(3, 4), (5,), (0, 2)] for kw in [{}, {"negative_slope": 0.2}]
         ),
+        dtypes=NUMERIC,
     ),
-    OpInfo("clamp", vb.clamp, lambda x, min=None, max=None: np.clip(x, min, max), clamp_samples),  # noqa: A006
+    OpInfo(
+        "clamp",
+        vb.clamp,
+        lambda x, min=None, max=None: np.clip(x, min, max),  # noqa: A006
+        clamp_samples,
+        dtypes=NUMERIC,
+        error_inputs=errors(((_Z(3),), {}, RuntimeError, "at least one of 'min' or 'max'")),
+    ),
+    OpInfo("clip", vb.clip, lambda x, min=None, max=None: np.clip(x, min, max), clamp_samples),  # noqa: A006
     # --- pointwise binary, with broadcasting and Python scalars on either side
-    OpInfo("add", vb.add, np.add, binary_samples()),
+    OpInfo("add", vb.add, np.add, binary_samples(), dtypes=NUMERIC, error_inputs=BROADCAST_ERRORS),
     OpInfo("add (operator +)", operator.add, np.add, binary_samples()),
     OpInfo(
         "add (alpha)",
@@ -459,21 +545,32 @@ OPS: list[OpInfo] = [
         lambda a, b: a + 2.5 * b,
         lambda rng: (s for s in binary_samples()(rng) if isinstance(s.args[0], np.ndarray)),
     ),
-    OpInfo("sub", vb.sub, np.subtract, binary_samples()),
+    OpInfo("sub", vb.sub, np.subtract, binary_samples(), dtypes=NUMERIC, error_inputs=BROADCAST_ERRORS),
     OpInfo("sub (operator -)", operator.sub, np.subtract, binary_samples()),
-    OpInfo("mul", vb.mul, np.multiply, binary_samples()),
+    OpInfo("mul", vb.mul, np.multiply, binary_samples(), dtypes=NUMERIC, error_inputs=BROADCAST_ERRORS),
     OpInfo("mul (operator *)", operator.mul, np.multiply, binary_samples()),
-    OpInfo("div", vb.div, np.divide, binary_samples(make_b=nonzero)),
+    OpInfo("div", vb.div, np.divide, binary_samples(make_b=nonzero), dtypes=NUMERIC),
     OpInfo("div (operator /)", operator.truediv, np.divide, binary_samples(make_b=nonzero, scalars=(1.5, 4.0))),
-    OpInfo("pow", vb.pow, np.power, binary_samples(make_a=positive, scalars=(2.0, 3.0))),
+    OpInfo(
+        "pow", vb.pow, np.power, binary_samples(make_a=positive, scalars=(2.0, 3.0)), dtypes=NUMERIC, int_to_float=True
+    ),
     OpInfo("pow (operator **)", operator.pow, np.power, binary_samples(make_a=positive, scalars=(0.5, 2.0))),
-    OpInfo("maximum", vb.maximum, np.maximum, binary_samples()),
-    OpInfo("minimum", vb.minimum, np.minimum, binary_samples()),
-    OpInfo("where", vb.where, np.where, where_samples),
-    OpInfo("masked_fill", vb.masked_fill, lambda x, m, value: np.where(m, value, x), masked_fill_samples),
+    OpInfo("maximum", vb.maximum, np.maximum, binary_samples(), dtypes=ANY),
+    OpInfo("minimum", vb.minimum, np.minimum, binary_samples(), dtypes=ANY),
+    OpInfo(
+        "where",
+        vb.where,
+        np.where,
+        where_samples,
+        dtypes=ANY,
+        error_inputs=errors(((True, _Z(3), _Z(3)), {}, TypeError, "condition must be a bool Tensor")),
+    ),
+    OpInfo(
+        "masked_fill", vb.masked_fill, lambda x, m, value: np.where(m, value, x), masked_fill_samples, dtypes=NUMERIC
+    ),
     # --- comparisons and logic give bool tensors
     *(
-        OpInfo(name, fn, ref, compare_samples, differentiable=False)
+        OpInfo(name, fn, ref, compare_samples, differentiable=False, dtypes=ANY if "operator" not in name else ())
         for name, fn, ref in [
             ("eq", vb.eq, np.equal),
             ("ne", vb.ne, np.not_equal),
@@ -501,34 +598,48 @@ OPS: list[OpInfo] = [
         vb.sum,
         lambda x, dim=None, keepdim=False: np.sum(x, axis=_axis(dim), keepdims=keepdim),
         reduction_samples,
+        dtypes=ANY,
+        error_inputs=DIM_ERRORS,
     ),
     OpInfo(
         "mean",
         vb.mean,
         lambda x, dim=None, keepdim=False: np.mean(x, axis=_axis(dim), keepdims=keepdim),
         lambda rng: reduction_samples(rng, empty_ok=False),
+        dtypes=(F16,),
+        error_inputs=errors(((np.zeros(3, np.int32),), {}, RuntimeError, "could not infer output dtype")),
     ),
-    OpInfo("var", vb.var, _np_var, var_samples),
-    OpInfo("std", vb.std, lambda x, **kw: np.sqrt(_np_var(x, **kw)), var_samples),
-    OpInfo("max (all)", vb.max, np.max, nonempty_samples),
-    OpInfo("min (all)", vb.min, np.min, nonempty_samples),
+    OpInfo("var", vb.var, _np_var, var_samples, dtypes=(F16,)),
+    OpInfo("std", vb.std, lambda x, **kw: np.sqrt(_np_var(x, **kw)), var_samples, dtypes=(F16,)),
+    OpInfo(
+        "max (all)",
+        vb.max,
+        np.max,
+        nonempty_samples,
+        dtypes=NUMERIC,
+        error_inputs=errors(((_Z((0, 3)),), {}, RuntimeError, "numel\\(\\) == 0")),
+    ),
+    OpInfo("min (all)", vb.min, np.min, nonempty_samples, dtypes=NUMERIC),
     OpInfo(
         "max (dim)",
         lambda x, dim, keepdim=False: vb.max(x, dim, keepdim).values,
         lambda x, dim, keepdim=False: np.max(x, axis=dim, keepdims=keepdim),
-        one_dim_samples,
+        lambda rng: (s for s in one_dim_samples(rng) if s.args[0].size),
+        dtypes=NUMERIC,
+        error_inputs=errors(((_Z((0, 3)),), {"dim": 0}, IndexError, "non-zero size")),
     ),
     OpInfo(
         "min (dim)",
         lambda x, dim, keepdim=False: vb.min(x, dim, keepdim).values,
         lambda x, dim, keepdim=False: np.min(x, axis=dim, keepdims=keepdim),
-        one_dim_samples,
+        lambda rng: (s for s in one_dim_samples(rng) if s.args[0].size),
+        dtypes=NUMERIC,
     ),
     OpInfo(
         "max (dim) indices",
         lambda x, dim, keepdim=False: vb.max(x, dim, keepdim).indices,
         _np_arg(np.argmax),
-        one_dim_samples,
+        lambda rng: (s for s in one_dim_samples(rng) if s.args[0].size),
         differentiable=False,
     ),
     OpInfo(
@@ -536,9 +647,34 @@ OPS: list[OpInfo] = [
         vb.amax,
         lambda x, dim=None, keepdim=False: np.max(x, axis=_axis(dim), keepdims=keepdim),
         lambda rng: reduction_samples(rng, empty_ok=False),
+        dtypes=NUMERIC,
     ),
-    OpInfo("argmax", vb.argmax, _np_arg(np.argmax), one_dim_samples, differentiable=False),
-    OpInfo("argmin", vb.argmin, _np_arg(np.argmin), one_dim_samples, differentiable=False),
+    OpInfo(
+        "amin",
+        vb.amin,
+        lambda x, dim=None, keepdim=False: np.min(x, axis=_axis(dim), keepdims=keepdim),
+        lambda rng: reduction_samples(rng, empty_ok=False),
+        dtypes=NUMERIC,
+    ),
+    # (all/any of an empty tensor raise here; PyTorch gives True/False: not sampled)
+    OpInfo(
+        "all",
+        vb.all,
+        lambda x, dim=None, keepdim=False: np.all(x, axis=_axis(dim), keepdims=keepdim),
+        lambda rng: reduction_samples(rng, empty_ok=False, make=integral),
+        differentiable=False,
+        dtypes=ANY,
+    ),
+    OpInfo(
+        "any",
+        vb.any,
+        lambda x, dim=None, keepdim=False: np.any(x, axis=_axis(dim), keepdims=keepdim),
+        lambda rng: reduction_samples(rng, empty_ok=False, make=integral),
+        differentiable=False,
+        dtypes=ANY,
+    ),
+    OpInfo("argmax", vb.argmax, _np_arg(np.argmax), one_dim_samples, differentiable=False, dtypes=NUMERIC),
+    OpInfo("argmin", vb.argmin, _np_arg(np.argmin), one_dim_samples, differentiable=False, dtypes=NUMERIC),
     OpInfo(
         "argmax (flat)",
         vb.argmax,
@@ -551,51 +687,223 @@ OPS: list[OpInfo] = [
         vb.logsumexp,
         lambda x, dim, keepdim=False: np_logsumexp(x, _axis(dim), keepdim),
         lambda rng: (s for s in reduction_samples(rng, empty_ok=False) if "dim" in s.kwargs),
+        dtypes=(F16,),
     ),
     OpInfo(
-        "softmax", vb.softmax, np_softmax, lambda rng: (s for s in one_dim_samples(rng) if "keepdim" not in s.kwargs)
+        "softmax",
+        vb.softmax,
+        np_softmax,
+        lambda rng: (s for s in one_dim_samples(rng) if "keepdim" not in s.kwargs),
+        dtypes=NUMERIC,
+        error_inputs=DIM_ERRORS,
     ),
     OpInfo(
         "log_softmax",
         vb.log_softmax,
         lambda x, dim: np.log(np_softmax(x, dim)),
         lambda rng: (s for s in one_dim_samples(rng) if "keepdim" not in s.kwargs),
+        dtypes=NUMERIC,
     ),
     # --- linear algebra
-    OpInfo("matmul", vb.matmul, np.matmul, matmul_samples),
+    OpInfo(
+        "matmul",
+        vb.matmul,
+        np.matmul,
+        matmul_samples,
+        dtypes=(F16,),
+        error_inputs=errors(
+            ((_Z((3, 4)), _Z((3, 4))), {}, RuntimeError, "cannot be multiplied"),
+            ((_Z((2, 3, 4)), _Z((3, 4, 2))), {}, RuntimeError, "cannot be broadcast"),
+            ((np.zeros((2, 2), np.int32), np.zeros((2, 2), np.int32)), {}, RuntimeError, "floating point dtypes"),
+            ((_Z(()), _Z((2,))), {}, RuntimeError, "at least 1D"),
+        ),
+    ),
     OpInfo("matmul (operator @)", operator.matmul, np.matmul, matmul_samples),
-    OpInfo("mm", vb.mm, np.matmul, lambda rng: (Sample((uniform(rng, (3, 4)), uniform(rng, (4, 2)))),)),
-    OpInfo("bmm", vb.bmm, np.matmul, lambda rng: (Sample((uniform(rng, (2, 3, 4)), uniform(rng, (2, 4, 2)))),)),
+    OpInfo(
+        "mm",
+        vb.mm,
+        np.matmul,
+        lambda rng: (Sample((uniform(rng, (3, 4)), uniform(rng, (4, 2)))),),
+        error_inputs=errors(((_Z((3,)), _Z((3, 2))), {}, RuntimeError, "expected 2D tensors")),
+    ),
+    OpInfo(
+        "bmm",
+        vb.bmm,
+        np.matmul,
+        lambda rng: (Sample((uniform(rng, (2, 3, 4)), uniform(rng, (2, 4, 2)))),),
+        error_inputs=errors(((_Z((2, 3, 4)), _Z((3, 4, 2))), {}, RuntimeError, "equal batch size")),
+    ),
+    # --- convolution and pooling (references: loops over output pixels)
+    OpInfo(
+        "conv2d",
+        lambda x, w, b, **kw: vb.conv2d(x, w, b, **kw),
+        lambda x, w, b, **kw: conv_ref(x, w, b, **kw),
+        conv_samples,
+        dtypes=(F16,),
+        error_inputs=errors(((_Z((1, 3, 5, 5)), _Z((2, 2, 3, 3)), None), {}, ValueError, "channels")),
+    ),
+    OpInfo(
+        "max_pool2d",
+        lambda x, k, s, p, **kw: vb.max_pool2d(x, k, s, p, **kw),
+        _float_ref(lambda x, k, s, p: pool_ref(x, k, s, p, "max")),
+        pool_samples,
+        dtypes=NUMERIC,
+        error_inputs=errors(((_Z((1, 1, 4, 4)), 2, 2, 0), {"ceil_mode": True}, NotImplementedError, "ceil_mode")),
+    ),
+    OpInfo(
+        "avg_pool2d",
+        lambda x, k, s, p, **kw: vb.avg_pool2d(x, k, s, p, **kw),
+        lambda x, k, s, p, count_include_pad=True: pool_ref(x, k, s, p, "avg", count_include_pad),
+        lambda rng: (Sample(s.args, kw) for s in pool_samples(rng) for kw in ({}, {"count_include_pad": False})),
+        dtypes=(F16,),
+    ),
     # --- movement
-    OpInfo("reshape", lambda x, shape: x.reshape(shape), lambda x, shape: x.reshape(shape), reshape_samples),
     OpInfo(
-        "view", lambda x, shape: x.view(shape), lambda x, shape: x.reshape(shape), reshape_samples, noncontiguous=False
+        "reshape",
+        lambda x, shape: x.reshape(shape),
+        lambda x, shape: x.reshape(shape),
+        reshape_samples,
+        dtypes=ANY,
+        error_inputs=errors(((_Z((3, 4)),), {"shape": (5, -1)}, RuntimeError, "is invalid for input of size")),
     ),
     OpInfo(
-        "flatten", vb.flatten, lambda x, start_dim=0, end_dim=-1: _np_flatten(x, start_dim, end_dim), flatten_samples
+        "view",
+        lambda x, shape: x.view(shape),
+        lambda x, shape: x.reshape(shape),
+        reshape_samples,
+        noncontiguous=False,
+        dtypes=ANY,
     ),
-    OpInfo("squeeze", vb.squeeze, lambda x, dim=None: _np_squeeze(x, dim), squeeze_samples),
-    OpInfo("unsqueeze", vb.unsqueeze, lambda x, dim: np.expand_dims(x, dim), unsqueeze_samples),
-    OpInfo("permute", lambda x, dims: x.permute(*dims), lambda x, dims: np.transpose(x, dims), permute_samples),
-    OpInfo("transpose", vb.transpose, lambda x, dim0, dim1: np.swapaxes(x, dim0, dim1), transpose_samples),
-    OpInfo(".T", lambda x: x.T, lambda x: x.T, unary_samples()),
-    OpInfo("expand", lambda x, shape: x.expand(*shape), lambda x, shape: _np_expand(x, shape), expand_samples),
-    OpInfo("repeat", lambda x, sizes: x.repeat(*sizes), lambda x, sizes: np.tile(x, sizes), repeat_samples),
-    OpInfo("cat", lambda *xs, dim: vb.cat(list(xs), dim), lambda *xs, dim: np.concatenate(xs, axis=dim), cat_samples),
-    OpInfo("stack", lambda *xs, dim: vb.stack(list(xs), dim), lambda *xs, dim: np.stack(xs, axis=dim), stack_samples),
-    OpInfo("split", _split, _np_split, split_samples),
-    OpInfo("chunk", vb.chunk, _np_chunk, chunk_samples),
+    OpInfo(
+        "view_as",
+        lambda x, y: x.view_as(y),
+        lambda x, y: x.reshape(y.shape),
+        lambda rng: (Sample((uniform(rng, (3, 4)), uniform(rng, s))) for s in [(2, 6), (12,), (2, 2, 3)]),
+        noncontiguous=False,
+        dtypes=ANY,
+    ),
+    OpInfo(
+        "flatten",
+        vb.flatten,
+        lambda x, start_dim=0, end_dim=-1: _np_flatten(x, start_dim, end_dim),
+        flatten_samples,
+        dtypes=ANY,
+    ),
+    OpInfo("squeeze", vb.squeeze, lambda x, dim=None: _np_squeeze(x, dim), squeeze_samples, dtypes=ANY),
+    OpInfo("unsqueeze", vb.unsqueeze, lambda x, dim: np.expand_dims(x, dim), unsqueeze_samples, dtypes=ANY),
+    OpInfo(
+        "permute",
+        lambda x, dims: x.permute(*dims),
+        lambda x, dims: np.transpose(x, dims),
+        permute_samples,
+        dtypes=ANY,
+        error_inputs=errors(((_Z((2, 3)),), {"dims": (0, 0)}, RuntimeError, "not a permutation")),
+    ),
+    OpInfo(
+        "transpose",
+        vb.transpose,
+        lambda x, dim0, dim1: np.swapaxes(x, dim0, dim1),
+        transpose_samples,
+        dtypes=ANY,
+        error_inputs=errors(((_Z((2, 3)),), {"dim0": 0, "dim1": 2}, IndexError, "Dimension out of range")),
+    ),
+    OpInfo(
+        "t",
+        vb.t,
+        np.transpose,
+        lambda rng: (Sample((uniform(rng, s),)) for s in [(3, 4), (5,), ()]),
+        dtypes=ANY,
+        error_inputs=errors(((_Z((2, 3, 4)),), {}, RuntimeError, "<= 2 dimensions")),
+    ),
+    OpInfo(".T", lambda x: x.T, lambda x: x.T, unary_samples(), dtypes=ANY),
+    OpInfo(
+        "expand",
+        lambda x, shape: x.expand(*shape),
+        lambda x, shape: _np_expand(x, shape),
+        expand_samples,
+        dtypes=ANY,
+        error_inputs=errors(((_Z((2, 3)),), {"shape": (4, 3)}, RuntimeError, "must match the existing size")),
+    ),
+    OpInfo(
+        "expand_as",
+        lambda x, y: x.expand_as(y),
+        lambda x, y: np.broadcast_to(x, y.shape).copy(),
+        lambda rng: (Sample((uniform(rng, a), uniform(rng, b))) for a, b in [((3, 1), (2, 3, 4)), ((4,), (3, 4))]),
+        dtypes=ANY,
+    ),
+    OpInfo("repeat", lambda x, sizes: x.repeat(*sizes), lambda x, sizes: np.tile(x, sizes), repeat_samples, dtypes=ANY),
+    OpInfo(
+        "cat",
+        lambda *xs, dim: vb.cat(list(xs), dim),
+        lambda *xs, dim: np.concatenate(xs, axis=dim),
+        cat_samples,
+        dtypes=ANY,
+        error_inputs=errors(((_Z((2, 3)), _Z((2, 4))), {"dim": 0}, RuntimeError, "sizes of tensors must match")),
+    ),
+    OpInfo(
+        "stack",
+        lambda *xs, dim: vb.stack(list(xs), dim),
+        lambda *xs, dim: np.stack(xs, axis=dim),
+        stack_samples,
+        dtypes=ANY,
+        error_inputs=errors(((_Z((2, 3)), _Z((3, 2))), {"dim": 0}, RuntimeError, "equal size")),
+    ),
+    OpInfo(
+        "split",
+        _split,
+        _np_split,
+        split_samples,
+        dtypes=ANY,
+        error_inputs=errors(((_Z((5, 2)),), {"split": [2, 2], "dim": 0}, RuntimeError, "sum exactly to 5")),
+    ),
+    OpInfo("chunk", vb.chunk, _np_chunk, chunk_samples, dtypes=ANY),
     OpInfo(
         "unbind",
         vb.unbind,
         lambda x, dim=0: tuple(np.moveaxis(x, dim, 0)),
         lambda rng: (Sample((uniform(rng, (3, 2)),), {"dim": d}) for d in (0, 1)),
+        dtypes=ANY,
     ),
-    OpInfo("clone", vb.clone, np.copy, unary_samples()),
-    OpInfo("contiguous", vb.contiguous, np.copy, unary_samples()),
+    OpInfo(
+        "narrow",
+        vb.narrow,
+        lambda x, dim, start, length: np.take(x, range(start, start + length), axis=dim),
+        lambda rng: (
+            Sample((uniform(rng, (4, 3)),), kw)
+            for kw in [{"dim": 0, "start": 1, "length": 2}, {"dim": -1, "start": 0, "length": 3}]
+        ),
+        dtypes=ANY,
+    ),
+    OpInfo("clone", vb.clone, np.copy, unary_samples(), dtypes=ANY),
+    OpInfo("contiguous", vb.contiguous, np.copy, unary_samples(), dtypes=ANY),
+    OpInfo(
+        "to",
+        lambda x, dtype: x.to(dtype),
+        lambda x, dtype: x.astype(dtype.np),
+        lambda rng: (Sample((uniform(rng, s),), {"dtype": d}) for s in [(3, 4), (0,)] for d in (vb.int32, vb.bool)),
+        differentiable=False,
+        dtypes=ANY,
+    ),
     # --- indexing
-    OpInfo("getitem (basic)", lambda x, index: x[index], lambda x, index: x[index], getitem_samples),
-    OpInfo("getitem (int array)", lambda x, i: x[i], lambda x, i: x[i], index_array_samples),
+    OpInfo(
+        "getitem (basic)",
+        lambda x, index: x[index],
+        lambda x, index: x[index],
+        getitem_samples,
+        dtypes=ANY,
+        error_inputs=errors(
+            ((_Z((4, 3)),), {"index": (0, 0, 0)}, IndexError, "too many indices"),
+            ((_Z((4, 3)),), {"index": 4}, IndexError, "out of bounds"),
+        ),
+    ),
+    OpInfo(
+        "getitem (int array)",
+        lambda x, i: x[i],
+        lambda x, i: x[i],
+        index_array_samples,
+        dtypes=ANY,
+        error_inputs=errors(((_Z((4, 3)), np.array([0, 4])), {}, IndexError, "out of bounds")),
+    ),
     OpInfo(
         "getitem (two int arrays)",
         lambda x, i, j: x[i, :, j],
@@ -610,24 +918,37 @@ OPS: list[OpInfo] = [
             Sample((uniform(rng, (3, 4)), rng.random((3, 4)) < 0.5)),
             Sample((uniform(rng, (3, 2)), np.array([True, False, True]))),
         ),
+        dtypes=ANY,
     ),
     OpInfo(
         "gather",
         lambda x, i, dim: vb.gather(x, dim, i),
         lambda x, i, dim: np.take_along_axis(x, i, dim),
         gather_samples,
+        dtypes=ANY,
+        error_inputs=errors(
+            ((_Z((3, 4)), np.array([[0, 3]])), {"dim": 0}, IndexError, "out of bounds"),
+            ((_Z((3, 4)), np.array([0, 1])), {"dim": 0}, RuntimeError, "same number of dimensions"),
+        ),
     ),
     OpInfo(
         "scatter_add",
         lambda x, i, s, dim: vb.scatter_add(x, dim, i, s),
         lambda x, i, s, dim: np_scatter_add(x, dim, i, s),
         scatter_add_samples,
+        dtypes=(I32,),  # float16 has no atomics on Vulkan
+        error_inputs=errors(((_Z((3, 4)), np.array([[5]]), _Z((1, 1))), {"dim": 0}, IndexError, "out of bounds")),
     ),
     OpInfo(
         "index_select",
         lambda x, i, dim: vb.index_select(x, dim, i),
         lambda x, i, dim: np.take(x, i, axis=dim),
         lambda rng: (Sample((uniform(rng, (3, 4)), np.array([2, 0, 2])), {"dim": d}) for d in (0, 1)),
+        dtypes=ANY,
+        error_inputs=errors(
+            ((_Z((3, 4)), np.array([[0]])), {"dim": 0}, IndexError, "supposed to be a vector"),
+            ((_Z((3, 4)), np.array([-4])), {"dim": 0}, IndexError, "out of bounds"),
+        ),
     ),
     OpInfo(
         "one_hot",
@@ -635,37 +956,122 @@ OPS: list[OpInfo] = [
         lambda x, num_classes=-1: _np_one_hot(x, num_classes),
         one_hot_samples,
         differentiable=False,
+        error_inputs=errors(
+            ((_Z(3),), {"num_classes": 3}, RuntimeError, "only applicable to index tensor"),
+            ((np.array([0, 3]),), {"num_classes": 3}, IndexError, "out of bounds"),
+        ),
     ),
     # --- in place, on a non-leaf copy (so autograd has to see through them)
-    OpInfo("add_", lambda x, y: _fresh(x).add_(y), _inplace_ref(np.add), inplace_samples),
+    OpInfo(
+        "add_",
+        lambda x, y: _fresh(x).add_(y),
+        _inplace_ref(np.add),
+        inplace_samples,
+        dtypes=(F16,),
+        error_inputs=INPLACE_ERRORS,
+    ),
     OpInfo("add_ (operator +=)", lambda x, y: _iadd(_fresh(x), y), _inplace_ref(np.add), inplace_samples),
-    OpInfo("sub_", lambda x, y: _fresh(x).sub_(y), _inplace_ref(np.subtract), inplace_samples),
-    OpInfo("mul_", lambda x, y: _fresh(x).mul_(y), _inplace_ref(np.multiply), inplace_samples),
-    OpInfo("div_", lambda x, y: _fresh(x).div_(y), _inplace_ref(np.divide), inplace_samples),
+    OpInfo("sub_", lambda x, y: _fresh(x).sub_(y), _inplace_ref(np.subtract), inplace_samples, dtypes=(F16,)),
+    OpInfo("mul_", lambda x, y: _fresh(x).mul_(y), _inplace_ref(np.multiply), inplace_samples, dtypes=(F16,)),
+    OpInfo("div_", lambda x, y: _fresh(x).div_(y), _inplace_ref(np.divide), inplace_samples, dtypes=(F16,)),
+    OpInfo(
+        "pow_",
+        lambda x, y: _fresh(x).pow_(y),
+        _inplace_ref(np.power),
+        lambda rng: (Sample((positive(rng, s.args[0].shape), s.args[1])) for s in inplace_samples(rng)),
+        dtypes=(F16,),
+    ),
+    _unary("exp_", lambda x: _fresh(x).exp_(), np.exp, dtypes=(F16,)),
+    _unary("neg_", lambda x: _fresh(x).neg_(), np.negative, dtypes=NUMERIC),
+    _unary("sqrt_", lambda x: _fresh(x).sqrt_(), np.sqrt, positive, dtypes=(F16,)),
+    _unary("relu_", lambda x: _fresh(x).relu_(), lambda x: np.maximum(x, 0), kinked(0.0), dtypes=NUMERIC),
     OpInfo(
         "copy_",
         lambda x, y: _fresh(x).copy_(y),
         _inplace_ref(lambda a, b: np.broadcast_to(b, a.shape)),
         lambda rng: (s for s in inplace_samples(rng) if isinstance(s.args[1], np.ndarray)),
+        dtypes=ANY,
+        error_inputs=INPLACE_ERRORS,
     ),
     OpInfo(
         "fill_",
         lambda x, value: _fresh(x).fill_(value),
         lambda x, value: np.full_like(x, value),
         lambda rng: (Sample((uniform(rng, s),), {"value": 2.5}) for s in [(3, 4), (), (0, 2)]),
+        dtypes=NUMERIC,
     ),
-    OpInfo("zero_", lambda x: _fresh(x).zero_(), np.zeros_like, unary_samples()),
+    OpInfo("zero_", lambda x: _fresh(x).zero_(), np.zeros_like, unary_samples(), dtypes=ANY),
     OpInfo(
         "masked_fill_",
         lambda x, m, value: _fresh(x).masked_fill_(m, value),
-        lambda x, m, value: np.where(m, value, x),
+        lambda x, m, value: np.where(m, value, x).astype(x.dtype),
         lambda rng: (s for s in masked_fill_samples(rng) if np.broadcast(*s.args).shape == s.args[0].shape),
+        dtypes=NUMERIC,
     ),
     OpInfo(
         "clamp_",
         lambda x, **kw: _fresh(x).clamp_(**kw),
         lambda x, min=None, max=None: np.clip(x, min, max),  # noqa: A006
         clamp_samples,
+        dtypes=(F16,),
+    ),
+    # optimizer helpers: no autograd
+    OpInfo(
+        "lerp_",
+        lambda x, y: _fresh(x).lerp_(y, 0.3),
+        _inplace_ref(lambda a, b: a + 0.3 * (b - a)),
+        inplace_samples,
+        differentiable=False,
+        dtypes=(F16,),
+    ),
+    OpInfo(
+        "addcmul_",
+        lambda x, a, b: _fresh(x).addcmul_(a, b, value=0.5),
+        lambda x, a, b: x + 0.5 * a * b,
+        lambda rng: (Sample((uniform(rng, (3, 4)), uniform(rng, s), uniform(rng, (3, 4)))) for s in [(3, 4), (4,)]),
+        differentiable=False,
+        dtypes=(F16,),
+    ),
+    OpInfo(
+        "addcdiv_",
+        lambda x, a, b: _fresh(x).addcdiv_(a, b, value=0.5),
+        lambda x, a, b: x + 0.5 * a / b,
+        lambda rng: (Sample((uniform(rng, (3, 4)), uniform(rng, s), nonzero(rng, (3, 4)))) for s in [(3, 4), (4,)]),
+        differentiable=False,
+        dtypes=(F16,),
+    ),
+    # random fills: the counter-based generator against its documented formula (references.py)
+    OpInfo(
+        "uniform_",
+        _random_fill("uniform_"),
+        lambda x: pcg_uniform(x.shape, 11),
+        unary_samples(),
+        differentiable=False,
+        dtypes=(F16,),
+    ),
+    OpInfo(
+        "uniform_ (bounds)",
+        _random_fill("uniform_", a=-1.0, b=2.0),
+        lambda x: -1.0 + 3.0 * pcg_uniform(x.shape, 11),
+        unary_samples(),
+        differentiable=False,
+    ),
+    OpInfo(
+        "normal_",
+        _random_fill("normal_", mean=0.5, std=2.0),
+        lambda x: 0.5 + 2.0 * pcg_normal(x.shape, 11),
+        unary_samples(),
+        differentiable=False,
+        atol32=1e-4,
+        dtypes=(F16,),
+    ),
+    OpInfo(
+        "bernoulli_",
+        _random_fill("bernoulli_", p=0.3),
+        lambda x: (pcg_uniform(x.shape, 11) < 0.3).astype(np.float64),
+        unary_samples(),
+        differentiable=False,
+        dtypes=(F16,),
     ),
 ]
 
