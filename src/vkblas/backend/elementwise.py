@@ -41,9 +41,42 @@ class MathFunction:
     #: common type, bool as i32), ``logic`` (each as bool; the result is bool), ``select`` (a bool condition, then
     #: two values of one common type)
     operands: str
-    #: a WGSL helper function the template calls, per type (``HELPERS`` in ``vulkan/kernels/wgsl.py``)
-    helper: str | None = None
+    #: WGSL source of the helper function(s) the template calls (``{T}``: the type; a mapping per type like
+    #: ``wgsl``), emitted once per kernel
+    helper: str | Mapping[str, str] | None = None
 
+
+# WGSL helpers, per type T. pow follows numpy: pow(x, 0) = 1 (NaN included), negative bases only with
+# integral exponents (sign from the exponent's parity), 0 ** negative = inf; ints by repeated squaring (wrapping).
+_POW_FLOAT = """
+fn vk_pow_{T}(a: {T}, b: {T}) -> {T} {
+    if (b == {T}(0)) { return {T}(1); }
+    if (a == {T}(0)) {
+        if (b > {T}(0)) { return {T}(0); }
+        return {T}(bitcast<f32>(0x7f800000u));
+    }
+    let r = pow(abs(a), b);
+    if (a > {T}(0)) { return r; }
+    if (floor(b) != b) { return {T}(bitcast<f32>(0x7fc00000u)); }
+    if (floor(b * {T}(0.5)) != b * {T}(0.5)) { return -r; }
+    return r;
+}
+"""
+_POW_INT = """
+fn vk_pow_i32(a: i32, b: i32) -> i32 {
+    if (b < 0) { return select(select(0, 1, a == 1), select(1, -1, (b & 1) != 0), a == -1); }
+    var r = 1;
+    var base = a;
+    var e = b;
+    loop {
+        if (e == 0) { break; }
+        if ((e & 1) != 0) { r = r * base; }
+        base = base * base;
+        e = e >> 1u;
+    }
+    return r;
+}
+"""
 
 _SIGN = "select(select({T}(0), -{T}(1), {0} < {T}(0)), {T}(1), {0} > {T}(0))"
 _SIGN_NAN = f"select({_SIGN}, {{0}}, {{0}} != {{0}})"  # sign(nan) = nan, as numpy
@@ -65,8 +98,7 @@ MATH: dict[str, MathFunction] = {
     "where": MathFunction(np.where, "select({2}, {1}, {0})", "select"),
     "maximum": MathFunction(np.maximum, "max({0}, {1})", "arith"),
     "minimum": MathFunction(np.minimum, "min({0}, {1})", "arith"),
-    # numpy's rules: pow(x, 0) = 1, negative bases only with integral exponents, ints by repeated squaring
-    "pow": MathFunction(np.power, "vk_pow_{T}({0}, {1})", "arith", helper="pow"),
+    "pow": MathFunction(np.power, "vk_pow_{T}({0}, {1})", "arith", helper={"i32": _POW_INT, "*": _POW_FLOAT}),
     "logical_not": MathFunction(np.logical_not, "!{0}", "logic"),
     "logical_and": MathFunction(np.logical_and, "({0} && {1})", "logic"),
     "logical_or": MathFunction(np.logical_or, "({0} || {1})", "logic"),

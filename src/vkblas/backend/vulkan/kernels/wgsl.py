@@ -15,7 +15,7 @@ bound with a dynamic offset (see ``queue.py``). ``pu(i)`` / ``pi(i)`` / ``pf(i)`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ....dtypes import DType, bool_, float16, float32, int32
@@ -166,41 +166,9 @@ class Expr:
         return self._cmp(o, "!=")
 
 
-# Helper functions, generated per type T. pow follows numpy: pow(x, 0) = 1 (NaN included), negative bases only with
-# integral exponents (sign from the exponent's parity), 0 ** negative = inf; ints by repeated squaring (wrapping).
-_POW_FLOAT = """
-fn vk_pow_{T}(a: {T}, b: {T}) -> {T} {{
-    if (b == {T}(0)) {{ return {T}(1); }}
-    if (a == {T}(0)) {{
-        if (b > {T}(0)) {{ return {T}(0); }}
-        return {T}(bitcast<f32>(0x7f800000u));
-    }}
-    let r = pow(abs(a), b);
-    if (a > {T}(0)) {{ return r; }}
-    if (floor(b) != b) {{ return {T}(bitcast<f32>(0x7fc00000u)); }}
-    if (floor(b * {T}(0.5)) != b * {T}(0.5)) {{ return -r; }}
-    return r;
-}}
-"""
-_POW_INT = """
-fn vk_pow_i32(a: i32, b: i32) -> i32 {
-    if (b < 0) { return select(select(0, 1, a == 1), select(1, -1, (b & 1) != 0), a == -1); }
-    var r = 1;
-    var base = a;
-    var e = b;
-    loop {
-        if (e == 0) { break; }
-        if ((e & 1) != 0) { r = r * base; }
-        base = base * base;
-        e = e >> 1u;
-    }
-    return r;
-}
-"""
-
-
-#: WGSL helper functions that math-table templates call, by name: (source for float types T, source for i32)
-HELPERS = {"pow": (_POW_FLOAT, _POW_INT)}
+def _per_type(text: str | Mapping[str, str], ty: str) -> str:
+    """A math-table entry's WGSL text for result type ``ty`` (a mapping gives one per type, ``"*"`` the rest)."""
+    return text if isinstance(text, str) else text.get(ty, text["*"])
 
 
 class WgslMath:
@@ -214,15 +182,13 @@ class WgslMath:
         fn = MATH.get(name)
         if fn is None:
             raise AttributeError(f"no math function {name!r} in backend/elementwise.py MATH")
-        return lambda *args: self._call(fn, args)
+        return lambda *args: self._call(name, fn, args)
 
-    def _call(self, fn: MathFunction, args: Sequence[Any]) -> Expr:
+    def _call(self, name: str, fn: MathFunction, args: Sequence[Any]) -> Expr:
         codes, ty = self._operands(fn.operands, args)
-        template = fn.wgsl if isinstance(fn.wgsl, str) else fn.wgsl.get(ty, fn.wgsl["*"])
         if fn.helper is not None:
-            float_src, int_src = HELPERS[fn.helper]
-            self.em.helpers[f"{fn.helper}_{ty}"] = int_src if ty == "i32" else float_src.format(T=ty)
-        return self.em.let(template.format(*codes, T=ty), "bool" if fn.operands == "logic" else ty)
+            self.em.helpers[f"{name}_{ty}"] = _per_type(fn.helper, ty).replace("{T}", ty)
+        return self.em.let(_per_type(fn.wgsl, ty).format(*codes, T=ty), "bool" if fn.operands == "logic" else ty)
 
     def _operands(self, rule: str, args: Sequence[Any]) -> tuple[list[str], str]:
         em = self.em
