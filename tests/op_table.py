@@ -555,6 +555,7 @@ OPS: list[OpInfo] = [
         "pow", vb.pow, np.power, binary_samples(make_a=positive, scalars=(2.0, 3.0)), dtypes=NUMERIC, int_to_float=True
     ),
     OpInfo("pow (operator **)", operator.pow, np.power, binary_samples(make_a=positive, scalars=(0.5, 2.0))),
+    OpInfo("atan2", vb.atan2, np.arctan2, binary_samples(make_a=nonzero, make_b=nonzero), dtypes=NUMERIC),
     OpInfo("maximum", vb.maximum, np.maximum, binary_samples(), dtypes=ANY),
     OpInfo("minimum", vb.minimum, np.minimum, binary_samples(), dtypes=ANY),
     OpInfo(

@@ -15,6 +15,9 @@ broadcasting.
 import math as _pymath
 from typing import Any as _Any
 
+import numpy as _np
+
+from ..backend.elementwise import MathFunction as _Math
 from ..tensor import Tensor as _Tensor
 from ._core import elementwise as _ew
 from .record import binary_op as _binary_op
@@ -127,6 +130,25 @@ minimum = _binary_op(
     "minimum",
     lambda m, a, b: m.minimum(a, b),
     grad=(lambda g, x, y: _pick_half(g, y, x), lambda g, x, y: _pick_half(g, x, y)),
+)
+# the angle of the point (other, input): a math function of its own, so the record gives numpy's and WGSL's spelling
+# (WGSL leaves atan2(0, 0) undefined; the helper returns IEEE's signed 0 or pi there, as numpy and PyTorch do)
+atan2 = _binary_op(
+    "atan2",
+    math=_Math(
+        _np.arctan2,
+        "vk_atan2_{T}({0}, {1})",
+        "float",
+        helper="""
+fn vk_atan2_{T}(y: {T}, x: {T}) -> {T} {
+    if (y != {T}(0) || x != {T}(0)) { return atan2(y, x); }
+    let r = select({T}(0), {T}(3.141592653589793), (bitcast<u32>(f32(x)) >> 31u) != 0u);
+    return select(r, -r, (bitcast<u32>(f32(y)) >> 31u) != 0u);
+}
+""",
+    ),
+    float_only=True,
+    grad=(lambda g, x, y: g * y / (x * x + y * y), lambda g, x, y: -(g * x) / (x * x + y * y)),
 )
 
 # ---------------------------------------------------------------- comparisons and logic: bool results, no gradient
