@@ -382,7 +382,7 @@ def test_same_expression_as_torch(case: str, device: str) -> None:
     vx = [vb.tensor(a, dtype=float_dtype(device), device=device, requires_grad=True) for a in xs]
     t_out, v_out = fn(torch, *tx), fn(vb, *vx)
     assert tuple(v_out.shape) == tuple(t_out.shape)
-    # exact gelu uses an erf approximation with |error| < 1.5e-7 (backend/elementwise.py)
+    # exact gelu uses an erf approximation with |error| < 1.5e-7 (ops/elementwise.py)
     tol = {"atol": 1e-6 if case == "activations" else 1e-9, "rtol": 1e-7}
     if device != "cpu":
         tol = {"atol": 1e-4, "rtol": 1e-4}

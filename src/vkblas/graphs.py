@@ -23,7 +23,7 @@ Rules (as in PyTorch, with the differences marked):
   to another tensor; ``reset()`` or deleting the graph gives them back (PyTorch: the graph's private memory pool).
   Unlike PyTorch, parameters deleted while a graph still names them are pinned too, not silently reused.
 * Forbidden inside the block, with an error saying what to do instead: host reads (``.numpy()``, ``.item()``),
-  uploads of host data (create static inputs before, copy batches into them outside), ``device_copy``,
+  uploads of host data (create static inputs before, copy batches into them outside), a buffer copy,
   ``synchronize``, nested captures, and ``optimizer.step()`` of an optimizer built without ``capturable=True``.
   Optimizer state must exist before capture: run one eager warm-up step first (PyTorch asks for warm-up too).
 * Matmul planning (autotuning, GEMM self-checks) for a shape first seen inside capture runs eagerly, unrecorded.

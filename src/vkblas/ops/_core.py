@@ -113,7 +113,7 @@ def compute_dtype(op: str, operands: Sequence[Any]) -> DType:
 
 
 def elementwise(op: str, *operands: Any, out_dtype: DType | None = None, dtype: DType | None = None) -> Tensor:
-    """Run an elementwise op with broadcasting and promotion. No autograd here (see pointwise.py).
+    """Run an elementwise op with broadcasting and promotion. No autograd here (see ops/record.py).
 
     This is the hottest path of the framework (every op of a training step passes here), so the common case
     (tensors of one shape and dtype, plain Python numbers) avoids the general broadcasting and promotion code.

@@ -108,16 +108,6 @@ def binary_op(
     return function
 
 
-def binary(op: str, a: Any, b: Any) -> Tensor:
-    """``op(a, b)`` of a binary record, by name (for code that picks the op at run time)."""
-    return RECORDS[op].function(a, b)
-
-
-def unary(op: str, x: Tensor) -> Tensor:
-    """``op(x)`` of a unary record, by name."""
-    return RECORDS[op].function(x)
-
-
 # ---------------------------------------------------------------- derived parts
 def _formula(name: str, formula: Callable[..., Any] | None, math: MathFunction | None, arity: int) -> Any:
     """The record's formula; ``math=`` adds a math function of the op's name and makes the formula a call of it."""
