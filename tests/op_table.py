@@ -6,39 +6,88 @@ reference, the device's float32 gradients against the cpu's float64 ones, non-co
 ones, and that ``error_inputs`` raise. Every public op must have an entry (the test fails otherwise); adding an op
 means adding one ``OpInfo`` here.
 
-Sample arguments are numpy arrays (tensor operands: float arrays become the device's float dtype, float16 arrays
-float16, int arrays int32, bool arrays bool) or Python scalars, which are passed through unchanged. ``kwargs`` are
-passed to both callables.
+Sample arguments (``tests/op_samples.py``, with the numpy references) are numpy arrays (tensor operands: float arrays
+become the device's float dtype, float16 arrays float16, int arrays int32, bool arrays bool) or Python scalars, which
+are passed through unchanged. ``kwargs`` are passed to both callables.
 """
 
 from __future__ import annotations
 
-import math
 import operator
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 import vkblas as vb
+from op_samples import (
+    Sample,
+    away,
+    axis_arg,
+    binary_samples,
+    cat_samples,
+    chunk_samples,
+    clamp_samples,
+    compare_samples,
+    conv_samples,
+    expand_samples,
+    flatten_samples,
+    fresh,
+    gather_samples,
+    getitem_samples,
+    iadd,
+    index_array_samples,
+    inplace_ref,
+    inplace_samples,
+    integral,
+    kinked,
+    logical_samples,
+    masked_fill_samples,
+    matmul_samples,
+    nonempty_samples,
+    nonzero,
+    np_arg,
+    np_chunk,
+    np_expand,
+    np_flatten,
+    np_gelu,
+    np_gelu_tanh,
+    np_logsumexp,
+    np_one_hot,
+    np_scatter_add,
+    np_sigmoid,
+    np_softmax,
+    np_split,
+    np_squeeze,
+    np_var,
+    one_dim_samples,
+    one_hot_samples,
+    permute_samples,
+    pool_samples,
+    positive,
+    reduction_samples,
+    repeat_samples,
+    reshape_samples,
+    scatter_add_samples,
+    split_op,
+    split_samples,
+    squeeze_samples,
+    stack_samples,
+    transpose_samples,
+    unary_samples,
+    uniform,
+    unsqueeze_samples,
+    var_samples,
+    where_samples,
+)
 from references import conv_ref, pcg_normal, pcg_uniform, pool_ref
 
 Rng = np.random.Generator
 I32, F16, BOOL = vb.int32, vb.float16, vb.bool
 NUMERIC = (I32, F16)
 ANY = (I32, F16, BOOL)  # movement and indexing: any dtype
-
-
-@dataclass(frozen=True)
-class Sample:
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-    def describe(self) -> str:
-        parts = [f"array{a.shape}:{a.dtype}" if isinstance(a, np.ndarray) else repr(a) for a in self.args]
-        return f"({', '.join(parts)}{''.join(f', {k}={v!r}' for k, v in self.kwargs.items())})"
 
 
 @dataclass(frozen=True)
@@ -88,381 +137,6 @@ class OpInfo:
         return list(self.error_inputs(self._rng())) if self.error_inputs is not None else []
 
 
-# ---------------------------------------------------------------- input generators
-def uniform(rng: Rng, shape: tuple[int, ...], low: float = -2.0, high: float = 2.0) -> np.ndarray:
-    return rng.uniform(low, high, shape)
-
-
-def away(a: np.ndarray, points: tuple[float, ...] = (0.0,), gap: float = 0.1) -> np.ndarray:
-    """``a`` with values closer than ``gap`` to a kink (of abs, relu, clamp ...) pushed ``gap`` away from it."""
-    a = np.array(a, dtype=np.float64)
-    for p in points:
-        near = np.abs(a - p) < gap
-        a[near] = p + np.where(a[near] >= p, gap, -gap)
-    return a
-
-
-def positive(rng: Rng, shape: tuple[int, ...]) -> np.ndarray:
-    return uniform(rng, shape, 0.3, 3.0)
-
-
-UNARY_SHAPES = [(), (7,), (3, 4), (2, 1, 3), (1, 1), (0, 3), (2, 0, 2)]
-# (shape, shape) pairs that broadcast, with size-1 and empty dims; None stands for a Python scalar
-BINARY_SHAPES = [
-    ((3, 4), (3, 4)),
-    ((3, 4), (4,)),
-    ((2, 1, 3), (4, 1)),
-    ((1,), (2, 3)),
-    ((), (3,)),
-    ((0, 3), (1, 3)),
-    ((2, 0), (2, 1)),
-    ((3, 2), None),
-    (None, (2, 3)),
-]
-
-
-def unary_samples(make: Callable[[Rng, tuple[int, ...]], np.ndarray] = uniform, **kwargs: Any):
-    def gen(rng: Rng) -> Iterator[Sample]:
-        for shape in UNARY_SHAPES:
-            yield Sample((make(rng, shape),), dict(kwargs))
-
-    return gen
-
-
-def binary_samples(
-    make_a: Callable[[Rng, tuple[int, ...]], np.ndarray] = uniform,
-    make_b: Callable[[Rng, tuple[int, ...]], np.ndarray] = uniform,
-    scalars: tuple[Any, Any] = (1.5, -0.75),
-):
-    def gen(rng: Rng) -> Iterator[Sample]:
-        for sa, sb in BINARY_SHAPES:
-            a = scalars[0] if sa is None else make_a(rng, sa)
-            b = scalars[1] if sb is None else make_b(rng, sb)
-            yield Sample((a, b))
-
-    return gen
-
-
-def nonzero(rng: Rng, shape: tuple[int, ...]) -> np.ndarray:
-    return away(uniform(rng, shape), gap=0.4)
-
-
-def kinked(*points: float) -> Callable[[Rng, tuple[int, ...]], np.ndarray]:
-    return lambda rng, shape: away(uniform(rng, shape), points)
-
-
-def integral(rng: Rng, shape: tuple[int, ...]) -> np.ndarray:
-    """Small whole numbers as floats: comparisons see ties."""
-    return rng.integers(-2, 3, shape).astype(np.float64)
-
-
-# ---------------------------------------------------------------- references
-_erf = np.vectorize(math.erf, otypes=[np.float64])
-
-
-def np_sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def np_gelu(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
-
-
-def np_gelu_tanh(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
-
-
-def np_logsumexp(x: np.ndarray, axis: Any, keepdims: bool = False) -> np.ndarray:
-    m = np.max(x, axis=axis, keepdims=True)
-    out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
-    return out if keepdims else np.squeeze(out, axis=axis)
-
-
-def np_softmax(x: np.ndarray, dim: int) -> np.ndarray:
-    e = np.exp(x - np.max(x, axis=dim, keepdims=True))
-    return e / np.sum(e, axis=dim, keepdims=True)
-
-
-def np_scatter_add(x: np.ndarray, dim: int, index: np.ndarray, src: np.ndarray) -> np.ndarray:
-    out = x.copy()
-    grids = list(np.indices(index.shape, sparse=True))
-    grids[dim] = index
-    np.add.at(out, tuple(grids), src[tuple(slice(0, n) for n in index.shape)])
-    return out
-
-
-def _axis(dim: Any) -> Any:
-    return tuple(dim) if isinstance(dim, list) else dim
-
-
-# ---------------------------------------------------------------- samples of the structured ops
-def nonempty_samples(rng: Rng) -> Iterator[Sample]:
-    return (s for s in unary_samples()(rng) if s.args[0].size)
-
-
-def reduction_samples(rng: Rng, empty_ok: bool = True, make: Any = None) -> Iterator[Sample]:
-    make = make or uniform
-    yield Sample((make(rng, (3, 4)),), {})
-    yield Sample((make(rng, (3, 4)),), {"dim": 0})
-    yield Sample((make(rng, (3, 4)),), {"dim": -1, "keepdim": True})
-    yield Sample((make(rng, (2, 3, 4)),), {"dim": (0, 2)})
-    yield Sample((make(rng, (2, 3, 4)),), {"dim": (1,), "keepdim": True})
-    yield Sample((make(rng, (1, 5)),), {"dim": 0})
-    yield Sample((make(rng, ()),), {})
-    if empty_ok:
-        yield Sample((make(rng, (0, 3)),), {"dim": 0})
-        yield Sample((make(rng, (2, 0)),), {"dim": 0, "keepdim": True})
-
-
-def one_dim_samples(rng: Rng) -> Iterator[Sample]:
-    """Reductions over exactly one dim (max/min with dim, argmax, softmax ...)."""
-    yield Sample((uniform(rng, (3, 4)),), {"dim": 0})
-    yield Sample((uniform(rng, (3, 4)),), {"dim": 1, "keepdim": True})
-    yield Sample((uniform(rng, (2, 3, 4)),), {"dim": -2})
-    yield Sample((uniform(rng, (5,)),), {"dim": 0})
-    yield Sample((uniform(rng, (1, 4)),), {"dim": 0, "keepdim": True})
-    yield Sample((uniform(rng, (0, 3)),), {"dim": 1})
-
-
-def var_samples(rng: Rng) -> Iterator[Sample]:
-    yield Sample((uniform(rng, (3, 4)),), {})
-    yield Sample((uniform(rng, (3, 4)),), {"dim": 1})
-    yield Sample((uniform(rng, (2, 3, 4)),), {"dim": (0, 2), "keepdim": True})
-    yield Sample((uniform(rng, (4, 3)),), {"dim": 0, "unbiased": False})
-    yield Sample((uniform(rng, (5,)),), {"dim": -1, "correction": 0})
-
-
-def matmul_samples(rng: Rng) -> Iterator[Sample]:
-    for sa, sb in [
-        ((3, 4), (4, 2)),
-        ((4,), (4, 3)),
-        ((3, 4), (4,)),
-        ((4,), (4,)),
-        ((2, 3, 4), (4, 5)),
-        ((2, 1, 2, 3), (3, 3, 2)),
-        ((3,), (2, 3, 2)),
-        ((3, 0), (0, 2)),
-        ((0, 4), (4, 2)),
-        ((1, 1), (1, 1)),
-    ]:
-        yield Sample((uniform(rng, sa), uniform(rng, sb)))
-
-
-def conv_samples(rng: Rng) -> Iterator[Sample]:
-    x = uniform(rng, (1, 2, 5, 4))
-    yield Sample((x, uniform(rng, (3, 2, 2, 2)), uniform(rng, (3,))))
-    yield Sample((x, uniform(rng, (3, 2, 3, 2)), None), {"stride": 2, "padding": 1})
-    yield Sample((x, uniform(rng, (4, 1, 2, 2)), uniform(rng, (4,))), {"groups": 2, "dilation": (1, 2)})
-
-
-def pool_samples(rng: Rng) -> Iterator[Sample]:
-    """(x, kernel, stride, padding); distinct values, so a window's maximum is unique."""
-    x = rng.permutation(40).reshape(1, 2, 5, 4) / 10.0 - 2.0
-    yield Sample((x, 2, 2, 0))
-    yield Sample((x, 3, 2, 1))
-    yield Sample((x, 2, 1, 1))
-
-
-def reshape_samples(rng: Rng) -> Iterator[Sample]:
-    yield Sample((uniform(rng, (3, 4)),), {"shape": (2, 6)})
-    yield Sample((uniform(rng, (3, 4)),), {"shape": (-1,)})
-    yield Sample((uniform(rng, (2, 3, 2)),), {"shape": (3, -1, 2)})
-    yield Sample((uniform(rng, (1, 4)),), {"shape": (4, 1)})
-    yield Sample((uniform(rng, ()),), {"shape": (1, 1)})
-    yield Sample((uniform(rng, (0, 3)),), {"shape": (3, 0)})
-
-
-def getitem_samples(rng: Rng) -> Iterator[Sample]:
-    x = uniform(rng, (4, 3))
-    for index in [
-        1,
-        -1,
-        (slice(1, None), 2),
-        (slice(None, None, 2),),
-        (Ellipsis, 0),
-        (None, slice(1, 3)),
-        (slice(0, 0),),
-        (slice(-3, -1), slice(None)),
-        (2, -2),
-    ]:
-        yield Sample((x,), {"index": index})
-    yield Sample((uniform(rng, (2, 3, 4)),), {"index": (slice(None), slice(1, 3), slice(None, None, 3))})
-
-
-def index_array_samples(rng: Rng) -> Iterator[Sample]:
-    """Integer-array indexing (a gather); repeated indices make the backward a scatter-add."""
-    yield Sample((uniform(rng, (5, 3)), np.array([0, 2, 2, -1])))
-    yield Sample((uniform(rng, (4,)), np.array([[3, 0], [1, 1]])))
-    yield Sample((uniform(rng, (3, 4)), np.array([], dtype=np.int64)))
-    yield Sample((uniform(rng, (2, 3, 4)), np.array([1, 1, 0])))
-
-
-def gather_samples(rng: Rng) -> Iterator[Sample]:
-    yield Sample((uniform(rng, (3, 4)), np.array([[0, 1, 1, 0], [2, 2, 0, 1]])), {"dim": 0})
-    yield Sample((uniform(rng, (3, 4)), np.array([[3, 3], [0, 1], [2, 0]])), {"dim": 1})
-    yield Sample((uniform(rng, (2, 3, 2)), rng.integers(0, 3, (2, 4, 2))), {"dim": -2})
-    yield Sample((uniform(rng, (3, 2)), np.zeros((0, 2), dtype=np.int64)), {"dim": 0})
-
-
-def scatter_add_samples(rng: Rng) -> Iterator[Sample]:
-    yield Sample((uniform(rng, (3, 4)), np.array([[0, 1, 2, 0], [2, 2, 0, 1]]), uniform(rng, (2, 4))), {"dim": 0})
-    yield Sample((uniform(rng, (3, 4)), np.array([[3, 3], [0, 1], [2, 0]]), uniform(rng, (3, 3))), {"dim": 1})
-
-
-def cat_samples(rng: Rng) -> Iterator[Sample]:
-    yield Sample((uniform(rng, (2, 3)), uniform(rng, (1, 3)), uniform(rng, (3, 3))), {"dim": 0})
-    yield Sample((uniform(rng, (2, 3)), uniform(rng, (2, 1))), {"dim": -1})
-    yield Sample((uniform(rng, (2, 0)), uniform(rng, (2, 2))), {"dim": 1})
-    yield Sample((uniform(rng, (4,)),), {"dim": 0})
-
-
-def stack_samples(rng: Rng) -> Iterator[Sample]:
-    yield Sample((uniform(rng, (2, 3)), uniform(rng, (2, 3))), {"dim": 0})
-    yield Sample((uniform(rng, (2, 3)), uniform(rng, (2, 3)), uniform(rng, (2, 3))), {"dim": -1})
-    yield Sample((uniform(rng, ()), uniform(rng, ())), {"dim": 0})
-    yield Sample((uniform(rng, (0, 2)),), {"dim": 1})
-
-
-def split_samples(rng: Rng) -> Iterator[Sample]:
-    yield Sample((uniform(rng, (5, 2)),), {"split": 2, "dim": 0})
-    yield Sample((uniform(rng, (2, 6)),), {"split": [1, 3, 2], "dim": 1})
-    yield Sample((uniform(rng, (3, 4)),), {"split": 4, "dim": -1})
-
-
-def chunk_samples(rng: Rng) -> Iterator[Sample]:
-    yield Sample((uniform(rng, (5, 2)),), {"chunks": 2, "dim": 0})
-    yield Sample((uniform(rng, (2, 6)),), {"chunks": 3, "dim": 1})
-    yield Sample((uniform(rng, (2, 3)),), {"chunks": 5, "dim": 1})
-
-
-def where_samples(rng: Rng) -> Iterator[Sample]:
-    yield Sample((rng.random((3, 4)) < 0.5, uniform(rng, (3, 4)), uniform(rng, (3, 4))))
-    yield Sample((rng.random((3, 1)) < 0.5, uniform(rng, (4,)), uniform(rng, (2, 1, 1))))
-    yield Sample((rng.random((2, 3)) < 0.5, uniform(rng, (2, 3)), 0.5))
-    yield Sample((rng.random((2, 3)) < 0.5, -1.0, uniform(rng, (3,))))
-    yield Sample((rng.random((0, 3)) < 0.5, uniform(rng, (0, 3)), uniform(rng, (1, 3))))
-
-
-def masked_fill_samples(rng: Rng) -> Iterator[Sample]:
-    yield Sample((uniform(rng, (3, 4)), rng.random((3, 4)) < 0.5), {"value": -2.5})
-    yield Sample((uniform(rng, (3, 4)), rng.random((4,)) < 0.5), {"value": 0.0})
-    yield Sample((uniform(rng, (2, 1, 3)), rng.random((2, 3)) < 0.5), {"value": 7.0})
-
-
-def one_hot_samples(rng: Rng) -> Iterator[Sample]:
-    yield Sample((np.array([0, 2, 1, 2]),), {"num_classes": 3})
-    yield Sample((rng.integers(0, 4, (2, 3)),), {"num_classes": 5})
-    yield Sample((np.array([[1, 0], [3, 2]]),), {})
-
-
-def inplace_samples(rng: Rng) -> Iterator[Sample]:
-    """(target, other): ``other`` broadcasts to the target's shape, or is a Python scalar."""
-    for sa, sb in [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 3), (1, 3)), ((0, 3), (3,)), ((2, 3), None)]:
-        yield Sample((uniform(rng, sa), 1.25 if sb is None else away(uniform(rng, sb), gap=0.3)))
-
-
-def clamp_samples(rng: Rng) -> Iterator[Sample]:
-    for kw in [{"min": -0.5, "max": 0.75}, {"min": 0.2}, {"max": -0.1}]:
-        points = tuple(v for v in kw.values())
-        for shape in [(3, 4), (7,), ()]:
-            yield Sample((away(uniform(rng, shape), points),), kw)
-
-
-def expand_samples(rng: Rng) -> Iterator[Sample]:
-    yield Sample((uniform(rng, (3, 1)),), {"shape": (3, 4)})
-    yield Sample((uniform(rng, (4,)),), {"shape": (2, 3, 4)})
-    yield Sample((uniform(rng, (1, 2)),), {"shape": (-1, 2)})
-    yield Sample((uniform(rng, ()),), {"shape": (2, 2)})
-    yield Sample((uniform(rng, (1, 3)),), {"shape": (0, 3)})
-
-
-def repeat_samples(rng: Rng) -> Iterator[Sample]:
-    yield Sample((uniform(rng, (2, 3)),), {"sizes": (2, 1)})
-    yield Sample((uniform(rng, (3,)),), {"sizes": (2, 2)})
-    yield Sample((uniform(rng, (2, 1)),), {"sizes": (1, 3, 2)})
-    yield Sample((uniform(rng, (2, 2)),), {"sizes": (0, 1)})
-
-
-def permute_samples(rng: Rng) -> Iterator[Sample]:
-    yield Sample((uniform(rng, (2, 3, 4)),), {"dims": (2, 0, 1)})
-    yield Sample((uniform(rng, (3, 4)),), {"dims": (1, 0)})
-    yield Sample((uniform(rng, (2, 0, 3)),), {"dims": (-1, 0, 1)})
-
-
-def transpose_samples(rng: Rng) -> Iterator[Sample]:
-    yield Sample((uniform(rng, (2, 3, 4)),), {"dim0": 0, "dim1": 2})
-    yield Sample((uniform(rng, (3, 4)),), {"dim0": -1, "dim1": 0})
-    yield Sample((uniform(rng, (5,)),), {"dim0": 0, "dim1": 0})
-
-
-def squeeze_samples(rng: Rng) -> Iterator[Sample]:
-    yield Sample((uniform(rng, (1, 3, 1)),), {})
-    yield Sample((uniform(rng, (1, 3, 1)),), {"dim": 0})
-    yield Sample((uniform(rng, (1, 3, 1)),), {"dim": -1})
-    yield Sample((uniform(rng, (2, 3)),), {"dim": 1})
-    yield Sample((uniform(rng, (1, 0)),), {})
-
-
-def unsqueeze_samples(rng: Rng) -> Iterator[Sample]:
-    yield Sample((uniform(rng, (2, 3)),), {"dim": 0})
-    yield Sample((uniform(rng, (2, 3)),), {"dim": -1})
-    yield Sample((uniform(rng, (2, 3)),), {"dim": 1})
-    yield Sample((uniform(rng, ()),), {"dim": 0})
-
-
-def flatten_samples(rng: Rng) -> Iterator[Sample]:
-    yield Sample((uniform(rng, (2, 3, 4)),), {})
-    yield Sample((uniform(rng, (2, 3, 4)),), {"start_dim": 1})
-    yield Sample((uniform(rng, (2, 3, 4)),), {"start_dim": 0, "end_dim": -2})
-    yield Sample((uniform(rng, ()),), {})
-
-
-def compare_samples(rng: Rng) -> Iterator[Sample]:
-    yield from binary_samples(integral, integral, scalars=(1.0, 0.0))(rng)
-    yield Sample((rng.integers(-2, 3, (3, 4)).astype(np.int32), rng.integers(-2, 3, (4,)).astype(np.int32)))
-    yield Sample((rng.integers(-2, 3, (3,)).astype(np.int32), 1))
-
-
-def logical_samples(rng: Rng) -> Iterator[Sample]:
-    yield Sample((rng.random((3, 4)) < 0.5, rng.random((3, 4)) < 0.5))
-    yield Sample((rng.random((2, 1)) < 0.5, rng.random((3,)) < 0.5))
-
-
-def _split(x: vb.Tensor, split: Any, dim: int) -> tuple[vb.Tensor, ...]:
-    return vb.split(x, split, dim)
-
-
-def _np_split(x: np.ndarray, split: Any, dim: int) -> tuple[np.ndarray, ...]:
-    n = x.shape[dim]
-    sizes = [min(split, n - i) for i in range(0, n, split)] if isinstance(split, int) else split
-    return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=dim))
-
-
-def _np_chunk(x: np.ndarray, chunks: int, dim: int) -> tuple[np.ndarray, ...]:
-    return _np_split(x, -(-x.shape[dim] // chunks), dim)
-
-
-def _np_var(
-    x: np.ndarray, dim: Any = None, keepdim: bool = False, unbiased: bool = True, correction: int | None = None
-) -> np.ndarray:
-    ddof = correction if correction is not None else int(unbiased)
-    return np.var(x, axis=_axis(dim), ddof=ddof, keepdims=keepdim)
-
-
-def _np_arg(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
-    return lambda x, dim, keepdim=False: fn(x, axis=dim, keepdims=keepdim).astype(np.int32)
-
-
-def _fresh(x: vb.Tensor) -> vb.Tensor:
-    """A non-leaf copy to modify in place: autograd must then see through the in-place op."""
-    return x.clone()
-
-
-def _inplace_ref(fn: Callable[[np.ndarray, Any], np.ndarray]) -> Callable[[np.ndarray, Any], np.ndarray]:
-    """The reference of ``a.op_(b)``: the result broadcast to ``a``'s shape, in ``a``'s dtype."""
-    return lambda a, b: np.broadcast_to(fn(a, b), a.shape).astype(a.dtype)
-
-
 # ---------------------------------------------------------------- error inputs
 def errors(*cases: tuple[tuple[Any, ...], dict[str, Any], type[BaseException], str]):
     """error_inputs from (args, kwargs, exception, message regex) rows."""
@@ -477,7 +151,7 @@ INPLACE_ERRORS = errors(((_Z((3,)), _Z((2, 3))), {}, RuntimeError, "doesn't matc
 
 def _random_fill(method: str, **kw: Any) -> Callable[[vb.Tensor], vb.Tensor]:
     """``method`` on a copy of the input, from a generator seeded 11 (no global state touched)."""
-    return lambda x: getattr(_fresh(x).detach(), method)(generator=vb.Generator(11), **kw)
+    return lambda x: getattr(fresh(x).detach(), method)(generator=vb.Generator(11), **kw)
 
 
 def _float_ref(ref: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
@@ -597,7 +271,7 @@ OPS: list[OpInfo] = [
     OpInfo(
         "sum",
         vb.sum,
-        lambda x, dim=None, keepdim=False: np.sum(x, axis=_axis(dim), keepdims=keepdim),
+        lambda x, dim=None, keepdim=False: np.sum(x, axis=axis_arg(dim), keepdims=keepdim),
         reduction_samples,
         dtypes=ANY,
         error_inputs=DIM_ERRORS,
@@ -605,13 +279,13 @@ OPS: list[OpInfo] = [
     OpInfo(
         "mean",
         vb.mean,
-        lambda x, dim=None, keepdim=False: np.mean(x, axis=_axis(dim), keepdims=keepdim),
+        lambda x, dim=None, keepdim=False: np.mean(x, axis=axis_arg(dim), keepdims=keepdim),
         lambda rng: reduction_samples(rng, empty_ok=False),
         dtypes=(F16,),
         error_inputs=errors(((np.zeros(3, np.int32),), {}, RuntimeError, "could not infer output dtype")),
     ),
-    OpInfo("var", vb.var, _np_var, var_samples, dtypes=(F16,)),
-    OpInfo("std", vb.std, lambda x, **kw: np.sqrt(_np_var(x, **kw)), var_samples, dtypes=(F16,)),
+    OpInfo("var", vb.var, np_var, var_samples, dtypes=(F16,)),
+    OpInfo("std", vb.std, lambda x, **kw: np.sqrt(np_var(x, **kw)), var_samples, dtypes=(F16,)),
     OpInfo(
         "max (all)",
         vb.max,
@@ -639,21 +313,21 @@ OPS: list[OpInfo] = [
     OpInfo(
         "max (dim) indices",
         lambda x, dim, keepdim=False: vb.max(x, dim, keepdim).indices,
-        _np_arg(np.argmax),
+        np_arg(np.argmax),
         lambda rng: (s for s in one_dim_samples(rng) if s.args[0].size),
         differentiable=False,
     ),
     OpInfo(
         "amax",
         vb.amax,
-        lambda x, dim=None, keepdim=False: np.max(x, axis=_axis(dim), keepdims=keepdim),
+        lambda x, dim=None, keepdim=False: np.max(x, axis=axis_arg(dim), keepdims=keepdim),
         lambda rng: reduction_samples(rng, empty_ok=False),
         dtypes=NUMERIC,
     ),
     OpInfo(
         "amin",
         vb.amin,
-        lambda x, dim=None, keepdim=False: np.min(x, axis=_axis(dim), keepdims=keepdim),
+        lambda x, dim=None, keepdim=False: np.min(x, axis=axis_arg(dim), keepdims=keepdim),
         lambda rng: reduction_samples(rng, empty_ok=False),
         dtypes=NUMERIC,
     ),
@@ -661,7 +335,7 @@ OPS: list[OpInfo] = [
     OpInfo(
         "all",
         vb.all,
-        lambda x, dim=None, keepdim=False: np.all(x, axis=_axis(dim), keepdims=keepdim),
+        lambda x, dim=None, keepdim=False: np.all(x, axis=axis_arg(dim), keepdims=keepdim),
         lambda rng: reduction_samples(rng, empty_ok=False, make=integral),
         differentiable=False,
         dtypes=ANY,
@@ -669,13 +343,13 @@ OPS: list[OpInfo] = [
     OpInfo(
         "any",
         vb.any,
-        lambda x, dim=None, keepdim=False: np.any(x, axis=_axis(dim), keepdims=keepdim),
+        lambda x, dim=None, keepdim=False: np.any(x, axis=axis_arg(dim), keepdims=keepdim),
         lambda rng: reduction_samples(rng, empty_ok=False, make=integral),
         differentiable=False,
         dtypes=ANY,
     ),
-    OpInfo("argmax", vb.argmax, _np_arg(np.argmax), one_dim_samples, differentiable=False, dtypes=NUMERIC),
-    OpInfo("argmin", vb.argmin, _np_arg(np.argmin), one_dim_samples, differentiable=False, dtypes=NUMERIC),
+    OpInfo("argmax", vb.argmax, np_arg(np.argmax), one_dim_samples, differentiable=False, dtypes=NUMERIC),
+    OpInfo("argmin", vb.argmin, np_arg(np.argmin), one_dim_samples, differentiable=False, dtypes=NUMERIC),
     OpInfo(
         "argmax (flat)",
         vb.argmax,
@@ -686,7 +360,7 @@ OPS: list[OpInfo] = [
     OpInfo(
         "logsumexp",
         vb.logsumexp,
-        lambda x, dim, keepdim=False: np_logsumexp(x, _axis(dim), keepdim),
+        lambda x, dim, keepdim=False: np_logsumexp(x, axis_arg(dim), keepdim),
         lambda rng: (s for s in reduction_samples(rng, empty_ok=False) if "dim" in s.kwargs),
         dtypes=(F16,),
     ),
@@ -786,11 +460,11 @@ OPS: list[OpInfo] = [
     OpInfo(
         "flatten",
         vb.flatten,
-        lambda x, start_dim=0, end_dim=-1: _np_flatten(x, start_dim, end_dim),
+        lambda x, start_dim=0, end_dim=-1: np_flatten(x, start_dim, end_dim),
         flatten_samples,
         dtypes=ANY,
     ),
-    OpInfo("squeeze", vb.squeeze, lambda x, dim=None: _np_squeeze(x, dim), squeeze_samples, dtypes=ANY),
+    OpInfo("squeeze", vb.squeeze, lambda x, dim=None: np_squeeze(x, dim), squeeze_samples, dtypes=ANY),
     OpInfo("unsqueeze", vb.unsqueeze, lambda x, dim: np.expand_dims(x, dim), unsqueeze_samples, dtypes=ANY),
     OpInfo(
         "permute",
@@ -820,7 +494,7 @@ OPS: list[OpInfo] = [
     OpInfo(
         "expand",
         lambda x, shape: x.expand(*shape),
-        lambda x, shape: _np_expand(x, shape),
+        lambda x, shape: np_expand(x, shape),
         expand_samples,
         dtypes=ANY,
         error_inputs=errors(((_Z((2, 3)),), {"shape": (4, 3)}, RuntimeError, "must match the existing size")),
@@ -851,13 +525,13 @@ OPS: list[OpInfo] = [
     ),
     OpInfo(
         "split",
-        _split,
-        _np_split,
+        split_op,
+        np_split,
         split_samples,
         dtypes=ANY,
         error_inputs=errors(((_Z((5, 2)),), {"split": [2, 2], "dim": 0}, RuntimeError, "sum exactly to 5")),
     ),
-    OpInfo("chunk", vb.chunk, _np_chunk, chunk_samples, dtypes=ANY),
+    OpInfo("chunk", vb.chunk, np_chunk, chunk_samples, dtypes=ANY),
     OpInfo(
         "unbind",
         vb.unbind,
@@ -954,7 +628,7 @@ OPS: list[OpInfo] = [
     OpInfo(
         "one_hot",
         vb.one_hot,
-        lambda x, num_classes=-1: _np_one_hot(x, num_classes),
+        lambda x, num_classes=-1: np_one_hot(x, num_classes),
         one_hot_samples,
         differentiable=False,
         error_inputs=errors(
@@ -965,53 +639,53 @@ OPS: list[OpInfo] = [
     # --- in place, on a non-leaf copy (so autograd has to see through them)
     OpInfo(
         "add_",
-        lambda x, y: _fresh(x).add_(y),
-        _inplace_ref(np.add),
+        lambda x, y: fresh(x).add_(y),
+        inplace_ref(np.add),
         inplace_samples,
         dtypes=(F16,),
         error_inputs=INPLACE_ERRORS,
     ),
-    OpInfo("add_ (operator +=)", lambda x, y: _iadd(_fresh(x), y), _inplace_ref(np.add), inplace_samples),
-    OpInfo("sub_", lambda x, y: _fresh(x).sub_(y), _inplace_ref(np.subtract), inplace_samples, dtypes=(F16,)),
-    OpInfo("mul_", lambda x, y: _fresh(x).mul_(y), _inplace_ref(np.multiply), inplace_samples, dtypes=(F16,)),
-    OpInfo("div_", lambda x, y: _fresh(x).div_(y), _inplace_ref(np.divide), inplace_samples, dtypes=(F16,)),
+    OpInfo("add_ (operator +=)", lambda x, y: iadd(fresh(x), y), inplace_ref(np.add), inplace_samples),
+    OpInfo("sub_", lambda x, y: fresh(x).sub_(y), inplace_ref(np.subtract), inplace_samples, dtypes=(F16,)),
+    OpInfo("mul_", lambda x, y: fresh(x).mul_(y), inplace_ref(np.multiply), inplace_samples, dtypes=(F16,)),
+    OpInfo("div_", lambda x, y: fresh(x).div_(y), inplace_ref(np.divide), inplace_samples, dtypes=(F16,)),
     OpInfo(
         "pow_",
-        lambda x, y: _fresh(x).pow_(y),
-        _inplace_ref(np.power),
+        lambda x, y: fresh(x).pow_(y),
+        inplace_ref(np.power),
         lambda rng: (Sample((positive(rng, s.args[0].shape), s.args[1])) for s in inplace_samples(rng)),
         dtypes=(F16,),
     ),
-    _unary("exp_", lambda x: _fresh(x).exp_(), np.exp, dtypes=(F16,)),
-    _unary("neg_", lambda x: _fresh(x).neg_(), np.negative, dtypes=NUMERIC),
-    _unary("sqrt_", lambda x: _fresh(x).sqrt_(), np.sqrt, positive, dtypes=(F16,)),
-    _unary("relu_", lambda x: _fresh(x).relu_(), lambda x: np.maximum(x, 0), kinked(0.0), dtypes=NUMERIC),
+    _unary("exp_", lambda x: fresh(x).exp_(), np.exp, dtypes=(F16,)),
+    _unary("neg_", lambda x: fresh(x).neg_(), np.negative, dtypes=NUMERIC),
+    _unary("sqrt_", lambda x: fresh(x).sqrt_(), np.sqrt, positive, dtypes=(F16,)),
+    _unary("relu_", lambda x: fresh(x).relu_(), lambda x: np.maximum(x, 0), kinked(0.0), dtypes=NUMERIC),
     OpInfo(
         "copy_",
-        lambda x, y: _fresh(x).copy_(y),
-        _inplace_ref(lambda a, b: np.broadcast_to(b, a.shape)),
+        lambda x, y: fresh(x).copy_(y),
+        inplace_ref(lambda a, b: np.broadcast_to(b, a.shape)),
         lambda rng: (s for s in inplace_samples(rng) if isinstance(s.args[1], np.ndarray)),
         dtypes=ANY,
         error_inputs=INPLACE_ERRORS,
     ),
     OpInfo(
         "fill_",
-        lambda x, value: _fresh(x).fill_(value),
+        lambda x, value: fresh(x).fill_(value),
         lambda x, value: np.full_like(x, value),
         lambda rng: (Sample((uniform(rng, s),), {"value": 2.5}) for s in [(3, 4), (), (0, 2)]),
         dtypes=NUMERIC,
     ),
-    OpInfo("zero_", lambda x: _fresh(x).zero_(), np.zeros_like, unary_samples(), dtypes=ANY),
+    OpInfo("zero_", lambda x: fresh(x).zero_(), np.zeros_like, unary_samples(), dtypes=ANY),
     OpInfo(
         "masked_fill_",
-        lambda x, m, value: _fresh(x).masked_fill_(m, value),
+        lambda x, m, value: fresh(x).masked_fill_(m, value),
         lambda x, m, value: np.where(m, value, x).astype(x.dtype),
         lambda rng: (s for s in masked_fill_samples(rng) if np.broadcast(*s.args).shape == s.args[0].shape),
         dtypes=NUMERIC,
     ),
     OpInfo(
         "clamp_",
-        lambda x, **kw: _fresh(x).clamp_(**kw),
+        lambda x, **kw: fresh(x).clamp_(**kw),
         lambda x, min=None, max=None: np.clip(x, min, max),  # noqa: A006
         clamp_samples,
         dtypes=(F16,),
@@ -1019,15 +693,15 @@ OPS: list[OpInfo] = [
     # optimizer helpers: no autograd
     OpInfo(
         "lerp_",
-        lambda x, y: _fresh(x).lerp_(y, 0.3),
-        _inplace_ref(lambda a, b: a + 0.3 * (b - a)),
+        lambda x, y: fresh(x).lerp_(y, 0.3),
+        inplace_ref(lambda a, b: a + 0.3 * (b - a)),
         inplace_samples,
         differentiable=False,
         dtypes=(F16,),
     ),
     OpInfo(
         "addcmul_",
-        lambda x, a, b: _fresh(x).addcmul_(a, b, value=0.5),
+        lambda x, a, b: fresh(x).addcmul_(a, b, value=0.5),
         lambda x, a, b: x + 0.5 * a * b,
         lambda rng: (Sample((uniform(rng, (3, 4)), uniform(rng, s), uniform(rng, (3, 4)))) for s in [(3, 4), (4,)]),
         differentiable=False,
@@ -1035,7 +709,7 @@ OPS: list[OpInfo] = [
     ),
     OpInfo(
         "addcdiv_",
-        lambda x, a, b: _fresh(x).addcdiv_(a, b, value=0.5),
+        lambda x, a, b: fresh(x).addcdiv_(a, b, value=0.5),
         lambda x, a, b: x + 0.5 * a / b,
         lambda rng: (Sample((uniform(rng, (3, 4)), uniform(rng, s), nonzero(rng, (3, 4)))) for s in [(3, 4), (4,)]),
         differentiable=False,
@@ -1075,39 +749,6 @@ OPS: list[OpInfo] = [
         dtypes=(F16,),
     ),
 ]
-
-
-def _iadd(x: vb.Tensor, y: Any) -> vb.Tensor:
-    x += y
-    return x
-
-
-def _np_flatten(x: np.ndarray, start: int, end: int) -> np.ndarray:
-    if x.ndim == 0:
-        return x.reshape(1)
-    s, e = start % x.ndim, end % x.ndim
-    return (
-        x.reshape(x.shape[:s] + (-1,) + x.shape[e + 1 :])
-        if x.size
-        else x.reshape(x.shape[:s] + (int(np.prod(x.shape[s : e + 1])),) + x.shape[e + 1 :])
-    )
-
-
-def _np_squeeze(x: np.ndarray, dim: int | None) -> np.ndarray:
-    if dim is None:
-        return np.squeeze(x)
-    return np.squeeze(x, dim) if x.shape[dim] == 1 else x
-
-
-def _np_expand(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    lead = len(shape) - x.ndim
-    target = tuple(x.shape[i - lead] if n == -1 else n for i, n in enumerate(shape))
-    return np.broadcast_to(x, target).copy()
-
-
-def _np_one_hot(x: np.ndarray, num_classes: int) -> np.ndarray:
-    n = int(x.max()) + 1 if num_classes < 0 else num_classes
-    return (x[..., None] == np.arange(n)).astype(np.int32)
 
 
 BY_NAME = {info.name: info for info in OPS}
