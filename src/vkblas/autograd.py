@@ -130,13 +130,11 @@ def _topo_order(root: Node) -> list[Node]:
     return order
 
 
-def backward(tensor: Tensor, gradient: Tensor | None = None, retain_graph: bool = False) -> None:
-    """Run the backward pass from ``tensor`` seeded with ``gradient`` (a tensor of its shape; None: ones)."""
+def backward(tensor: Tensor, gradient: Tensor, retain_graph: bool = False) -> None:
+    """Run the backward pass from ``tensor`` seeded with ``gradient``, a tensor of its shape (``Tensor.backward``
+    makes it: ones by default, or from host data)."""
     if not tensor.requires_grad:
         raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
-    if gradient is None:
-        # Deliberate difference: PyTorch requires an explicit gradient for non-scalar outputs; vkblas seeds with ones.
-        gradient = tensor.new_ones(tensor.shape)
     if tuple(gradient.shape) != tuple(tensor.shape):
         raise RuntimeError(
             f"grad can be implicitly created only for matching shapes: gradient has shape "

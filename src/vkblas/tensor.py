@@ -152,7 +152,10 @@ class Tensor:
     def backward(self, gradient: Any = None, retain_graph: bool = False) -> None:
         """Accumulate the gradient of this tensor into ``.grad`` of the leaves it was computed from. ``gradient``
         (a tensor or host data) defaults to ones (PyTorch asks for it explicitly for a non-scalar output)."""
-        if gradient is not None and not isinstance(gradient, Tensor):
+        if gradient is None:
+            # deliberate difference: PyTorch asks for an explicit gradient for non-scalar outputs; vkblas seeds ones
+            gradient = self.new_ones(self.shape)
+        elif not isinstance(gradient, Tensor):
             gradient = from_host(gradient, self.dtype, self._backend)
         autograd.backward(self, gradient, retain_graph=retain_graph)
 
