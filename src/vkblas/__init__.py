@@ -38,9 +38,9 @@ from .creation import (
 from .device import device, devices, info, synchronize
 from .dtypes import DType, bool_, double, float16, float32, float64, half, int32
 from .gradcheck import gradcheck
-from .ops._core import clone
 
 # the functional ops: vkblas.exp(x), vkblas.matmul(a, b), vkblas.cat([...]), ...
+from .ops._core import clone
 from .ops.conv import avg_pool2d, conv2d, max_pool2d
 from .ops.elementwise import *  # noqa: F403  (one function per elementwise op record)
 from .ops.indexing import gather, index_select, one_hot, scatter_add
