@@ -87,6 +87,7 @@ def bandwidth(add: callable, copy: callable, n: int) -> tuple[float, float]:
 
 def bw_vkblas(dev: str, n: int, reps: int = 10) -> tuple[float, float]:
     import vkblas
+    from vkblas.bench.copy import can_copy, copy_bandwidth
 
     a, b = vkblas.rand(n, device=dev), vkblas.rand(n, device=dev)
     vkblas.synchronize()
@@ -101,10 +102,10 @@ def bw_vkblas(dev: str, n: int, reps: int = 10) -> tuple[float, float]:
             a.clone()
         vkblas.synchronize()
 
-    backend = a._backend
+    backend = vkblas.backend.get(dev)
     add_gbs = 3 * 4 * n * reps / best_of(add, repeat=5) / 1e9
-    if hasattr(backend, "copy_bandwidth"):  # a plain device copy, not a kernel of ours
-        copy_gbs = backend.copy_bandwidth(4 * n, reps)
+    if can_copy(backend):  # a plain device copy, not a kernel of ours
+        copy_gbs = copy_bandwidth(backend, 4 * n, reps)
     else:
         copy_gbs = 2 * 4 * n * reps / best_of(clone, repeat=5) / 1e9
     return add_gbs, copy_gbs

@@ -1,7 +1,8 @@
 """Shared fixtures: every test that takes ``device`` runs once on ``cpu`` and once on ``vulkan``.
 
 The vulkan case is skipped (with the reason) only when ``vkblas.devices()`` lists no Vulkan adapter. Other test files
-can use the fixture, or the helpers ``vulkan_available()``, ``DEVICES``, ``requires_vulkan`` and ``float_dtype()``::
+can use the fixture, or the helpers ``vulkan_available()``, ``DEVICES``, ``requires_vulkan``, ``float_dtype()`` and
+``require_torch()``::
 
     from conftest import requires_vulkan
 """
@@ -13,6 +14,8 @@ import os
 # lavapipe wants a runtime dir, and LP_NUM_THREADS=0 keeps it from spawning threads on a 2-core CI runner
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
 os.environ.setdefault("LP_NUM_THREADS", "0")
+
+from types import ModuleType  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -29,6 +32,19 @@ def vulkan_available() -> bool:
 
 NO_VULKAN_REASON = "no Vulkan adapter: vkblas.devices() lists only " + ", ".join(vb.devices())
 requires_vulkan = pytest.mark.skipif(not vulkan_available(), reason=NO_VULKAN_REASON)
+
+
+def require_torch() -> ModuleType:
+    """PyTorch for a comparison test. Skipped where PyTorch is not installed, except when the run promises it
+    (``VKBLAS_WITH_TORCH=1``, as CI does): there a missing PyTorch fails the test instead of hiding every
+    comparison behind a skip."""
+    if os.environ.get("VKBLAS_WITH_TORCH") == "1":
+        try:
+            import torch
+        except ImportError as e:
+            pytest.fail(f"VKBLAS_WITH_TORCH=1 but PyTorch cannot be imported ({e}): the comparisons would not run")
+        return torch
+    return pytest.importorskip("torch")
 
 
 def float_dtype(device: str) -> vb.DType:

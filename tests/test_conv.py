@@ -7,59 +7,14 @@ import numpy as np
 import pytest
 
 import vkblas as vk
+from conftest import require_torch
+from references import conv_ref, pad_hw, pool_ref
 from vkblas.backend.base import View
 from vkblas.nn import functional as F
 from vkblas.ops.conv import fold as vk_fold
 
 HAS_VULKAN = any(d.startswith("vulkan") for d in vk.devices())
 DEVICES = ["cpu", pytest.param("vulkan", marks=pytest.mark.skipif(not HAS_VULKAN, reason="no Vulkan adapter"))]
-
-
-def _pad(x: np.ndarray, ph: int, pw: int, value: float = 0.0) -> np.ndarray:
-    return np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=value)
-
-
-def conv_ref(x, w, b, stride=1, padding=0, dilation=1, groups=1):
-    """The definition: a loop over output pixels."""
-    s, p, d = (
-        (stride,) * 2 if isinstance(stride, int) else stride,
-        (padding,) * 2 if isinstance(padding, int) else padding,
-        (dilation,) * 2 if isinstance(dilation, int) else dilation,
-    )
-    xp = _pad(x, *p)
-    n, c, hp, wp = xp.shape
-    o, cg, kh, kw = w.shape
-    ho, wo = (hp - d[0] * (kh - 1) - 1) // s[0] + 1, (wp - d[1] * (kw - 1) - 1) // s[1] + 1
-    out = np.zeros((n, o, ho, wo))
-    og = o // groups
-    for oc in range(o):
-        g = oc // og
-        for i in range(ho):
-            for j in range(wo):
-                patch = xp[
-                    :,
-                    g * cg : (g + 1) * cg,
-                    i * s[0] : i * s[0] + d[0] * (kh - 1) + 1 : d[0],
-                    j * s[1] : j * s[1] + d[1] * (kw - 1) + 1 : d[1],
-                ]
-                out[:, oc, i, j] = (patch * w[oc]).sum(axis=(1, 2, 3)) + (b[oc] if b is not None else 0)
-    return out
-
-
-def pool_ref(x, k, s, p, reduce, count_include_pad=True):
-    xp = _pad(x, p, p, -np.inf if reduce == "max" else 0.0)
-    ones = _pad(np.ones_like(x), p, p)
-    ho, wo = (xp.shape[2] - k) // s + 1, (xp.shape[3] - k) // s + 1
-    out = np.zeros(x.shape[:2] + (ho, wo))
-    for i in range(ho):
-        for j in range(wo):
-            win = xp[:, :, i * s : i * s + k, j * s : j * s + k]
-            if reduce == "max":
-                out[:, :, i, j] = win.max(axis=(2, 3))
-            else:
-                cnt = k * k if count_include_pad else ones[:, :, i * s : i * s + k, j * s : j * s + k].sum(axis=(2, 3))
-                out[:, :, i, j] = win.sum(axis=(2, 3)) / cnt
-    return out
 
 
 CONV_CASES = [
@@ -126,6 +81,8 @@ def test_pool_gradcheck(reduce):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_conv_pool_grads_match_cpu_float64(device):
+    """Code generation: the same expression on the device and the cpu (the maths: test_conv_pool_against_torch and
+    the loop / finite-difference tests above)."""
     rng = np.random.default_rng(4)
     x, w = rng.standard_normal((2, 2, 6, 6)), rng.standard_normal((3, 2, 3, 3))
 
@@ -152,7 +109,7 @@ def test_unbatched_input_and_layer_errors():
 
 
 def test_against_torch():
-    torch = pytest.importorskip("torch")
+    torch = require_torch()
     rng = np.random.default_rng(5)
     x, w, b = rng.standard_normal((2, 4, 7, 7)), rng.standard_normal((4, 2, 3, 3)), rng.standard_normal(4)
     tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
@@ -275,7 +232,7 @@ def test_window_primitive_errors(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_unfold_fold_ops_against_torch(device):
-    torch = pytest.importorskip("torch")
+    torch = require_torch()
     rng = np.random.default_rng(8)
     x = rng.standard_normal((2, 3, 7, 6))
     kw = dict(kernel_size=(3, 2), dilation=(1, 2), padding=(1, 1), stride=(2, 1))
@@ -304,7 +261,7 @@ def test_unfold_fold_gradcheck():
 def conv_grads_ref(x, w, g, stride, padding, dilation, groups):
     """dx, dw, db of conv_ref for the output gradient g, by the same loop."""
     s, p, d = stride, padding, dilation
-    xp = _pad(x, *p)
+    xp = pad_hw(x, *p)
     dxp = np.zeros_like(xp)
     dw = np.zeros_like(w)
     o, cg, kh, kw = w.shape
@@ -326,7 +283,7 @@ def conv_grads_ref(x, w, g, stride, padding, dilation, groups):
 
 
 def pool_grad_ref(x, g, k, s, p, reduce):
-    xp = _pad(x, p, p, -np.inf if reduce == "max" else 0.0)
+    xp = pad_hw(x, p, p, -np.inf if reduce == "max" else 0.0)
     dxp = np.zeros_like(xp)
     n, c = x.shape[:2]
     for i in range(g.shape[2]):
@@ -386,7 +343,7 @@ def test_pool_backward_matches_loop(device, reduce, k, s, p):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_conv_pool_against_torch(device):
-    torch = pytest.importorskip("torch")
+    torch = require_torch()
     rng = np.random.default_rng(13)
     x, w, b = rng.standard_normal((2, 3, 9, 8)), rng.standard_normal((4, 3, 3, 3)), rng.standard_normal(4)
     tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))

@@ -19,6 +19,7 @@ pytest.importorskip("wgpu")
 from vkblas import dtypes as D  # noqa: E402
 from vkblas.backend.base import NoAdapterError, View, contiguous_strides  # noqa: E402
 from vkblas.backend.vulkan import VulkanBackend, autotune, gemm  # noqa: E402
+from vkblas.backend.vulkan.matmul import encode_matmul  # noqa: E402
 
 RNG = np.random.default_rng(3)
 MODES = [("vk", "vi"), ("vi", "vk"), ("si", "sk"), ("sk", "si")]
@@ -100,7 +101,7 @@ def _check(be, a: np.ndarray, b: np.ndarray, dtype=D.float32, la: dict | None = 
     vb = _view(be, b, dtype, **(lb or {}))
     oshape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
     out = View.of(be.alloc(max(1, int(np.prod(oshape))), dtype), oshape)
-    gemm.encode(be, out, va, vb)  # the family directly (backend.matmul validates, then calls the same)
+    encode_matmul(be, out, va, vb)  # the family directly (backend.matmul validates, then calls the same)
     got = be.to_numpy(out)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     if dtype is D.int32:
@@ -134,7 +135,7 @@ def test_batched_broadcast_f16_int(fresh):
     va = _view(fresh, a, D.float32)
     vw = View(fresh.from_numpy(w, D.float32), (2, 3, 12, 8), (0, 0, 8, 1), 0)
     out = View.of(fresh.alloc(2 * 3 * 9 * 8, D.float32), (2, 3, 9, 8))
-    gemm.encode(fresh, out, va, vw)
+    encode_matmul(fresh, out, va, vw)
     np.testing.assert_allclose(fresh.to_numpy(out), a @ w, rtol=1e-5, atol=1e-5)
     ai = RNG.integers(-9, 9, (5, 11)).astype(np.int32)
     _check(fresh, ai, ai.T.copy(), D.int32)

@@ -7,6 +7,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import vkblas as vk
+from conftest import require_torch
 from vkblas import nn
 
 HAS_VULKAN = any(d.startswith("vulkan") for d in vk.devices())
@@ -105,7 +106,7 @@ def test_torch_layout_file_loads_strict(tmp_path, device, name):
 
 
 def test_exchange_with_torch(tmp_path):
-    torch = pytest.importorskip("torch")
+    torch = require_torch()
     from safetensors.torch import load_file as torch_load
     from safetensors.torch import save_file as torch_save
 

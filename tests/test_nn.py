@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 import vkblas as vk
+from conftest import require_torch
+from references import conv_ref, numeric_grad
 from vkblas import nn
 from vkblas.nn import functional as F
 
@@ -162,7 +164,11 @@ def _softmax(x, d):
 # name -> (make module (device, dtype), input shape, reference(x, params))
 LAYERS = {
     "Linear": (lambda d, t: nn.Linear(4, 3, device=d, dtype=t), (2, 4), lambda x, p: x @ p["weight"].T + p["bias"]),
-    "Conv2d": (lambda d, t: nn.Conv2d(2, 3, 2, stride=2, device=d, dtype=t), (1, 2, 4, 4), None),
+    "Conv2d": (
+        lambda d, t: nn.Conv2d(2, 3, 2, stride=2, device=d, dtype=t),
+        (1, 2, 4, 4),
+        lambda x, p: conv_ref(x, p["weight"], p["bias"], stride=2),
+    ),
     "MaxPool2d": (
         lambda d, t: nn.MaxPool2d(2),
         (1, 2, 4, 4),
@@ -240,8 +246,7 @@ def test_layer_forward_and_grads(device, name):
     xt = vk.tensor(x, device=device, requires_grad=True)
     y = m(xt)
     params = {k: _np(v) for k, v in m.named_parameters()}
-    if ref is not None:
-        np.testing.assert_allclose(y.detach().numpy(), ref(x, params), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(y.detach().numpy(), ref(x, params), rtol=1e-4, atol=1e-5)
     # gradients on this device equal float64 cpu gradients, which are checked against finite differences below
     w = np.random.default_rng(1).standard_normal(y.shape)
     y.backward(vk.tensor(w, device=device))
@@ -258,6 +263,13 @@ def test_layer_forward_and_grads(device, name):
     np.testing.assert_allclose(xt.grad.numpy(), x64.grad.numpy(), rtol=1e-3, atol=1e-4)
     for (k, p), (_, p64) in zip(m.named_parameters(), m64.named_parameters(), strict=True):
         np.testing.assert_allclose(p.grad.numpy(), p64.grad.numpy(), rtol=1e-3, atol=1e-4, err_msg=k)
+    # and the maths: the same gradients by finite differences of the float64 reference
+    names = list(params)
+    args = [x, *params.values()]
+    got = [xt.grad.numpy(), *(p.grad.numpy() for _, p in m.named_parameters())]
+    for i, g in enumerate(got):
+        want = numeric_grad(lambda xx, *ps: ref(xx, dict(zip(names, ps, strict=True))), args, i, [w])
+        np.testing.assert_allclose(g, want, rtol=1e-3, atol=1e-4, err_msg=f"{name}: gradient of input {i}")
 
 
 @pytest.mark.parametrize("name", [n for n in LAYERS if n not in ("MaxPool2d",)])
@@ -509,7 +521,7 @@ def test_xor_learned_by_mlp(device):
 
 
 def test_against_torch_layers():
-    torch = pytest.importorskip("torch")
+    torch = require_torch()
     tm = torch.nn.Sequential(
         torch.nn.Conv2d(2, 4, 3, padding=1),
         torch.nn.BatchNorm2d(4),

@@ -1,12 +1,17 @@
 """Generic tests over the op table (tests/op_table.py) x device.
 
 * forward: values, shape and dtype against the float64 numpy reference (cpu computes in float64; float32 devices are
-  compared with their inputs rounded to float32, with float32 tolerances);
-* gradcheck: cpu float64 analytic gradients against central finite differences;
+  compared with their inputs rounded to float32, with float32 tolerances), and again in each of the op's ``dtypes``;
+* gradcheck: cpu float64 analytic gradients against central finite differences of vkblas;
+* reference gradients: every device's analytic gradients against finite differences of the numpy reference;
 * device gradients: a device's float32 analytic gradients against the cpu's float64 analytic gradients;
 * non-contiguous: inputs made by transposing and slicing a bigger tensor give the values and gradients that
   contiguous inputs give;
-* torch (optional): a few expressions written once and run in both frameworks.
+* error inputs raise what the table says; every public op has an entry;
+* torch: a few expressions written once and run in both frameworks (skipped without PyTorch, except that
+  ``VKBLAS_WITH_TORCH=1`` makes a missing PyTorch fail).
+
+Each generic test fails when an op's samples give it nothing to check.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ import numpy as np
 import pytest
 
 import vkblas as vb
-from conftest import float_dtype, requires_vulkan
+from conftest import float_dtype, require_torch, requires_vulkan
 from op_table import OPS, OpInfo, Sample
+from references import numeric_grad
 
 DIFFERENTIABLE = [info for info in OPS if info.differentiable]
 GPU_DEVICES = [pytest.param("vulkan", marks=requires_vulkan)]
@@ -31,6 +37,8 @@ def _ids(info: OpInfo) -> str:
 def vk_dtype(a: np.ndarray, device: str) -> vb.DType:
     if a.dtype == np.bool_:
         return vb.bool
+    if a.dtype == np.float16:
+        return vb.float16
     return float_dtype(device) if a.dtype.kind == "f" else vb.int32
 
 
@@ -132,9 +140,16 @@ def has_float_input(sample: Sample) -> bool:
 
 
 # ---------------------------------------------------------------- the generic tests
+def samples(info: OpInfo, keep: Any = None) -> list[Sample]:
+    """The op's samples (those ``keep`` accepts); fails when that leaves nothing to check."""
+    chosen = [s for s in info.sample_list() if keep is None or keep(s)]
+    assert chosen, f"{info.name}: its sample generator yields nothing for this test"
+    return chosen
+
+
 @pytest.mark.parametrize("info", OPS, ids=_ids)
 def test_forward_matches_numpy(info: OpInfo, device: str) -> None:
-    for sample in info.sample_list():
+    for sample in samples(info):
         what = f"{info.name}{sample.describe()} on {device}"
         _, outs = run(info, sample, device)
         refs = reference(info, sample, device)
@@ -145,7 +160,7 @@ def test_forward_matches_numpy(info: OpInfo, device: str) -> None:
 
 @pytest.mark.parametrize("info", DIFFERENTIABLE, ids=_ids)
 def test_gradcheck_float64(info: OpInfo) -> None:
-    for sample in filter(has_float_input, info.sample_list()):
+    for sample in samples(info, has_float_input):
         args = [make_arg(a, "cpu", requires_grad=True)[1] for a in sample.args]
         slots = [i for i, a in enumerate(args) if isinstance(a, vb.Tensor)]
 
@@ -165,7 +180,8 @@ def test_gradcheck_float64(info: OpInfo) -> None:
 @pytest.mark.parametrize("device", GPU_DEVICES)  # cpu float64 is the reference, checked by gradcheck above
 @pytest.mark.parametrize("info", DIFFERENTIABLE, ids=_ids)
 def test_device_grads_match_cpu_float64(info: OpInfo, device: str) -> None:
-    for sample in filter(has_float_input, info.sample_list()):
+    """Code generation: the same expression on the device and on the cpu (paired with the reference test below)."""
+    for sample in samples(info, has_float_input):
         got = analytic_grads(info, sample, device)
         want = analytic_grads(info, sample, "cpu")
         for i, (g, w) in enumerate(zip(got, want, strict=True)):
@@ -177,6 +193,28 @@ def test_device_grads_match_cpu_float64(info: OpInfo, device: str) -> None:
                     rtol=info.grad_rtol32,
                     err_msg=f"{info.name}{sample.describe()}: gradient of input {i}",
                 )
+
+
+@pytest.mark.parametrize("info", DIFFERENTIABLE, ids=_ids)
+def test_grads_match_reference_finite_differences(info: OpInfo, device: str) -> None:
+    """The maths: analytic gradients on every device against central differences of the float64 numpy reference."""
+    fdt = float_dtype(device)
+    atol, rtol = (info.grad_atol, info.grad_rtol) if fdt is vb.float64 else (info.grad_atol32, info.grad_rtol32)
+    for sample in samples(info, has_float_input):
+        got = analytic_grads(info, sample, device)
+        args = [
+            a.astype(fdt.np).astype(np.float64) if isinstance(a, np.ndarray) and a.dtype.kind == "f" else a
+            for a in sample.args
+        ]
+        outs = as_tuple(info.ref(*args, **sample.kwargs))
+        weights = [np.random.default_rng(k).standard_normal(np.shape(o)) for k, o in enumerate(outs)]
+        for i, g in enumerate(got):
+            if g is None:
+                continue
+            want = numeric_grad(lambda *a, kw=sample.kwargs: info.ref(*a, **kw), args, i, weights)
+            np.testing.assert_allclose(
+                g, want, atol=atol, rtol=rtol, err_msg=f"{info.name}{sample.describe()} on {device}: gradient {i}"
+            )
 
 
 @pytest.mark.parametrize("info", [i for i in OPS if i.noncontiguous], ids=_ids)
@@ -200,6 +238,100 @@ def test_noncontiguous_inputs_match_contiguous(info: OpInfo, device: str) -> Non
                     np.testing.assert_allclose(g, w, err_msg=what + " (gradient)", **tolerances(info, device))
         checked += 1
     assert checked, f"{info.name}: no sample has an input that can be made non-contiguous"
+
+
+# ---------------------------------------------------------------- other dtypes
+def in_dtype(sample: Sample, dtype: vb.DType) -> tuple[Sample, list[int]] | None:
+    """The sample with its float arrays converted to ``dtype`` (see OpInfo.dtypes), and which were; None if none."""
+    args, changed = [], []
+    for i, a in enumerate(sample.args):
+        if isinstance(a, np.ndarray) and a.dtype.kind == "f":
+            if dtype is vb.int32:
+                a = np.asarray(np.rint(a * 2), dtype=np.int32)
+            else:
+                a = np.asarray(a > 0) if dtype is vb.bool else a.astype(np.float16)
+            changed.append(i)
+        args.append(a)
+    return (Sample(tuple(args), sample.kwargs), changed) if changed else None
+
+
+def dtype_reference(info: OpInfo, sample: Sample, changed: list[int], dtype: vb.DType) -> tuple[np.ndarray, ...]:
+    wide = np.float64 if dtype is vb.float16 or info.int_to_float else None
+    args = [a.astype(wide) if i in changed and wide is not None else a for i, a in enumerate(sample.args)]
+    return tuple(np.asarray(r) for r in as_tuple(info.ref(*args, **sample.kwargs)))
+
+
+def dtype_expected(ref: np.ndarray, info: OpInfo, dtype: vb.DType) -> vb.DType:
+    if ref.dtype == np.bool_:
+        return vb.bool
+    if ref.dtype.kind in "iu" and not (info.int_to_float and dtype is vb.int32):
+        return vb.int32
+    return vb.float16 if dtype is vb.float16 else vb.float32
+
+
+@pytest.mark.parametrize("info", [i for i in OPS if i.dtypes], ids=_ids)
+def test_other_dtypes_match_numpy(info: OpInfo, device: str) -> None:
+    backend = vb.backend.get(device)
+    checked = 0
+    for dtype in info.dtypes:
+        if not backend.supports(dtype):
+            continue  # float16 needs the adapter's shader-f16
+        for sample in info.sample_list():
+            converted = in_dtype(sample, dtype)
+            if converted is None:
+                continue
+            sample, changed = converted
+            what = f"{info.name}{sample.describe()} on {device}"
+            _, outs = run(info, sample, device)
+            refs = dtype_reference(info, sample, changed, dtype)
+            assert len(outs) == len(refs), what
+            for out, ref in zip(outs, refs, strict=True):
+                want = dtype_expected(ref, info, dtype)
+                assert out.dtype is want, f"{what}: dtype {out.dtype!r}, expected {want!r}"
+                assert tuple(out.shape) == ref.shape, f"{what}: shape {tuple(out.shape)} != {ref.shape}"
+                got = out.detach().numpy()
+                if want.is_floating:
+                    tol = 2e-2 if want is vb.float16 else info.atol32
+                    np.testing.assert_allclose(got, ref, atol=tol, rtol=tol if want is vb.float16 else info.rtol32)
+                else:
+                    np.testing.assert_array_equal(got, ref, err_msg=what)
+            checked += 1
+    if not checked and all(not backend.supports(d) for d in info.dtypes):
+        pytest.skip(f"{device} supports none of {info.dtypes}")
+    assert checked, f"{info.name}: no sample has a float array to convert to {info.dtypes}"
+
+
+# ---------------------------------------------------------------- errors
+@pytest.mark.parametrize("info", [i for i in OPS if i.error_inputs is not None], ids=_ids)
+def test_error_inputs_raise(info: OpInfo, device: str) -> None:
+    cases = info.error_list()
+    assert cases, f"{info.name}: error_inputs yields nothing"
+    for case in cases:
+        with pytest.raises(case.error, match=case.match):
+            run(info, case.sample, device)
+            vb.synchronize(device)  # an asynchronous device reports bad indices at its next sync point
+
+
+# ---------------------------------------------------------------- coverage
+def public_ops() -> set[str]:
+    """The functions of ``vkblas`` that are ops, and the in-place Tensor methods that ops bind."""
+
+    def from_ops(obj: Any) -> bool:
+        return callable(obj) and getattr(obj, "__module__", "").startswith("vkblas.ops")
+
+    names = {n for n in dir(vb) if not n.startswith("_") and from_ops(getattr(vb, n))}
+    names |= {
+        n for n in dir(vb.Tensor) if n.endswith("_") and not n.startswith("_") and from_ops(getattr(vb.Tensor, n))
+    }
+    return names
+
+
+def test_every_public_op_has_an_opinfo() -> None:
+    covered = {info.name.split(" ")[0] for info in OPS}
+    ops = public_ops()
+    assert len(ops) > 80, sorted(ops)  # the finder itself works
+    missing = sorted(ops - covered)
+    assert not missing, f"public ops with no OpInfo in tests/op_table.py: {missing}"
 
 
 def test_table_covers_the_issue_ops() -> None:
@@ -242,9 +374,7 @@ TORCH_CASES = {
 
 @pytest.mark.parametrize("case", TORCH_CASES, ids=str)
 def test_same_expression_as_torch(case: str, device: str) -> None:
-    torch = pytest.importorskip("torch")
-    if case == "activations" and not hasattr(vb, "nn"):
-        pytest.skip("vkblas.nn is not there yet")
+    torch = require_torch()
     fn = TORCH_CASES[case]
     rng = np.random.default_rng(7)
     xs = [away_from_zero(rng.uniform(-2, 2, (3, 4))) for _ in range(2)]
@@ -252,7 +382,7 @@ def test_same_expression_as_torch(case: str, device: str) -> None:
     vx = [vb.tensor(a, dtype=float_dtype(device), device=device, requires_grad=True) for a in xs]
     t_out, v_out = fn(torch, *tx), fn(vb, *vx)
     assert tuple(v_out.shape) == tuple(t_out.shape)
-    # exact gelu uses an erf approximation with |error| < 1.5e-7 (backend/elementwise.py)
+    # exact gelu uses an erf approximation with |error| < 1.5e-7 (ops/elementwise.py)
     tol = {"atol": 1e-6 if case == "activations" else 1e-9, "rtol": 1e-7}
     if device != "cpu":
         tol = {"atol": 1e-4, "rtol": 1e-4}

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import vkblas as vk
+from conftest import require_torch
 from vkblas import nn, optim
 from vkblas.optim import lr_scheduler as sched
 
@@ -123,7 +124,7 @@ def test_optimizer_matches_published_rule(device, cls, ref, kw):
 
 @pytest.mark.parametrize("cls,ref,kw", CASES, ids=IDS)
 def test_optimizer_matches_torch(cls, ref, kw):
-    torch = pytest.importorskip("torch")
+    torch = require_torch()
     tp = torch.tensor(P0, requires_grad=True)
     topt = getattr(torch.optim, cls.__name__)([tp], **kw)
     got, _ = _run_vkblas(cls, kw, "cpu")
@@ -241,7 +242,7 @@ def test_scheduler_matches_formula(name):
 
 @pytest.mark.parametrize("name", list(SCHEDULERS))
 def test_scheduler_matches_torch(name):
-    torch = pytest.importorskip("torch")
+    torch = require_torch()
     make, _ = SCHEDULERS[name]
     tp = torch.ones(1, requires_grad=True)
     topt = torch.optim.SGD([tp], lr=0.1, momentum=0.9)

@@ -13,6 +13,7 @@ import pytest
 
 import vkblas as vb
 from conftest import float_dtype, requires_vulkan
+from references import pcg_normal, pcg_uniform
 
 
 # ---------------------------------------------------------------- creation
@@ -245,16 +246,18 @@ def test_generator_argument_is_independent(device: str) -> None:
 
 @requires_vulkan
 def test_same_random_numbers_on_cpu_and_vulkan() -> None:
-    for make in (
-        lambda d: vb.rand(3, 5, device=d),
-        lambda d: vb.randn(17, device=d),
-        lambda d: vb.randint(0, 100, (9,), device=d),
+    """Both devices give the numbers of the documented generator (references.py, float64)."""
+    for make, ref in (
+        (lambda d: vb.rand(3, 5, device=d), pcg_uniform((3, 5), 2024)),
+        (lambda d: vb.randn(17, device=d), pcg_normal((17,), 2024)),
+        (lambda d: vb.randint(0, 100, (9,), device=d), np.minimum(np.floor(pcg_uniform((9,), 2024) * 100), 99)),
     ):
         vb.manual_seed(2024)
         on_cpu = make("cpu").numpy()
         vb.manual_seed(2024)
         on_vulkan = make("vulkan").numpy()
         np.testing.assert_allclose(on_vulkan, on_cpu, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(on_cpu, ref, rtol=1e-5, atol=1e-5)
 
 
 @requires_vulkan
@@ -265,6 +268,9 @@ def test_cross_device_results_agree() -> None:
         d: ((vb.tensor(a, device=d) @ vb.tensor(b, device=d)).softmax(-1) * 3).sum(0).numpy() for d in ("cpu", "vulkan")
     }
     np.testing.assert_allclose(on["vulkan"], on["cpu"], rtol=1e-5, atol=1e-6)
+    z = a.astype(np.float64) @ b.astype(np.float64)
+    e = np.exp(z - z.max(-1, keepdims=True))
+    np.testing.assert_allclose(on["cpu"], (e / e.sum(-1, keepdims=True) * 3).sum(0), rtol=1e-5, atol=1e-6)
 
 
 @requires_vulkan

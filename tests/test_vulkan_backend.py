@@ -1,4 +1,7 @@
-"""The Vulkan backend through the backend contract, against the numpy reference backend.
+"""The Vulkan backend through the backend contract, against the numpy reference backend (whose reductions, matmul,
+gather and scatter are numpy's own). Elementwise formulas run the same formula on both, so they are also checked
+against float64 references written in numpy: ops' formulas through their OpInfo (tests/op_table.py), the others
+here (``FORMULA_REFERENCES``).
 
 Runs on whatever Vulkan adapter exists (lavapipe in CI); run it also with ``VKBLAS_SHADER_CHECKS=1``. Sizes are
 small: lavapipe is a CPU.
@@ -12,6 +15,7 @@ import sys
 import numpy as np
 import pytest
 
+from references import pcg_normal, pcg_uniform
 from vkblas import dtypes as D
 from vkblas.backend import elementwise as ew
 from vkblas.backend.base import BackendError, NoAdapterError, UnsupportedError, View, contiguous_strides
@@ -24,6 +28,8 @@ wgpu = pytest.importorskip("wgpu")
 from vkblas.backend.vulkan import VulkanBackend, list_adapters  # noqa: E402
 from vkblas.backend.vulkan import queue as vk_queue  # noqa: E402
 from vkblas.backend.vulkan.kernels.reduce import SplitPlan  # noqa: E402
+from vkblas.bench.copy import copy_bandwidth, device_copy  # noqa: E402
+from vkblas.ops.record import RECORDS  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +141,7 @@ _LAYOUTS = ["contiguous", "transposed", "offset", "broadcast"]
 
 @pytest.mark.parametrize("op", sorted(ew.OPS))
 def test_elementwise_ops(vk, op):
+    """Code generation: every formula on Vulkan (float32, four layouts) against the cpu backend (float64)."""
     arity = ew.OPS[op].arity
     for k, first in enumerate(_LAYOUTS):
         layouts = [first] + [_LAYOUTS[(k + j + 1) % 4] for j in range(arity - 1)]
@@ -323,20 +330,85 @@ def test_gather_scatter_add(vk):
     assert vk.to_numpy(t)[0, 0] == 2000.0
 
 
+# float64 references of the formulas that are not an op's own (an op's formula is checked against its OpInfo's
+# reference, the fused backward kernel of a record by the reference-gradient test; tests/test_ops.py)
+FORMULA_REFERENCES = {
+    "copy": lambda a: a,
+    "out_of_range": lambda v, lo, hi: (v < lo) | (v >= hi),
+    "flag_or": np.maximum,
+    "where": np.where,
+    "clamp": lambda a, lo, hi: np.minimum(np.maximum(a, lo), hi),
+    "lerp": lambda a, b, w: a + w * (b - a),
+    "leaky_relu": lambda a, slope: np.where(a > 0, a, a * slope),
+    "leaky_relu_grad": lambda g, x, slope: np.where(x > 0, g, g * slope),
+    "exp_sub": lambda x, mx: np.exp(x - mx),
+    "log_softmax_out": lambda x, mx, s: x - mx - np.log(s),
+    "log_softmax_grad": lambda g, y, s: g - np.exp(y) * s,
+    "softmax_grad": lambda g, y, s: y * (g - s),
+    "axpby": lambda x, y, a, b: a * x + b * y,
+    "ema_sq": lambda v, g, beta: beta * v + (1 - beta) * g**2,
+    "sub_scaled": lambda x, y, s: x - s * y,
+    "adam_step_size": lambda lr, t, beta1: lr / (1 - beta1**t),
+    "adam_rsqrt_bc": lambda t, beta2: 1 / np.sqrt(1 - beta2**t),
+    "adam_apply": lambda p, mom, v, step, rbc, eps, decay: p * decay - step * mom / (np.sqrt(v) * rbc + eps),
+}
+# operands that must be in (0, 1): logarithms, square roots, powers of a beta
+_UNIT_OPERANDS = {"log_softmax_out": {2}, "adam_apply": {2, 4, 5}, "adam_step_size": {0, 1, 2}, "adam_rsqrt_bc": {0, 1}}
+
+
+def _covered_by_an_op(name: str) -> bool:
+    return name in RECORDS or (name.endswith("_grad") and name[: -len("_grad")] in RECORDS)
+
+
+def test_every_formula_has_a_reference():
+    missing = sorted(n for n in ew.OPS if not _covered_by_an_op(n) and n not in FORMULA_REFERENCES)
+    assert not missing, f"formulas with no float64 reference (add one to FORMULA_REFERENCES): {missing}"
+    assert not set(FORMULA_REFERENCES) - set(ew.OPS), "references of formulas that no longer exist"
+
+
+@pytest.mark.parametrize("op", sorted(FORMULA_REFERENCES))
+def test_formulas_match_float64_reference(vk, op):
+    spec = ew.OPS[op]
+    shape = (3, 5)
+    rng = np.random.default_rng(3)
+    values = []
+    for i in range(spec.arity):
+        if i == spec.bool_operand:
+            values.append(rng.random(shape) > 0.5)
+        elif i in _UNIT_OPERANDS.get(op, ()):
+            values.append(rng.uniform(0.1, 0.9, shape))
+        else:
+            values.append(rng.uniform(-2.0, 2.0, shape))
+    want = np.asarray(FORMULA_REFERENCES[op](*values))
+    for be, dtype in ((CPU, D.float64), (vk, D.float32)):
+        args = [put(be, v, D.bool_ if v.dtype == np.bool_ else dtype) for v in values]
+        out = empty(be, shape, D.bool_ if spec.returns_bool else dtype)
+        be.elementwise(op, out, args)
+        got = be.to_numpy(out)
+        if spec.returns_bool:
+            np.testing.assert_array_equal(got, want, err_msg=f"{op} on {be.name}")
+        else:
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6, err_msg=f"{op} on {be.name}")
+
+
 # ---------------------------------------------------------------- random
 
 
 def test_random_matches_cpu(vk):
+    """The same numbers on both backends, and the documented formula's (references.py, float64)."""
     shape = (7, 33)
     for dist, exact in (("uniform", True), ("normal", False)):
         ov, oc = empty(vk, shape, D.float32), empty(CPU, shape, D.float32)
         vk.random(ov, dist, 1234, 2**32 - 100)  # counter wraps inside the tensor
         CPU.random(oc, dist, 1234, 2**32 - 100)
         got, want = vk.to_numpy(ov), CPU.to_numpy(oc)
+        ref = (pcg_uniform if dist == "uniform" else pcg_normal)(shape, 1234, 2**32 - 100)
         if exact:
             np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(want, ref.astype(np.float32))
         else:
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(want, ref, rtol=1e-5, atol=1e-5)
     # strided output: element i in C order of the view still gets counter + i
     base = put(vk, np.zeros(20, np.float32), D.float32)
     view = View(base.storage, (2, 3), (1, 5), 2)
@@ -579,13 +651,13 @@ def test_device_copy_in_order(vk):
     y = empty(vk, (100,), D.float32)
     z = empty(vk, (100,), D.float32)
     vk.elementwise("mul", x, [x, 2.0])  # recorded before the copy
-    vk.device_copy(y.storage, x.storage, 400)
+    device_copy(vk, y.storage, x.storage, 400)
     vk.elementwise("add", z, [y, 1.0])  # reads the copy: a new compute pass after it
     np.testing.assert_array_equal(vk.to_numpy(z), np.arange(100) * 2 + 1)
     with pytest.raises(BackendError, match="multiple of 4"):
-        vk.device_copy(y.storage, x.storage, 6)
+        device_copy(vk, y.storage, x.storage, 6)
     with pytest.raises(BackendError, match="one buffer"):
-        vk.device_copy(x.storage, x.storage, 4)
+        device_copy(vk, x.storage, x.storage, 4)
     with pytest.raises(BackendError, match="exceed"):
-        vk.device_copy(y.storage, x.storage, 1 << 20)
-    assert vk.copy_bandwidth(1 << 16, reps=2) > 0
+        device_copy(vk, y.storage, x.storage, 1 << 20)
+    assert copy_bandwidth(vk, 1 << 16, reps=2) > 0

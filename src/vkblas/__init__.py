@@ -10,10 +10,7 @@ tensor([2., 2., 2.])
 
 from __future__ import annotations
 
-from typing import Any
-
-from . import backend as _backends
-from . import ops as _ops
+from . import ops as _ops  # noqa: F401  (binds the Tensor methods)
 from .autograd import enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled
 from .backend.base import BackendError, DeviceOutOfMemoryError, NoAdapterError, UnsupportedError
 from .creation import (
@@ -38,40 +35,64 @@ from .creation import (
     zeros,
     zeros_like,
 )
-from .device import device
+from .device import device, devices, info, synchronize
 from .dtypes import DType, bool_, double, float16, float32, float64, half, int32
 from .gradcheck import gradcheck
+
+# the functional ops: vkblas.exp(x), vkblas.matmul(a, b), vkblas.cat([...]), ...
+from .ops._core import clone
+from .ops.conv import avg_pool2d, conv2d, max_pool2d
+from .ops.elementwise import *  # noqa: F403  (one function per elementwise op record)
+from .ops.indexing import gather, index_select, one_hot, scatter_add
+from .ops.linalg import bmm, matmul, mm
+from .ops.pointwise import add, clamp, clip, gelu, leaky_relu, masked_fill, sub, where
+from .ops.reduction import (
+    all,
+    amax,
+    amin,
+    any,
+    argmax,
+    argmin,
+    log_softmax,
+    logsumexp,
+    max,
+    mean,
+    min,
+    softmax,
+    std,
+    sum,
+    var,
+)
+from .ops.shape import (
+    cat,
+    chunk,
+    contiguous,
+    expand,
+    expand_as,
+    flatten,
+    narrow,
+    permute,
+    repeat,
+    reshape,
+    split,
+    squeeze,
+    stack,
+    t,
+    to,
+    transpose,
+    unbind,
+    unsqueeze,
+    view,
+    view_as,
+)
 from .random import Generator, initial_seed, manual_seed
 from .tensor import Tensor
+from .version import __version__
 
 bool = bool_  # noqa: A001 - PyTorch's name: vkblas.bool
 int64 = long = int32  # accepted for PyTorch code; stored as int32 (see dtypes.py)
 int = int32  # noqa: A001
 float = float32  # noqa: A001
-
-__version__ = "0.1.0"
-
-# the functional ops: vkblas.exp(x), vkblas.matmul(a, b), vkblas.cat([...]), ...
-_EXPORTED_OPS = [n for n in _ops.__all__ if not n.endswith("_") and n not in ("empty", "full", "norm_dim")]
-globals().update({n: getattr(_ops, n) for n in _EXPORTED_OPS})
-
-
-def devices() -> list[str]:
-    """Every device name usable here: ``cpu`` and one ``vulkan:N`` per Vulkan adapter."""
-    return ["cpu"] + [f"vulkan:{i}" for i in range(len(_backends.vulkan_adapters()))]
-
-
-def info() -> dict[str, Any]:
-    """Adapters, backends, features and limits, and the default device with the reason it was chosen."""
-    name, why = _backends.default_device_name()
-    return {"default_device": name, "why": why, "adapters": list(_backends.vulkan_adapters()), "cpu": "numpy"}
-
-
-def synchronize(device: Any = None) -> None:  # noqa: F811 - PyTorch's argument name
-    """Wait for all work recorded on ``device`` (or on every device in use) to finish."""
-    targets = [_backends.get(str(device))] if device is not None else _backends.loaded()
-    for b in targets:
-        b.synchronize()
 
 
 def is_tensor(obj: object) -> bool:

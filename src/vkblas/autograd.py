@@ -5,6 +5,9 @@ and the rule itself. ``backward()`` orders the graph with an iterative depth-fir
 Python's recursion limit), runs each rule once with the summed incoming gradient, undoes broadcasting in exactly one
 place (:func:`_sum_to_shape`), and accumulates into ``.grad`` of leaves. Rules are written with Tensor ops, so
 autograd lives above the backends and is written once.
+
+The engine imports nothing of vkblas: it only calls methods of the tensors it is given (``Tensor.backward`` hands
+it the seed gradient as a tensor), so ``tensor.py`` and every op can import it without an import circle.
 """
 
 from __future__ import annotations
@@ -127,16 +130,11 @@ def _topo_order(root: Node) -> list[Node]:
     return order
 
 
-def backward(tensor: Tensor, gradient: Tensor | None = None, retain_graph: bool = False) -> None:
-    from .tensor import Tensor
-
+def backward(tensor: Tensor, gradient: Tensor, retain_graph: bool = False) -> None:
+    """Run the backward pass from ``tensor`` seeded with ``gradient``, a tensor of its shape (``Tensor.backward``
+    makes it: ones by default, or from host data)."""
     if not tensor.requires_grad:
         raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
-    if gradient is None:
-        # Deliberate difference: PyTorch requires an explicit gradient for non-scalar outputs; vkblas seeds with ones.
-        gradient = tensor.new_ones(tensor.shape)
-    elif not isinstance(gradient, Tensor):
-        gradient = Tensor._from_value(gradient, dtype=tensor.dtype, device=tensor.device)
     if tuple(gradient.shape) != tuple(tensor.shape):
         raise RuntimeError(
             f"grad can be implicitly created only for matching shapes: gradient has shape "
@@ -206,7 +204,7 @@ def grad(
         if t.grad_fn is not None:
             t._retains_grad = True
     try:
-        backward(outputs, grad_outputs, retain_graph=retain_graph)
+        outputs.backward(grad_outputs, retain_graph=retain_graph)  # Tensor.backward turns host data into a tensor
         return tuple(t.grad for t in inputs)
     finally:
         for t, (g, r) in zip(inputs, saved, strict=True):

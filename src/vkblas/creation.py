@@ -1,4 +1,8 @@
-"""Creating tensors: from data, filled, ranges, and random (generated on the device)."""
+"""Creating tensors: from data, filled, ranges, and random (generated on the device, ``ops/random.py``).
+
+These are the user-facing factories: they resolve ``device=`` and ``dtype=`` arguments; the tensors themselves are
+made by ``tensor.py`` (storage, host data) and ``ops``.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +13,13 @@ from typing import Any
 import numpy as np
 
 from . import device as _dev
-from . import graphs as _graphs
-from .backend.base import View
-from .dtypes import INT32_MAX, INT32_MIN, DType, bool_, float32, int32, to_dtype
-from .ops._core import check_backend, elementwise
-from .ops._core import empty as _empty
+from .dtypes import bool_, float32, int32, to_dtype
+from .ops._core import elementwise
 from .ops._core import full as _full
-from .random import Generator, default_generator
-from .tensor import Tensor
+from .ops.random import random_tensor
+from .random import Generator
+from .tensor import Tensor, host_array, host_dtype, upload
+from .tensor import empty as _empty
 
 Shape = int | Sequence[int]
 
@@ -30,48 +33,14 @@ def _shape(size: tuple[Any, ...]) -> tuple[int, ...]:
         raise TypeError(f"size must be a sequence of ints, got {size!r}") from None
 
 
-def _infer_dtype(arr: np.ndarray) -> DType:
-    if arr.dtype == np.bool_:
-        return bool_
-    if arr.dtype.kind in "iu":
-        return int32
-    if arr.dtype == np.float16:
-        return to_dtype("float16")
-    if arr.dtype.kind == "f":
-        return float32  # float64 data becomes float32 unless dtype=float64 is asked for (see README)
-    raise TypeError(f"can't convert data of numpy dtype {arr.dtype} to a tensor")
-
-
-def _to_array(data: Any) -> np.ndarray:
-    if isinstance(data, Tensor):
-        return data.detach().numpy()
-    if isinstance(data, (list, tuple)) and any(isinstance(d, Tensor) for d in data):
-        data = [_to_array(d) for d in data]
-    arr = np.asarray(data)
-    if arr.dtype == object:
-        raise TypeError(f"can't build a tensor from {type(data).__name__} with ragged or non-numeric entries")
-    return arr
-
-
-def _check_int_range(arr: np.ndarray) -> None:
-    if arr.dtype.kind in "iu" and arr.size and (arr.min() < INT32_MIN or arr.max() > INT32_MAX):
-        bad = arr.max() if arr.max() > INT32_MAX else arr.min()
-        raise OverflowError(f"value {bad} does not fit in int32 (int64 input is stored as int32; see README)")
-
-
 def tensor(data: Any, dtype: Any = None, device: _dev.DeviceLike = None, requires_grad: bool = False) -> Tensor:
     """A new tensor holding a copy of ``data`` (nested lists, numbers, numpy arrays, tensors)."""
-    arr = _to_array(data)
-    dt = to_dtype(dtype) if dtype is not None else _infer_dtype(arr)
+    arr = host_array(data)
+    dt = to_dtype(dtype) if dtype is not None else host_dtype(arr)
     if requires_grad and dtype is None and not dt.is_floating:
         dt = float32  # the issue's example: tensor([1, 2, 3], requires_grad=True) is a float leaf
-    if not dt.is_floating and dt is not bool_:
-        if arr.dtype.kind == "f" and dtype is None:
-            dt = float32
-        _check_int_range(arr)
     backend = _dev.resolve(device if device is not None else (data.device if isinstance(data, Tensor) else None))
-    check_backend(backend, dt, "tensor")
-    t = Tensor._make(View.of(backend.from_numpy(arr, dt), arr.shape), backend)
+    t = upload(arr, dt, backend)
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -191,15 +160,7 @@ def _random(
     dt = to_dtype(dtype) if dtype is not None else float32
     if not dt.is_floating:
         raise RuntimeError(f"random {distribution} numbers need a floating dtype, got {dt!r}")
-    b = _dev.resolve(device)
-    check_backend(b, dt, "rand")
-    out = _empty(size, dt, b)
-    gen = generator or default_generator
-    seed, counter = gen.take(out.numel())
-    if out.numel():
-        b.random(out._view, distribution, seed, counter)
-        _graphs.note_random(b, gen, out.numel())
-    return out
+    return random_tensor(size, distribution, dt, _dev.resolve(device), generator)
 
 
 def rand(
@@ -255,45 +216,3 @@ def rand_like(input: Tensor, dtype: Any = None, device: _dev.DeviceLike = None) 
 
 def randn_like(input: Tensor, dtype: Any = None, device: _dev.DeviceLike = None) -> Tensor:  # noqa: A002
     return randn(input.shape, dtype=dtype or input.dtype, device=device or input.device)
-
-
-def _fill_random(t: Tensor, distribution: str, generator: Generator | None) -> Tensor:
-    from .ops._core import check_inplace
-
-    if check_inplace(t, distribution + "_"):
-        raise RuntimeError(f"{distribution}_ cannot be recorded by autograd; call it inside vkblas.no_grad()")
-    if not t.dtype.is_floating:
-        raise RuntimeError(f"{distribution}_ needs a floating dtype, got {t.dtype!r}")
-    gen = generator or default_generator
-    seed, counter = gen.take(t.numel())
-    if t.numel():
-        t._backend.random(t._view, distribution, seed, counter)
-        _graphs.note_random(t._backend, gen, t.numel())
-    t._view.storage.version += 1
-    return t
-
-
-def uniform_(t: Tensor, a: float = 0.0, b: float = 1.0, generator: Generator | None = None) -> Tensor:
-    """Fill ``t`` in place with U(a, b)."""
-    from .ops._core import write_into
-
-    _fill_random(t, "uniform", generator)
-    return write_into(t, "lerp", a, b, t) if (a, b) != (0.0, 1.0) else t
-
-
-def normal_(t: Tensor, mean: float = 0.0, std: float = 1.0, generator: Generator | None = None) -> Tensor:
-    """Fill ``t`` in place with N(mean, std**2)."""
-    from .ops._core import write_into
-
-    _fill_random(t, "normal", generator)
-    if std != 1.0:
-        write_into(t, "mul", t, float(std))
-    return write_into(t, "add", t, float(mean)) if mean != 0.0 else t
-
-
-def bernoulli_(t: Tensor, p: float = 0.5, generator: Generator | None = None) -> Tensor:
-    """Fill ``t`` in place with 1 with probability ``p``, else 0."""
-    from .ops._core import write_into
-
-    _fill_random(t, "uniform", generator)
-    return write_into(t, "where", elementwise("lt", t, float(p)), 1.0, 0.0)

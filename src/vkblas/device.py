@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from . import backend as _backends
 
 
@@ -50,3 +52,21 @@ def of_backend(b: _backends.Backend) -> device:
     if b.name == "cpu":
         return device("cpu")
     return device("vulkan", getattr(b, "adapter_index", 0))
+
+
+def devices() -> list[str]:
+    """Every device name usable here: ``cpu`` and one ``vulkan:N`` per Vulkan adapter."""
+    return ["cpu"] + [f"vulkan:{i}" for i in range(len(_backends.vulkan_adapters()))]
+
+
+def info() -> dict[str, Any]:
+    """Adapters, backends, features and limits, and the default device with the reason it was chosen."""
+    name, why = _backends.default_device_name()
+    return {"default_device": name, "why": why, "adapters": list(_backends.vulkan_adapters()), "cpu": "numpy"}
+
+
+def synchronize(device: DeviceLike = None) -> None:
+    """Wait for all work recorded on ``device`` (or on every device in use) to finish."""
+    targets = [resolve(device)] if device is not None else _backends.loaded()
+    for b in targets:
+        b.synchronize()

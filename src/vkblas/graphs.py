@@ -7,8 +7,10 @@
 >>> static_x.copy_(next_x); static_y.copy_(next_y); g.replay()        # doctest: +SKIP
 >>> loss.item()                                                        # doctest: +SKIP
 
-How it works on Vulkan: during capture every dispatch is executed as usual *and* recorded as (pipeline, bind group,
-params window, grid); ``replay`` copies all params into the runtime's uniform ring in one slice and re-issues the
+Capture is a capability of a backend, declared in the backend contract (``backend/base.py``: ``can_capture``,
+``capture_begin`` / ``capture_end`` / ``capture_replay`` / ``capture_release``, ``capture_paused``); this module uses
+nothing else. On Vulkan, during capture every dispatch is executed as usual *and* recorded as (pipeline, bind group,
+params window, grid); a replay copies all params into the runtime's uniform ring in one slice and re-issues the
 dispatches (set pipeline, set bind group, dispatch: three C calls each). Nothing of the Python that produced them
 runs again: shapes, strides, Python-number operands and control flow are frozen at capture.
 
@@ -21,7 +23,7 @@ Rules (as in PyTorch, with the differences marked):
   to another tensor; ``reset()`` or deleting the graph gives them back (PyTorch: the graph's private memory pool).
   Unlike PyTorch, parameters deleted while a graph still names them are pinned too, not silently reused.
 * Forbidden inside the block, with an error saying what to do instead: host reads (``.numpy()``, ``.item()``),
-  uploads of host data (create static inputs before, copy batches into them outside), ``device_copy``,
+  uploads of host data (create static inputs before, copy batches into them outside), a buffer copy,
   ``synchronize``, nested captures, and ``optimizer.step()`` of an optimizer built without ``capturable=True``.
   Optimizer state must exist before capture: run one eager warm-up step first (PyTorch asks for warm-up too).
 * Matmul planning (autotuning, GEMM self-checks) for a shape first seen inside capture runs eagerly, unrecorded.
@@ -30,17 +32,18 @@ Rules (as in PyTorch, with the differences marked):
 * Random numbers (dropout, ``rand``) take fresh seeds/counters from their generator on each replay, in the same
   order as eager steps would (PyTorch: the philox offset of the graph-safe generator).
 * Python-number operands are frozen. Optimizers with ``capturable=True`` keep lr, step and bias corrections in
-  device tensors; a graph re-syncs the device lr of the optimizers stepped inside it before each replay, so LR
-  schedulers that change ``group["lr"]`` keep working.
+  device tensors and register a replay hook (:meth:`Graph.register_replay_hook`) that copies a changed
+  ``group["lr"]`` into the device lr before each replay, so LR schedulers keep working.
 * Ops on the ``cpu`` backend inside the block run normally (they touch no GPU) but are not replayed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .backend.base import Backend, Capture
 from .device import DeviceLike, resolve
 
 _current: Graph | None = None
@@ -51,9 +54,9 @@ class Graph:
     re-run it with :meth:`replay`, free its memory with :meth:`reset` (or by dropping it)."""
 
     def __init__(self) -> None:
-        self._backend: Any = None
-        self._rec: Any = None
-        self._optimizers: list[Any] = []
+        self._backend: Backend | None = None
+        self._rec: Capture | None = None
+        self._hooks: list[Callable[[], None]] = []
         self._capturing = False
 
     # -- capture
@@ -65,13 +68,10 @@ class Graph:
         if self._rec is not None:
             raise RuntimeError("this graph already holds a capture; call reset() before capturing again")
         backend = resolve(device)
-        if not hasattr(backend, "capture_begin"):
+        if not backend.can_capture:
             raise RuntimeError(f"graph capture needs a Vulkan device, got {backend.name!r}; pass device='vulkan'")
-        from .backend.vulkan.queue import Recording
-
-        rec = Recording()
-        backend.capture_begin(rec)
-        self._backend, self._rec, self._capturing = backend, rec, True
+        self._rec = backend.capture_begin()
+        self._backend, self._capturing = backend, True
         _current = self
 
     def capture_end(self) -> None:
@@ -79,6 +79,7 @@ class Graph:
         global _current
         if not self._capturing:
             raise RuntimeError("capture_end() without capture_begin()")
+        assert self._backend is not None
         self._backend.capture_end()
         self._capturing = False
         _current = None
@@ -89,31 +90,34 @@ class Graph:
 
     # -- replay
     def replay(self) -> None:
-        """Run the captured work again (asynchronously, like every device op). Optimizers stepped inside the
-        capture first copy a changed ``group["lr"]`` into their device lr."""
+        """Run the captured work again (asynchronously, like every device op), after the replay hooks."""
         if self._rec is None or self._capturing:
             raise RuntimeError("replay() needs a finished capture (use `with vkblas.graphs.capture(graph): ...`)")
         if _current is not None:
             raise RuntimeError("replay() inside a graph capture is not supported")
-        for opt in self._optimizers:
-            opt._sync_device_lr()
-        self._backend.replay(self._rec)
+        for hook in self._hooks:
+            hook()
+        assert self._backend is not None
+        self._backend.capture_replay(self._rec)
+
+    def register_replay_hook(self, hook: Callable[[], None]) -> None:
+        """Call ``hook()`` before each replay (registered once, however often it is asked): how host-side state
+        that a replay cannot see reaches the device, e.g. an optimizer copying a changed ``group["lr"]`` into its
+        device lr."""
+        if hook not in self._hooks:
+            self._hooks.append(hook)
 
     def reset(self) -> None:
         """Forget the capture and give its pinned buffers back to the pool (PyTorch: ``CUDAGraph.reset``)."""
         rec, self._rec = self._rec, None
-        self._optimizers = []
+        self._hooks = []
         if rec is not None and self._backend is not None:
-            self._backend.release_recording(rec)
+            self._backend.capture_release(rec)
 
     @property
     def num_dispatches(self) -> int:
         """Dispatches one replay issues."""
-        return len(self._rec.ops) if self._rec is not None else 0
-
-    def _register_optimizer(self, optimizer: Any) -> None:
-        if not any(o is optimizer for o in self._optimizers):
-            self._optimizers.append(optimizer)
+        return self._rec.num_dispatches if self._rec is not None else 0
 
     def __del__(self) -> None:
         try:
@@ -146,15 +150,20 @@ def is_current_stream_capturing() -> bool:
     return _current is not None
 
 
+def can_capture(device: DeviceLike = None) -> bool:
+    """Whether ``device`` (default: vkblas's default device) can capture graphs."""
+    return resolve(device).can_capture
+
+
 @contextmanager
 def paused() -> Iterator[None]:
     """Run device work in the middle of a capture without recording it (one-time set-up, e.g. an optimizer
     writing its device lr)."""
     g = _current
-    if g is None:
+    if g is None or g._backend is None:
         yield
         return
-    with g._backend.rt.paused():
+    with g._backend.capture_paused():
         yield
 
 
@@ -162,8 +171,8 @@ def note_random(backend: Any, generator: Any, numel: int) -> None:
     """Called by the random ops right after their dispatch: inside a capture on ``backend``, replays re-take
     ``numel`` counters from ``generator`` for that dispatch."""
     g = _current
-    if g is not None and g._backend is backend and numel:
-        g._rec.randoms.append((len(g._rec.ops) - 1, generator, numel))
+    if g is not None and g._backend is backend and numel and g._rec is not None:
+        g._rec.note_random(generator, numel)
 
 
-__all__ = ["Graph", "capture", "current_graph", "is_current_stream_capturing", "paused"]
+__all__ = ["Graph", "can_capture", "capture", "current_graph", "is_current_stream_capturing", "paused"]

@@ -1,6 +1,10 @@
-"""The user-facing Tensor: a strided view of backend storage, plus autograd bookkeeping.
+"""The user-facing Tensor: a strided view of backend storage (data, metadata, host transfer), plus the autograd
+fields. Tensors are made here (:func:`empty`, :func:`from_host`) and by ``vkblas.creation``.
 
-Ops live in ``vkblas.ops``; the methods here are thin doors to them with PyTorch's names and signatures.
+The op methods (``+``, ``exp``, ``sum``, ``reshape``, ``to`` ...) are not here: ops sit above this module and bind
+them when ``vkblas.ops`` is imported (``ops/methods.py``, written out one by one; elementwise ops' methods come from
+their records). ``backward`` hands the engine (``vkblas.autograd``) a ready seed gradient, so the engine needs
+nothing from this module.
 """
 
 from __future__ import annotations
@@ -12,8 +16,8 @@ import numpy as np
 
 from . import autograd
 from . import device as _dev
-from .backend.base import Backend, View
-from .dtypes import DType, bool_, float16, float32, int32, to_dtype
+from .backend.base import Backend, UnsupportedError, View
+from .dtypes import INT32_MAX, INT32_MIN, DType, bool_, float16, float32, int32
 
 
 class Tensor:
@@ -33,19 +37,13 @@ class Tensor:
         t._retains_grad = False
         return t
 
-    @classmethod
-    def _from_value(cls, value: Any, dtype: DType | None = None, device: _dev.DeviceLike = None) -> Tensor:
-        from .creation import tensor
-
-        return tensor(value, dtype=dtype, device=device)
-
     # ------------------------------------------------------------------ metadata
     @property
     def shape(self) -> tuple[int, ...]:
         return self._view.shape
 
     def size(self, dim: int | None = None) -> tuple[int, ...] | int:
-        return self.shape if dim is None else self.shape[_ops.norm_dim(dim, self.ndim)]
+        return self.shape if dim is None else self.shape[norm_dim(dim, self.ndim)]
 
     @property
     def ndim(self) -> int:
@@ -58,7 +56,7 @@ class Tensor:
         return self._view.numel
 
     def stride(self, dim: int | None = None) -> tuple[int, ...] | int:
-        return self._view.strides if dim is None else self._view.strides[_ops.norm_dim(dim, self.ndim)]
+        return self._view.strides if dim is None else self._view.strides[norm_dim(dim, self.ndim)]
 
     def storage_offset(self) -> int:
         return self._view.offset
@@ -151,7 +149,14 @@ class Tensor:
         return "tensor(" + body + "".join(", " + e for e in extras) + ")"
 
     # ------------------------------------------------------------------ autograd
-    def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> None:
+    def backward(self, gradient: Any = None, retain_graph: bool = False) -> None:
+        """Accumulate the gradient of this tensor into ``.grad`` of the leaves it was computed from. ``gradient``
+        (a tensor or host data) defaults to ones (PyTorch asks for it explicitly for a non-scalar output)."""
+        if gradient is None:
+            # deliberate difference: PyTorch asks for an explicit gradient for non-scalar outputs; vkblas seeds ones
+            gradient = self.new_ones(self.shape)
+        elif not isinstance(gradient, Tensor):
+            gradient = from_host(gradient, self.dtype, self._backend)
         autograd.backward(self, gradient, retain_graph=retain_graph)
 
     def detach(self) -> Tensor:
@@ -184,181 +189,84 @@ class Tensor:
         else:
             self.grad = self.grad + g
 
-    # ------------------------------------------------------------------ conversion
-    def to(self, *args: Any, **kwargs: Any) -> Tensor:
-        """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or keywords ``device=``, ``dtype=``."""
-        dev, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
-        kwargs.pop("non_blocking", None)
-        if kwargs:
-            raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
-        for a in args:
-            dtype_names = ("float32", "float16", "float64", "int32", "bool")
-            if isinstance(a, (_dev.device, str)) and not (isinstance(a, str) and a in dtype_names):
-                dev = a
-            else:
-                dtype = a
-        return _ops.to(self, device=dev, dtype=None if dtype is None else to_dtype(dtype))
-
-    def cpu(self) -> Tensor:
-        return self.to("cpu")
-
-    def float(self) -> Tensor:
-        return self.to(float32)
-
-    def half(self) -> Tensor:
-        return self.to(float16)
-
-    def int(self) -> Tensor:
-        return self.to(int32)
-
-    def long(self) -> Tensor:  # no int64 storage (see dtypes.py)
-        return self.to(int32)
-
-    def bool(self) -> Tensor:
-        return self.to(bool_)
-
-    def type_as(self, other: Tensor) -> Tensor:
-        return self.to(other.dtype)
-
+    # ------------------------------------------------------------------ new tensors like this one
     def new_tensor(self, data: Any, dtype: DType | None = None) -> Tensor:
-        return Tensor._from_value(data, dtype=dtype or self.dtype, device=self.device)
-
-    def new_zeros(self, shape: Sequence[int], dtype: DType | None = None) -> Tensor:
-        return _ops.full(tuple(shape), 0, dtype or self.dtype, self._backend)
-
-    def new_ones(self, shape: Sequence[int], dtype: DType | None = None) -> Tensor:
-        return _ops.full(tuple(shape), 1, dtype or self.dtype, self._backend)
-
-    def new_full(self, shape: Sequence[int], fill_value: float, dtype: DType | None = None) -> Tensor:
-        return _ops.full(tuple(shape), fill_value, dtype or self.dtype, self._backend)
+        return from_host(data, dtype or self.dtype, self._backend)
 
     def new_empty(self, shape: Sequence[int], dtype: DType | None = None) -> Tensor:
-        return _ops.empty(tuple(shape), dtype or self.dtype, self._backend)
-
-    # ------------------------------------------------------------------ operators
-    def __add__(self, o: Any) -> Tensor:
-        return _ops.binary("add", self, o)
-
-    def __radd__(self, o: Any) -> Tensor:
-        return _ops.binary("add", o, self)
-
-    def __sub__(self, o: Any) -> Tensor:
-        return _ops.binary("sub", self, o)
-
-    def __rsub__(self, o: Any) -> Tensor:
-        return _ops.binary("sub", o, self)
-
-    def __mul__(self, o: Any) -> Tensor:
-        return _ops.binary("mul", self, o)
-
-    def __rmul__(self, o: Any) -> Tensor:
-        return _ops.binary("mul", o, self)
-
-    def __truediv__(self, o: Any) -> Tensor:
-        return _ops.binary("div", self, o)
-
-    def __rtruediv__(self, o: Any) -> Tensor:
-        return _ops.binary("div", o, self)
-
-    def __pow__(self, o: Any) -> Tensor:
-        return _ops.binary("pow", self, o)
-
-    def __rpow__(self, o: Any) -> Tensor:
-        return _ops.binary("pow", o, self)
-
-    def __matmul__(self, o: Tensor) -> Tensor:
-        return _ops.matmul(self, o)
-
-    def __rmatmul__(self, o: Tensor) -> Tensor:
-        return _ops.matmul(o, self)
-
-    def __neg__(self) -> Tensor:
-        return _ops.neg(self)
-
-    def __pos__(self) -> Tensor:
-        return self
-
-    def __abs__(self) -> Tensor:
-        return _ops.abs(self)
-
-    def __invert__(self) -> Tensor:
-        if self.dtype is not bool_:
-            raise TypeError(f"~ is only supported for bool tensors here (got {self.dtype!r})")
-        return _ops.logical_not(self)
-
-    def __and__(self, o: Any) -> Tensor:
-        return _ops.logical_and(self, o)
-
-    def __or__(self, o: Any) -> Tensor:
-        return _ops.logical_or(self, o)
-
-    def __eq__(self, o: Any) -> Tensor:  # type: ignore[override]
-        return _ops.eq(self, o)
-
-    def __ne__(self, o: Any) -> Tensor:  # type: ignore[override]
-        return _ops.ne(self, o)
-
-    def __lt__(self, o: Any) -> Tensor:
-        return _ops.lt(self, o)
-
-    def __le__(self, o: Any) -> Tensor:
-        return _ops.le(self, o)
-
-    def __gt__(self, o: Any) -> Tensor:
-        return _ops.gt(self, o)
-
-    def __ge__(self, o: Any) -> Tensor:
-        return _ops.ge(self, o)
-
-    def __getitem__(self, index: Any) -> Tensor:
-        return _ops.getitem(self, index)
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        _ops.setitem(self, index, value)
-
-    # in-place operators
-    def __iadd__(self, o: Any) -> Tensor:
-        return self.add_(o)
-
-    def __isub__(self, o: Any) -> Tensor:
-        return self.sub_(o)
-
-    def __imul__(self, o: Any) -> Tensor:
-        return self.mul_(o)
-
-    def __itruediv__(self, o: Any) -> Tensor:
-        return self.div_(o)
-
-    @property
-    def T(self) -> Tensor:  # noqa: N802 - PyTorch's name
-        return _ops.permute(self, tuple(reversed(range(self.ndim))))
-
-    @property
-    def mT(self) -> Tensor:  # noqa: N802
-        return _ops.transpose(self, -2, -1)
+        return empty(tuple(shape), dtype or self.dtype, self._backend)
 
 
-def _method(name: str) -> Any:
-    def method(self: Tensor, *args: Any, **kwargs: Any) -> Any:
-        return getattr(_ops, name)(self, *args, **kwargs)
+def norm_dim(dim: int, ndim: int) -> int:
+    """``dim`` as an index into ``ndim`` dims (negative counts from the end), or PyTorch's IndexError."""
+    lo, hi = -max(ndim, 1), max(ndim, 1) - 1
+    if not lo <= dim <= hi:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{lo}, {hi}], but got {dim})")
+    return dim % max(ndim, 1)
 
-    method.__name__ = name
-    method.__doc__ = f"Same as ``vkblas.{name}(self, ...)``."
-    return method
+
+def check_backend(b: Backend, dtype: DType, op: str) -> None:
+    if not b.supports(dtype):
+        raise UnsupportedError(
+            f"{op}: dtype {dtype.name} is not supported on device '{b.name}'"
+            + (" (no shader-f16 feature)" if dtype.name == "float16" else "")
+        )
 
 
-# Methods that are exactly ``vkblas.<name>(self, ...)``: generated, not written out one by one.
-METHODS = (
-    "add sub mul div neg pow exp log sqrt rsqrt abs sign sin cos tanh sigmoid relu gelu silu leaky_relu square "
-    "reciprocal clamp clip maximum minimum eq ne lt le gt ge logical_not logical_and logical_or masked_fill "
-    "sum mean max min argmax argmin var std logsumexp softmax log_softmax all any amax amin "
-    "matmul mm bmm reshape view view_as flatten squeeze unsqueeze permute transpose expand expand_as repeat split "
-    "chunk unbind narrow contiguous clone gather index_select scatter_add where "
-    "add_ sub_ mul_ div_ zero_ fill_ copy_ clamp_ addcmul_ addcdiv_ lerp_ uniform_ normal_ pow_ sqrt_ neg_ "
-    "exp_ relu_ masked_fill_ bernoulli_"
-).split()
-for _name in METHODS:
-    if not hasattr(Tensor, _name):
-        setattr(Tensor, _name, _method(_name))
+def empty(shape: tuple[int, ...], dtype: DType, backend: Backend) -> Tensor:
+    """A new contiguous tensor of uninitialised storage on ``backend``."""
+    if not backend.supports(dtype):
+        check_backend(backend, dtype, "empty")
+    strides, n = [], 1
+    for k in reversed(shape):
+        if k.__class__ is not int:
+            if not isinstance(k, (int, np.integer)):
+                raise ValueError(f"invalid shape {shape}: sizes must be non-negative integers")
+            return empty(tuple(int(x) for x in shape), dtype, backend)
+        if k < 0:
+            raise ValueError(f"invalid shape {shape}: sizes must be non-negative integers")
+        strides.append(n)
+        n *= k if k else 1
+    total = n if 0 not in shape else 0
+    return Tensor._make(View(backend.alloc(total, dtype), tuple(shape), tuple(reversed(strides)), 0), backend)
 
-from . import ops as _ops  # noqa: E402  (ops import Tensor; this import must follow the class)
+
+# ---------------------------------------------------------------------------------------------- from host data
+def host_array(data: Any) -> np.ndarray:
+    """Host data (numbers, nested lists, numpy arrays, tensors) as a numpy array."""
+    if isinstance(data, Tensor):
+        return data.detach().numpy()
+    if isinstance(data, (list, tuple)) and any(isinstance(d, Tensor) for d in data):
+        data = [host_array(d) for d in data]
+    arr = np.asarray(data)
+    if arr.dtype == object:
+        raise TypeError(f"can't build a tensor from {type(data).__name__} with ragged or non-numeric entries")
+    return arr
+
+
+def host_dtype(arr: np.ndarray) -> DType:
+    """The dtype host data gets when none is asked for."""
+    if arr.dtype == np.bool_:
+        return bool_
+    if arr.dtype.kind in "iu":
+        return int32
+    if arr.dtype == np.float16:
+        return float16
+    if arr.dtype.kind == "f":
+        return float32  # float64 data becomes float32 unless dtype=float64 is asked for (see README)
+    raise TypeError(f"can't convert data of numpy dtype {arr.dtype} to a tensor")
+
+
+def upload(arr: np.ndarray, dtype: DType, backend: Backend) -> Tensor:
+    """A new tensor on ``backend`` holding ``arr`` converted to ``dtype`` (integers range-checked for int32)."""
+    if dtype is int32 and arr.dtype.kind in "iu" and arr.size and (arr.min() < INT32_MIN or arr.max() > INT32_MAX):
+        bad = arr.max() if arr.max() > INT32_MAX else arr.min()
+        raise OverflowError(f"value {bad} does not fit in int32 (int64 input is stored as int32; see README)")
+    check_backend(backend, dtype, "tensor")
+    return Tensor._make(View.of(backend.from_numpy(arr, dtype), arr.shape), backend)
+
+
+def from_host(data: Any, dtype: DType | None, backend: Backend) -> Tensor:
+    """A new tensor on ``backend`` holding a copy of host ``data`` (``dtype``, or the one the data implies)."""
+    arr = host_array(data)
+    return upload(arr, dtype if dtype is not None else host_dtype(arr), backend)

@@ -25,6 +25,11 @@ Primitives (all outputs are views the caller allocated; inputs may be any views,
 ``to_numpy`` / ``from_numpy``   the only host transfers; ``to_numpy`` is a sync point.
 =====================  ==============================================================================================
 
+Optional: **graph capture** (``vkblas.graphs``). A backend with ``can_capture = True`` records the device work issued
+between ``capture_begin`` and ``capture_end`` into a :class:`Capture` and re-issues it with ``capture_replay``
+(CUDA graphs' semantics); ``capture_release`` gives back the memory the capture holds and ``capture_paused`` runs
+work in the middle of a capture without recording it. The layers above use only these methods.
+
 Backends never see autograd. They raise :class:`BackendError` subclasses with messages that name the op, the
 device, the shapes and the dtypes involved; they never fall back to another device.
 """
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -56,6 +62,10 @@ class DeviceOutOfMemoryError(BackendError, MemoryError):
 
 class NoAdapterError(BackendError):
     """No adapter of the requested kind exists on this machine."""
+
+
+class GraphCaptureError(BackendError, RuntimeError):
+    """An operation that a graph cannot record was called during capture (a host read, an upload, a sync)."""
 
 
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -116,10 +126,27 @@ class View(NamedTuple):
         return View(storage, shape, contiguous_strides(shape), 0)
 
 
+class Capture(ABC):
+    """The device work a backend recorded between ``capture_begin`` and ``capture_end``, replayable by that backend
+    (opaque to the layers above except for what is declared here)."""
+
+    @property
+    @abstractmethod
+    def num_dispatches(self) -> int:
+        """Dispatches one replay issues."""
+
+    @abstractmethod
+    def note_random(self, generator: Any, numel: int) -> None:
+        """The dispatch recorded last fills ``numel`` random numbers: every replay takes fresh ``(seed, counter)``
+        from ``generator`` (anything with ``take(n) -> (seed, counter)``) for it, as an eager call would."""
+
+
 class Backend(ABC):
     """One kind of device. ``name`` is what users type: ``"cpu"`` or ``"vulkan"``."""
 
     name: str
+    #: whether the graph-capture methods below are implemented (see the module docstring)
+    can_capture: bool = False
 
     # -- description
     @abstractmethod
@@ -201,6 +228,31 @@ class Backend(ABC):
         bad = a[(a < low) | (a >= high)]
         if bad.size:
             raise IndexError(message.format(bad=int(bad.reshape(-1)[0])))
+
+    # -- graph capture (optional: ``can_capture``)
+    def _cannot_capture(self) -> UnsupportedError:
+        return UnsupportedError(f"graph capture is not supported on device '{self.name}'")
+
+    def capture_begin(self) -> Capture:
+        """Start recording every dispatch (each still runs now). Until :meth:`capture_end`, host reads, uploads and
+        ``synchronize`` raise :class:`GraphCaptureError`: a replay would not repeat them."""
+        raise self._cannot_capture()
+
+    def capture_end(self) -> None:
+        """Stop recording. The memory the capture binds stays reserved for it until :meth:`capture_release`."""
+        raise self._cannot_capture()
+
+    def capture_replay(self, capture: Capture) -> None:
+        """Re-issue a finished capture's work (asynchronously, like every op)."""
+        raise self._cannot_capture()
+
+    def capture_release(self, capture: Capture) -> None:
+        """Give back the memory a finished capture holds; the capture cannot be replayed afterwards."""
+        raise self._cannot_capture()
+
+    def capture_paused(self) -> AbstractContextManager[None]:
+        """A context in which work runs eagerly and is not recorded (one-time set-up during a capture)."""
+        raise self._cannot_capture()
 
 
 def window_output_size(

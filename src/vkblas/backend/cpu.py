@@ -3,7 +3,6 @@ no hardware Vulkan adapter (only when chosen by the device policy, never per op)
 
 from __future__ import annotations
 
-import types
 from collections.abc import Sequence
 
 import numpy as np
@@ -32,35 +31,6 @@ def _np(view: View) -> np.ndarray:
         shape=view.shape,
         strides=tuple(s * item for s in view.strides),
     )
-
-
-def _sign(a: np.ndarray) -> np.ndarray:
-    return np.sign(a)
-
-
-def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    with np.errstate(all="ignore"):
-        return np.power(a, b)
-
-
-# numpy as the math namespace of backend/elementwise.py
-_NUMPY_MATH = types.SimpleNamespace(
-    exp=np.exp,
-    log=np.log,
-    sqrt=np.sqrt,
-    abs=np.abs,
-    sign=_sign,
-    sin=np.sin,
-    cos=np.cos,
-    tanh=np.tanh,
-    where=np.where,
-    maximum=np.maximum,
-    minimum=np.minimum,
-    pow=_pow,
-    logical_not=np.logical_not,
-    logical_and=np.logical_and,
-    logical_or=np.logical_or,
-)
 
 
 def pcg_hash(x: np.ndarray) -> np.ndarray:
@@ -109,7 +79,7 @@ class CpuBackend(Backend):
         spec = ew.OPS[op]
         vals = [_np(a) if isinstance(a, View) else a for a in args]
         with np.errstate(all="ignore"):
-            result = spec.fn(_NUMPY_MATH, *vals)
+            result = spec.fn(ew.numpy_math, *vals)
         target = _np(out)
         if out.dtype.is_bool:
             np.copyto(target, np.asarray(result).astype(bool), casting="unsafe")

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .. import ops
 from ..autograd import no_grad
 from ..dtypes import bool_, float16, float64, int32
 from ..ops.conv import avg_pool2d, conv2d, max_pool2d, pad, unfold
-from ..ops.indexing import check_index, gather_unchecked, take_along
+from ..ops.indexing import check_index, gather_unchecked, one_hot, take_along
 from ..ops.pointwise import gelu, leaky_relu, where
+from ..ops.reduction import log_softmax as _log_softmax
+from ..ops.reduction import softmax as _softmax
 from ..tensor import Tensor
 
 __all__ = [
@@ -46,8 +47,6 @@ __all__ = [
     "unfold",
 ]
 
-one_hot = ops.one_hot
-
 
 # ---------------------------------------------------------------- activations
 def relu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
@@ -67,11 +66,11 @@ def silu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
 
 
 def softmax(input: Tensor, dim: int, dtype: object = None) -> Tensor:  # noqa: A002
-    return ops.softmax(input, dim, dtype)
+    return _softmax(input, dim, dtype)
 
 
 def log_softmax(input: Tensor, dim: int, dtype: object = None) -> Tensor:  # noqa: A002
-    return ops.log_softmax(input, dim, dtype)
+    return _log_softmax(input, dim, dtype)
 
 
 # ---------------------------------------------------------------- layers

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from .. import ops
 from ..autograd import no_grad
+from ..ops.shape import stack
 from ..tensor import Tensor
 
 
@@ -36,10 +36,10 @@ def clip_grad_norm_(
     with no_grad():
         if math.isinf(norm_type):
             norms = [g.abs().amax() for g in grads]
-            total = norms[0] if len(norms) == 1 else ops.stack(norms).amax()
+            total = norms[0] if len(norms) == 1 else stack(norms).amax()
         else:
             norms = [g.abs().pow(norm_type).sum() for g in grads]
-            total = (norms[0] if len(norms) == 1 else ops.stack(norms).sum()).pow(1.0 / norm_type)
+            total = (norms[0] if len(norms) == 1 else stack(norms).sum()).pow(1.0 / norm_type)
         if error_if_nonfinite and not math.isfinite(total.item()):
             raise RuntimeError(
                 f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, "

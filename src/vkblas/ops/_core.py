@@ -7,20 +7,13 @@ from typing import Any
 
 import numpy as np
 
-from ..autograd import is_grad_enabled
-from ..backend.base import Backend, UnsupportedError, View
+from ..autograd import is_grad_enabled, record
+from ..backend.base import Backend, View
 from ..backend.elementwise import OPS
 from ..dtypes import DType, bool_, float32, int32, promote, result_type
-from ..tensor import Tensor
+from ..tensor import Tensor, empty, norm_dim
 
 Scalar = bool | int | float
-
-
-def norm_dim(dim: int, ndim: int) -> int:
-    lo, hi = -max(ndim, 1), max(ndim, 1) - 1
-    if not lo <= dim <= hi:
-        raise IndexError(f"Dimension out of range (expected to be in range of [{lo}, {hi}], but got {dim})")
-    return dim % max(ndim, 1)
 
 
 def norm_dims(dims: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
@@ -32,31 +25,6 @@ def norm_dims(dims: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
     if len(out) != len(tuple(dims)):
         raise RuntimeError(f"dim {tuple(dims)} appears multiple times in the list of dims")
     return out
-
-
-def check_backend(b: Backend, dtype: DType, op: str) -> None:
-    if not b.supports(dtype):
-        raise UnsupportedError(
-            f"{op}: dtype {dtype.name} is not supported on device '{b.name}'"
-            + (" (no shader-f16 feature)" if dtype.name == "float16" else "")
-        )
-
-
-def empty(shape: tuple[int, ...], dtype: DType, backend: Backend) -> Tensor:
-    if not backend.supports(dtype):
-        check_backend(backend, dtype, "empty")
-    strides, n = [], 1
-    for k in reversed(shape):
-        if k.__class__ is not int:
-            if not isinstance(k, (int, np.integer)):
-                raise ValueError(f"invalid shape {shape}: sizes must be non-negative integers")
-            return empty(tuple(int(x) for x in shape), dtype, backend)
-        if k < 0:
-            raise ValueError(f"invalid shape {shape}: sizes must be non-negative integers")
-        strides.append(n)
-        n *= k if k else 1
-    total = n if 0 not in shape else 0
-    return Tensor._make(View(backend.alloc(total, dtype), tuple(shape), tuple(reversed(strides)), 0), backend)
 
 
 def full(shape: tuple[int, ...], value: Scalar, dtype: DType, backend: Backend) -> Tensor:
@@ -122,12 +90,6 @@ def expand_view(v: View, shape: tuple[int, ...]) -> View:
     return View(v.storage, shape, tuple(strides), v.offset)
 
 
-FLOAT_OPS = frozenset(
-    "exp log sqrt rsqrt sin cos tanh sigmoid silu gelu gelu_tanh div reciprocal pow sigmoid_grad tanh_grad "
-    "silu_grad gelu_grad gelu_tanh_grad".split()
-)
-
-
 def compute_dtype(op: str, operands: Sequence[Any]) -> DType:
     spec = OPS[op]
     dt: DType | None = None
@@ -145,20 +107,20 @@ def compute_dtype(op: str, operands: Sequence[Any]) -> DType:
         dt = result_type(dt, scalars[0]) if scalars else dt
     for o in scalars:
         dt = result_type(dt, o)
-    if not dt.is_floating and op in FLOAT_OPS:
+    if not dt.is_floating and spec.float_only:
         dt = float32
     return dt
 
 
 def elementwise(op: str, *operands: Any, out_dtype: DType | None = None, dtype: DType | None = None) -> Tensor:
-    """Run an elementwise op with broadcasting and promotion. No autograd here (see pointwise.py).
+    """Run an elementwise op with broadcasting and promotion. No autograd here (see ops/record.py).
 
     This is the hottest path of the framework (every op of a training step passes here), so the common case
     (tensors of one shape and dtype, plain Python numbers) avoids the general broadcasting and promotion code.
     """
     spec = OPS[op]
     if len(operands) == 2 and dtype is None and out_dtype is None:
-        fast = _binary_fast(op, spec.returns_bool, operands[0], operands[1])
+        fast = _binary_fast(op, spec, operands[0], operands[1])
         if fast is not None:
             return fast
     tensors = [o for o in operands if isinstance(o, Tensor)]
@@ -192,14 +154,14 @@ def elementwise(op: str, *operands: Any, out_dtype: DType | None = None, dtype: 
     return out
 
 
-def _binary_fast(op: str, returns_bool: bool, a: Any, b: Any) -> Tensor | None:
+def _binary_fast(op: str, spec: Any, a: Any, b: Any) -> Tensor | None:
     """``tensor op tensor`` of one shape and dtype, or ``tensor op number`` that keeps the tensor's dtype: the bulk
     of a training step. Returns None for anything needing promotion or broadcasting (the general path)."""
     if a.__class__ is not Tensor:
         return None
     va = a._view
     dt = va.storage.dtype
-    if not dt.is_floating and op in FLOAT_OPS:
+    if not dt.is_floating and spec.float_only:
         return None
     bc = b.__class__
     if bc is Tensor:
@@ -213,7 +175,7 @@ def _binary_fast(op: str, returns_bool: bool, a: Any, b: Any) -> Tensor | None:
         arg = float(b) if dt.is_floating else b
     else:
         return None
-    out = empty(va.shape, bool_ if returns_bool else dt, a._backend)
+    out = empty(va.shape, bool_ if spec.returns_bool else dt, a._backend)
     if out._view.storage.numel:
         a._backend.elementwise(op, out._view, [va, arg])
     return out
@@ -280,11 +242,14 @@ def rebase_inplace(t: Tensor, result: Tensor) -> Tensor:
     return t
 
 
+def clone(input: Tensor) -> Tensor:  # noqa: A002
+    """A contiguous copy of ``input`` (differentiable)."""
+    return record(contiguous_copy(input), "CloneBackward", (input,), lambda n, g: (g,))
+
+
 def alias(t: Tensor) -> Tensor:
     """The 'before' side of an in-place op: t's values and history in a copy, since backward rules may save it and
     the in-place op then overwrites t's storage."""
-    from .shape import clone
-
     a = Tensor._make(t._view, t._backend, t.requires_grad)
     a.grad_fn = t.grad_fn  # t's history as it is now: the in-place op is about to replace t.grad_fn
     return clone(a)

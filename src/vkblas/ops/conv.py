@@ -21,8 +21,8 @@ import numpy as np
 from ..autograd import Node, is_grad_enabled, no_grad, record
 from ..backend.base import Backend, View, window_output_size
 from ..dtypes import int32
-from ..tensor import Tensor
-from ._core import elementwise, empty, full, same_backend, write_into
+from ..tensor import Tensor, empty
+from ._core import elementwise, full, same_backend, write_into
 
 IntOr2 = int | Sequence[int]
 Pair = tuple[int, int]

@@ -1,7 +1,8 @@
 """Indexing: basic slicing (views), integer-array indexing (gather), scatter-add, one_hot, setitem.
 
 Index tensors are checked against the indexed size before use, so a bad index raises IndexError instead of reading
-out of bounds. On the GPU that check reads back one min/max pair (a sync point); see README "Differences".
+out of bounds: at once on the cpu, at the next sync point on an asynchronous device (``Backend.check_range``; see
+README "Differences").
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import numpy as np
 from ..autograd import Node, is_grad_enabled, record
 from ..backend.base import View
 from ..dtypes import bool_, int32
-from ..tensor import Tensor
-from ._core import broadcast_shapes, cast, elementwise, empty, norm_dim, same_backend, write_into
+from ..tensor import Tensor, empty, from_host, norm_dim
+from ._core import broadcast_shapes, cast, elementwise, same_backend, write_into
 from .pointwise import where
 
 Index = Any
@@ -26,9 +27,7 @@ def _as_index_tensor(idx: Any, like: Tensor) -> Tensor:
         if idx._backend is not like._backend:
             raise RuntimeError(f"indices are on {idx.device} but the indexed tensor is on {like.device}")
         return idx
-    from ..creation import tensor
-
-    return tensor(np.asarray(idx), device=like.device)
+    return from_host(np.asarray(idx), None, like._backend)
 
 
 def _check_range(idx: Tensor, size: int, dim: int, shape: tuple[int, ...]) -> Tensor:
@@ -137,9 +136,7 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     if num_classes < 0:
         num_classes = int(tensor.max().item()) + 1 if tensor.numel() else 0
     _check_range(tensor, num_classes, -1, tensor.shape)
-    from ..creation import arange
-
-    classes = arange(num_classes, dtype=int32, device=tensor.device)
+    classes = from_host(np.arange(num_classes), int32, tensor._backend)
     return cast(elementwise("eq", tensor.unsqueeze(-1), classes), int32)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from ..autograd import Node, record
 from ..backend.base import View
 from ..dtypes import promote
-from ..tensor import Tensor
-from ._core import broadcast_shapes, cast, empty, expand_view, same_backend
+from ..tensor import Tensor, empty
+from ._core import broadcast_shapes, cast, expand_view, same_backend
 
 
 def _matmul_nd(a: Tensor, b: Tensor) -> Tensor:

@@ -1,165 +1,46 @@
-"""Elementwise ops with their backward rules, as a table (PyTorch's derivatives.yaml in miniature).
-
-Each rule takes the recorded node and the incoming gradient and returns one gradient per input; the engine sums
-them back to each input's shape, so rules never think about broadcasting. ``x``/``y`` are the inputs, ``out`` the
-result (saved as a detached alias so the graph holds no reference cycle).
+"""The elementwise ops that are more than a record (``ops/elementwise.py``): ``add``/``sub`` with ``alpha``,
+``gelu`` with ``approximate``, ``leaky_relu``, ``clamp``, ``where``, ``masked_fill``, and the in-place ops used by
+optimizers, initialisers and user code. Their formulas are defined here, beside them.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 from ..autograd import Node, is_grad_enabled, record
+from ..backend.elementwise import define
 from ..dtypes import float32
-from ..tensor import Tensor
+from ..tensor import Tensor, from_host
 from ._core import alias, check_inplace, elementwise, rebase_inplace, write_into
+from .elementwise import _add, _gelu, _sub, div, gelu_tanh, maximum, minimum, mul, pow
 
 G = Tensor
 
-
-def _ew(op: str, *a: Any) -> Tensor:
-    return elementwise(op, *a)
-
-
-# name -> (what to save, rule). Saved names: "x", "y" (inputs), "out".
-UNARY_RULES: dict[str, tuple[str, Callable[[Node, G], tuple[Any, ...]]]] = {
-    "neg": ("", lambda n, g: (-g,)),
-    "exp": ("out", lambda n, g: (g * n.saved[0],)),
-    "log": ("x", lambda n, g: (g / n.saved[0],)),
-    "sqrt": ("out", lambda n, g: (g / (2 * n.saved[0]),)),
-    "rsqrt": ("out", lambda n, g: (g * _ew("mul", _ew("square", n.saved[0]), n.saved[0]) * -0.5,)),
-    "abs": ("x", lambda n, g: (g * _ew("sign", n.saved[0]),)),
-    "sign": ("", lambda n, g: (g * 0,)),
-    "sin": ("x", lambda n, g: (g * _ew("cos", n.saved[0]),)),
-    "cos": ("x", lambda n, g: (-(g * _ew("sin", n.saved[0])),)),
-    "tanh": ("out", lambda n, g: (_ew("tanh_grad", g, n.saved[0]),)),
-    "sigmoid": ("out", lambda n, g: (_ew("sigmoid_grad", g, n.saved[0]),)),
-    "relu": ("x", lambda n, g: (_ew("relu_grad", g, n.saved[0]),)),
-    "silu": ("x", lambda n, g: (_ew("silu_grad", g, n.saved[0]),)),
-    "gelu": ("x", lambda n, g: (_ew("gelu_grad", g, n.saved[0]),)),
-    "gelu_tanh": ("x", lambda n, g: (_ew("gelu_tanh_grad", g, n.saved[0]),)),
-    "square": ("x", lambda n, g: (g * n.saved[0] * 2,)),
-    "reciprocal": ("out", lambda n, g: (-(g * _ew("square", n.saved[0])),)),
-}
-
-
-def _pick_half(g: G, a: Any, b: Any) -> G:
-    """Gradient share of ``a`` in maximum(a, b): all where a wins, half on ties (PyTorch's rule)."""
-    share = _ew("gt", a, b).to(g.dtype) + _ew("eq", a, b).to(g.dtype) * 0.5
-    return g * share
-
-
-BINARY_RULES: dict[str, tuple[str, Callable[[Node, G], tuple[Any, ...]]]] = {
-    "add": ("", lambda n, g: (g, g)),
-    "sub": ("", lambda n, g: (g, -g)),
-    "mul": ("xy", lambda n, g: (g * n.saved[1] if n.needs[0] else None, g * n.saved[0] if n.needs[1] else None)),
-    "div": (
-        "y,out",
-        lambda n, g: (g / n.saved[0] if n.needs[0] else None, -(g * n.saved[1]) / n.saved[0] if n.needs[1] else None),
-    ),
-    "pow": (
-        "xy,out",
-        lambda n, g: (
-            g * n.saved[1] * _ew("pow", n.saved[0], n.saved[1] - 1) if n.needs[0] else None,
-            g * n.saved[2] * (_ew("log", n.saved[0]) if isinstance(n.saved[0], Tensor) else math.log(n.saved[0]))
-            if n.needs[1]
-            else None,
-        ),
-    ),
-    "maximum": ("xy", lambda n, g: (_pick_half(g, n.saved[0], n.saved[1]), _pick_half(g, n.saved[1], n.saved[0]))),
-    "minimum": ("xy", lambda n, g: (_pick_half(g, n.saved[1], n.saved[0]), _pick_half(g, n.saved[0], n.saved[1]))),
-}
-
-_SAVE_PARSE = {
-    "": (),
-    "x": ("x",),
-    "out": ("out",),
-    "xy": ("x", "y"),
-    "y,out": ("y", "out"),
-    "xy,out": ("x", "y", "out"),
-}
-
-
-def _saved(spec: str, x: Any, y: Any, out: Tensor) -> tuple[Any, ...]:
-    pick = {"x": x, "y": y, "out": out.detach()}
-    return tuple(pick[k] for k in _SAVE_PARSE[spec])
-
-
-def _title(op: str) -> str:
-    return "".join(p.capitalize() for p in op.split("_")) + "Backward"
-
-
-def unary(op: str, x: Tensor) -> Tensor:
-    out = elementwise(op, x)
-    if x.requires_grad and is_grad_enabled():
-        save, rule = UNARY_RULES[op]
-        record(out, _title(op), (x,), rule, _saved(save, x, None, out))
-    return out
-
-
-def binary(op: str, a: Any, b: Any) -> Tensor:
-    out = elementwise(op, a, b)
-    if (getattr(a, "requires_grad", False) or getattr(b, "requires_grad", False)) and is_grad_enabled():
-        save, rule = BINARY_RULES[op]
-        inputs = (a if isinstance(a, Tensor) else None, b if isinstance(b, Tensor) else None)
-        record(out, _title(op), inputs, rule, _saved(save, a, b, out))
-    return out
-
-
-def _make_unary(op: str) -> Callable[[Tensor], Tensor]:
-    def f(input: Tensor) -> Tensor:  # noqa: A002 - PyTorch's argument name
-        return unary(op, input)
-
-    f.__name__ = f.__qualname__ = op
-    f.__doc__ = f"Elementwise ``{op}`` (differentiable)."
-    return f
-
-
-def _make_binary(op: str) -> Callable[[Any, Any], Tensor]:
-    def f(input: Any, other: Any) -> Tensor:  # noqa: A002
-        return binary(op, input, other)
-
-    f.__name__ = f.__qualname__ = op
-    f.__doc__ = f"Elementwise ``{op}`` with broadcasting (differentiable)."
-    return f
-
-
-def _make_compare(op: str) -> Callable[[Any, Any], Tensor]:
-    def f(input: Any, other: Any) -> Tensor:  # noqa: A002
-        return elementwise(op, input, other)
-
-    f.__name__ = f.__qualname__ = op
-    f.__doc__ = f"Elementwise ``{op}`` giving a bool tensor (not differentiable)."
-    return f
-
-
-UNARY = {op: _make_unary(op) for op in UNARY_RULES}
-BINARY = {op: _make_binary(op) for op in BINARY_RULES}
-COMPARE = {op: _make_compare(op) for op in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or")}
-
-
-def logical_not(input: Tensor) -> Tensor:  # noqa: A002
-    return elementwise("logical_not", input.to(dtype=input.dtype))
+define("leaky_relu", lambda m, a, slope: m.where(a > 0, a, a * slope))
+define("leaky_relu_grad", lambda m, g, x, slope: m.where(x > 0, g, g * slope))
+define("where", lambda m, c, a, b: m.where(c, a, b), bool_operand=0)
+define("clamp", lambda m, a, lo, hi: m.minimum(m.maximum(a, lo), hi))
+# a + w * (b - a): lerp_, uniform_ with bounds, and the optimizers' moving averages
+define("lerp", lambda m, a, b, w: a + w * (b - a))
 
 
 def _scaled(other: Any, alpha: float) -> Any:
-    return binary("mul", other, alpha) if isinstance(other, Tensor) else other * alpha
+    return mul(other, alpha) if isinstance(other, Tensor) else other * alpha
 
 
 def add(input: Any, other: Any, alpha: float = 1) -> Tensor:  # noqa: A002
-    return binary("add", input, other if alpha == 1 else _scaled(other, alpha))
+    return _add(input, other if alpha == 1 else _scaled(other, alpha))
 
 
 def sub(input: Any, other: Any, alpha: float = 1) -> Tensor:  # noqa: A002
-    return binary("sub", input, other if alpha == 1 else _scaled(other, alpha))
+    return _sub(input, other if alpha == 1 else _scaled(other, alpha))
 
 
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:  # noqa: A002
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return unary("gelu" if approximate == "none" else "gelu_tanh", input)
+    return _gelu(input) if approximate == "none" else gelu_tanh(input)
 
 
 def leaky_relu(input: Tensor, negative_slope: float = 0.01) -> Tensor:  # noqa: A002
@@ -182,9 +63,9 @@ def clamp(input: Tensor, min: float | None = None, max: float | None = None) -> 
     if isinstance(lo, Tensor) or isinstance(hi, Tensor):
         out = input
         if min is not None:
-            out = binary("maximum", out, min)
+            out = maximum(out, min)
         if max is not None:
-            out = binary("minimum", out, max)
+            out = minimum(out, max)
         return out
     if min is None:
         out = elementwise("minimum", input, hi)
@@ -195,7 +76,7 @@ def clamp(input: Tensor, min: float | None = None, max: float | None = None) -> 
 
     def rule(n: Node, g: G) -> tuple[Any]:
         x = n.saved[0]
-        keep = _ew("logical_and", _ew("ge", x, n.extra["lo"]), _ew("le", x, n.extra["hi"]))
+        keep = elementwise("logical_and", elementwise("ge", x, n.extra["lo"]), elementwise("le", x, n.extra["hi"]))
         return (where(keep, g, 0.0),)
 
     return record(
@@ -252,8 +133,8 @@ def _inplace(name: str, op: str, t: Tensor, *operands: Any, functional: Callable
 
 def add_(t: Tensor, other: Any, alpha: float = 1) -> Tensor:
     if alpha != 1:
-        other = binary("mul", other, alpha) if isinstance(other, Tensor) else other * alpha
-    return _inplace("add_", "add", t, other, functional=lambda a, o: binary("add", a, o))
+        other = _scaled(other, alpha)
+    return _inplace("add_", "add", t, other, functional=_add)
 
 
 def sub_(t: Tensor, other: Any, alpha: float = 1) -> Tensor:
@@ -261,28 +142,15 @@ def sub_(t: Tensor, other: Any, alpha: float = 1) -> Tensor:
 
 
 def mul_(t: Tensor, other: Any) -> Tensor:
-    return _inplace("mul_", "mul", t, other, functional=lambda a, o: binary("mul", a, o))
+    return _inplace("mul_", "mul", t, other, functional=mul)
 
 
 def div_(t: Tensor, other: Any) -> Tensor:
-    return _inplace("div_", "div", t, other, functional=lambda a, o: binary("div", a, o))
+    return _inplace("div_", "div", t, other, functional=div)
 
 
 def pow_(t: Tensor, other: Any) -> Tensor:
-    return _inplace("pow_", "pow", t, other, functional=lambda a, o: binary("pow", a, o))
-
-
-def _unary_inplace(op: str) -> Callable[[Tensor], Tensor]:
-    def f(t: Tensor) -> Tensor:
-        if check_inplace(t, op + "_"):
-            return rebase_inplace(t, unary(op, alias(t)))
-        return write_into(t, op, t)
-
-    f.__name__ = op + "_"
-    return f
-
-
-sqrt_, neg_, exp_, relu_ = (_unary_inplace(o) for o in ("sqrt", "neg", "exp", "relu"))
+    return _inplace("pow_", "pow", t, other, functional=pow)
 
 
 def clamp_(t: Tensor, min: float | None = None, max: float | None = None) -> Tensor:  # noqa: A002
@@ -308,13 +176,11 @@ def zero_(t: Tensor) -> Tensor:
 
 def copy_(t: Tensor, src: Any) -> Tensor:
     if not isinstance(src, Tensor):
-        from ..creation import tensor
-
-        src = tensor(src, dtype=t.dtype, device=t.device)
+        src = from_host(src, t.dtype, t._backend)
     if src._backend is not t._backend:
         src = src.to(t.device)
     if check_inplace(t, "copy_") or (is_grad_enabled() and src.requires_grad):
-        return rebase_inplace(t, binary("add", src, 0) if t.dtype is src.dtype else src.to(t.dtype))
+        return rebase_inplace(t, _add(src, 0) if t.dtype is src.dtype else src.to(t.dtype))
     return write_into(t, "copy", src)
 
 

@@ -7,10 +7,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..autograd import Node, record
+from ..backend.elementwise import define
 from ..dtypes import bool_, float32, int32
-from ..tensor import Tensor
-from ._core import cast, elementwise, empty, norm_dim, norm_dims
-from .pointwise import binary, unary, where
+from ..tensor import Tensor, empty, norm_dim
+from ._core import cast, elementwise, norm_dims
+from .elementwise import abs, exp, log, maximum, minimum, sqrt, square
+from .pointwise import where
+
+# the softmax family, fused (rows reduced by the caller: mx = row max, s = row sum)
+define("exp_sub", lambda m, x, mx: m.exp(x - mx))
+define("log_softmax_out", lambda m, x, mx, s: x - mx - m.log(s))
+define("log_softmax_grad", lambda m, g, y, s: g - m.exp(y) * s)
+define("softmax_grad", lambda m, g, y, s: y * (g - s))
 
 Dims = int | Sequence[int] | None
 ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
@@ -94,13 +102,13 @@ def _minmax(op: str, input: Tensor, dim: int | None, keepdim: bool) -> Any:
 
 def max(input: Tensor, dim: Any = None, keepdim: bool = False) -> Any:  # noqa: A001,A002
     if isinstance(dim, Tensor):
-        return binary("maximum", input, dim)
+        return maximum(input, dim)
     return _minmax("max", input, dim, keepdim)
 
 
 def min(input: Tensor, dim: Any = None, keepdim: bool = False) -> Any:  # noqa: A001,A002
     if isinstance(dim, Tensor):
-        return binary("minimum", input, dim)
+        return minimum(input, dim)
     return _minmax("min", input, dim, keepdim)
 
 
@@ -165,7 +173,7 @@ def var(
         n *= input.shape[a]
     centered = input - mean(input, axes, keepdim=True)
     scale = 1.0 / (n - correction) if n - correction > 0 else float("nan")
-    return sum(unary("square", centered), axes, keepdim) * scale
+    return sum(square(centered), axes, keepdim) * scale
 
 
 def std(
@@ -176,14 +184,14 @@ def std(
     *,
     correction: float | None = None,
 ) -> Tensor:  # noqa: A002
-    return unary("sqrt", var(input, dim, unbiased, keepdim, correction=correction))
+    return sqrt(var(input, dim, unbiased, keepdim, correction=correction))
 
 
 def logsumexp(input: Tensor, dim: Dims, keepdim: bool = False) -> Tensor:  # noqa: A002
     axes = norm_dims(dim, input.ndim)
     m = amax(input.detach(), axes, keepdim=True)
-    m = where(elementwise("eq", unary("abs", m), float("inf")), 0.0, m)  # all -inf rows stay -inf, not nan
-    out = unary("log", sum(unary("exp", input - m), axes, keepdim=True)) + m
+    m = where(elementwise("eq", abs(m), float("inf")), 0.0, m)  # all -inf rows stay -inf, not nan
+    out = log(sum(exp(input - m), axes, keepdim=True)) + m
     return out if keepdim else out.reshape(_reduced_shape(input.shape, axes, False))
 
 

@@ -9,9 +9,9 @@ from typing import Any
 from .. import device as _dev
 from ..autograd import Node, record
 from ..backend.base import View, contiguous_strides, numel
-from ..dtypes import DType
-from ..tensor import Tensor
-from ._core import cast, check_backend, contiguous_copy, empty, expand_view, norm_dim, write_into
+from ..dtypes import DType, promote
+from ..tensor import Tensor, check_backend, empty, norm_dim
+from ._core import cast, clone, expand_view, same_backend, write_into
 
 
 def _view_of(x: Tensor, view: View, name: str, rule: Any) -> Tensor:
@@ -194,11 +194,6 @@ def contiguous(input: Tensor) -> Tensor:  # noqa: A002
     return clone(input)
 
 
-def clone(input: Tensor) -> Tensor:  # noqa: A002
-    out = contiguous_copy(input)
-    return record(out, "CloneBackward", (input,), lambda n, g: (g,))
-
-
 def narrow(input: Tensor, dim: int, start: int, length: int) -> Tensor:  # noqa: A002
     d = norm_dim(dim, input.ndim)
     return input[(slice(None),) * d + (slice(start, start + length),)]
@@ -241,9 +236,6 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
         raise RuntimeError("cat(): expected a non-empty list of Tensors")
     ref = builtins.max(tensors, key=lambda x: x.ndim)
     d = norm_dim(dim, ref.ndim)
-    from ..dtypes import promote
-    from ._core import same_backend
-
     backend = same_backend("cat", tensors)
     dtype = tensors[0].dtype
     for x in tensors[1:]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .. import ops
 from ..dtypes import float32
-from ..ops._core import elementwise, write_into
+from ..ops._core import elementwise, full, write_into
 from ..tensor import Tensor
+from .fused import ADAM_APPLY, ADAM_RSQRT_BC, ADAM_STEP_SIZE, AXPBY, EMA_SQ, LERP
 from .optimizer import Optimizer, ParamsT, check_hyper
 
 
@@ -70,24 +70,24 @@ class Adam(Optimizer):
         check_hyper("weight_decay", group["weight_decay"])
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
-        state["exp_avg"] = ops.full(p.shape, 0.0, p.dtype, p._backend)
-        state["exp_avg_sq"] = ops.full(p.shape, 0.0, p.dtype, p._backend)
+        state["exp_avg"] = full(p.shape, 0.0, p.dtype, p._backend)
+        state["exp_avg_sq"] = full(p.shape, 0.0, p.dtype, p._backend)
         if group["amsgrad"]:
-            state["max_exp_avg_sq"] = ops.full(p.shape, 0.0, p.dtype, p._backend)
+            state["max_exp_avg_sq"] = full(p.shape, 0.0, p.dtype, p._backend)
 
     def _init_scalars(self, group: dict[str, Any], sc: dict[str, Any], backend: Any) -> None:
-        sc["step_size"] = ops.full((), 0.0, float32, backend)  # lr / (1 - beta1^t)
-        sc["rsqrt_bc2"] = ops.full((), 0.0, float32, backend)  # 1 / sqrt(1 - beta2^t)
+        sc["step_size"] = full((), 0.0, float32, backend)  # lr / (1 - beta1^t)
+        sc["rsqrt_bc2"] = full((), 0.0, float32, backend)  # 1 / sqrt(1 - beta2^t)
         if self.decoupled_weight_decay and group["weight_decay"]:
-            sc["decay"] = ops.full((), 1.0, float32, backend)  # 1 - lr * weight_decay
+            sc["decay"] = full((), 1.0, float32, backend)  # 1 - lr * weight_decay
 
     def _advance(self, group: dict[str, Any], sc: dict[str, Any]) -> None:
         super()._advance(group, sc)
         (beta1, beta2), t = group["betas"], sc["step"]
-        write_into(sc["step_size"], "adam_step_size", sc["lr"], t, float(beta1))
-        write_into(sc["rsqrt_bc2"], "adam_rsqrt_bc", t, float(beta2))
+        write_into(sc["step_size"], ADAM_STEP_SIZE, sc["lr"], t, float(beta1))
+        write_into(sc["rsqrt_bc2"], ADAM_RSQRT_BC, t, float(beta2))
         if "decay" in sc:
-            write_into(sc["decay"], "axpby", sc["lr"], 1.0, -float(group["weight_decay"]), 1.0)
+            write_into(sc["decay"], AXPBY, sc["lr"], 1.0, -float(group["weight_decay"]), 1.0)
 
     def _update(self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         # three fused dispatches per parameter (EMA of g, EMA of g^2, the update), four with AMSGrad
@@ -97,18 +97,18 @@ class Adam(Optimizer):
         if wd and self.decoupled_weight_decay:
             decay = 1.0 - lr * wd
         elif wd:
-            grad = elementwise("axpby", grad, p, 1.0, float(wd))
+            grad = elementwise(AXPBY, grad, p, 1.0, float(wd))
         m, v = state["exp_avg"], state["exp_avg_sq"]
-        write_into(m, "lerp", m, grad, 1.0 - beta1)
-        write_into(v, "ema_sq", v, grad, float(beta2))
+        write_into(m, LERP, m, grad, 1.0 - beta1)
+        write_into(v, EMA_SQ, v, grad, float(beta2))
         if group["amsgrad"]:
             v = write_into(state["max_exp_avg_sq"], "maximum", state["max_exp_avg_sq"], v)
         if group["capturable"]:
             sc = self._scalars[id(group)]
-            write_into(p, "adam_apply", p, m, v, sc["step_size"], sc["rsqrt_bc2"], float(eps), sc.get("decay", 1.0))
+            write_into(p, ADAM_APPLY, p, m, v, sc["step_size"], sc["rsqrt_bc2"], float(eps), sc.get("decay", 1.0))
             return
         bias1, bias2 = 1 - beta1**t, 1 - beta2**t
-        write_into(p, "adam_apply", p, m, v, lr / bias1, 1 / math.sqrt(bias2), float(eps), decay)
+        write_into(p, ADAM_APPLY, p, m, v, lr / bias1, 1 / math.sqrt(bias2), float(eps), decay)
 
 
 class AdamW(Adam):

@@ -7,10 +7,10 @@ host). ``step`` runs it under ``no_grad`` for every parameter that has a gradien
 ``capturable=True`` (PyTorch's name; Adam, AdamW, SGD) makes a step recordable by ``vkblas.graphs``: the values
 that change between steps (learning rate, step count, bias corrections) live in 0-d device tensors per parameter
 group, advanced by kernels inside the step, and the fused updates take them as broadcast operands. The device lr
-is refreshed from ``group["lr"]`` by every ``step()`` and, for a captured step, by the graph before each replay,
-so LR schedulers keep working. Differences from PyTorch: the step count is per group (``state["step"]`` of each
-parameter is the group's shared 0-d tensor), and the optimizer state must exist before capture (one eager
-warm-up step).
+is refreshed from ``group["lr"]`` by every ``step()`` and, for a captured step, by a replay hook the step
+registers with its graph, so LR schedulers keep working. Differences from PyTorch: the step count is per group
+(``state["step"]`` of each parameter is the group's shared 0-d tensor), and the optimizer state must exist before
+capture (one eager warm-up step).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class Optimizer:
                     "count must live on the device so that replays advance them); build the optimizer with "
                     "capturable=True"
                 )
-            graph._register_optimizer(self)
+            graph.register_replay_hook(self._sync_device_lr)  # a scheduler's new lr reaches every replay
         for group in self.param_groups:
             scalars = self._group_scalars(group, graph is not None) if group.get("capturable") else None
             advanced = False
@@ -163,8 +163,8 @@ class Optimizer:
             sc["lr_host"] = lr
 
     def _sync_device_lr(self) -> None:
-        """Copy a changed ``group["lr"]`` (an LR scheduler, a manual change) into the device lr (graphs call this
-        before each replay)."""
+        """Copy a changed ``group["lr"]`` (an LR scheduler, a manual change) into the device lr (the replay hook
+        that ``step()`` registers with the graph it is captured in)."""
         for group in self.param_groups:
             sc = self._scalars.get(id(group))
             if sc is not None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import ops
-from ..ops._core import elementwise, write_into
+from ..ops._core import elementwise, full, write_into
 from ..tensor import Tensor
+from .fused import ADAM_APPLY, AXPBY, EMA_SQ, LERP
 from .optimizer import Optimizer, ParamsT, check_hyper
 
 
@@ -59,21 +59,21 @@ class RMSprop(Optimizer):
         names = ["square_avg"] + (["momentum_buffer"] if group["momentum"] > 0 else [])
         names += ["grad_avg"] if group["centered"] else []
         for name in names:
-            state[name] = ops.full(p.shape, 0.0, p.dtype, p._backend)
+            state[name] = full(p.shape, 0.0, p.dtype, p._backend)
 
     def _update(self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         # plain RMSprop is two fused dispatches per parameter; centred and momentum variants add a few
         alpha, wd, eps, lr = group["alpha"], group["weight_decay"], float(group["eps"]), float(group["lr"])
         if wd:
-            grad = elementwise("axpby", grad, p, 1.0, float(wd))
-        sq = write_into(state["square_avg"], "ema_sq", state["square_avg"], grad, float(alpha))
+            grad = elementwise(AXPBY, grad, p, 1.0, float(wd))
+        sq = write_into(state["square_avg"], EMA_SQ, state["square_avg"], grad, float(alpha))
         if group["centered"]:
-            avg = write_into(state["grad_avg"], "lerp", state["grad_avg"], grad, 1.0 - alpha)
+            avg = write_into(state["grad_avg"], LERP, state["grad_avg"], grad, 1.0 - alpha)
             sq = sq - avg.square()
         if group["momentum"] > 0:
             buf = state["momentum_buffer"]
             # buf = momentum * buf + grad / (sqrt(sq) + eps), as adam_apply with decay=momentum and step=-1
-            write_into(buf, "adam_apply", buf, grad, sq, -1.0, 1.0, eps, float(group["momentum"]))
-            write_into(p, "axpby", p, buf, 1.0, -lr)
+            write_into(buf, ADAM_APPLY, buf, grad, sq, -1.0, 1.0, eps, float(group["momentum"]))
+            write_into(p, AXPBY, p, buf, 1.0, -lr)
         else:
-            write_into(p, "adam_apply", p, grad, sq, lr, 1.0, eps, 1.0)
+            write_into(p, ADAM_APPLY, p, grad, sq, lr, 1.0, eps, 1.0)

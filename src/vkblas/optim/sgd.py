@@ -6,6 +6,7 @@ from typing import Any
 
 from ..ops._core import elementwise, write_into
 from ..tensor import Tensor
+from .fused import AXPBY, SUB_SCALED
 from .optimizer import Optimizer, ParamsT, check_hyper
 
 
@@ -66,15 +67,15 @@ class SGD(Optimizer):
         # each line is one fused dispatch: at most four per parameter (weight decay, momentum, Nesterov, update)
         mu, wd = group["momentum"], group["weight_decay"]
         if wd:
-            grad = elementwise("axpby", grad, p, 1.0, float(wd))
+            grad = elementwise(AXPBY, grad, p, 1.0, float(wd))
         if mu:
             buf = state.get("momentum_buffer")
             if buf is None:
                 buf = state["momentum_buffer"] = grad.clone()
             else:
-                write_into(buf, "axpby", buf, grad, float(mu), 1.0 - group["dampening"])
-            grad = elementwise("axpby", grad, buf, 1.0, float(mu)) if group["nesterov"] else buf
+                write_into(buf, AXPBY, buf, grad, float(mu), 1.0 - group["dampening"])
+            grad = elementwise(AXPBY, grad, buf, 1.0, float(mu)) if group["nesterov"] else buf
         if group["capturable"]:  # the learning rate from its device tensor (vkblas.graphs)
-            write_into(p, "sub_scaled", p, grad, self._scalars[id(group)]["lr"])
+            write_into(p, SUB_SCALED, p, grad, self._scalars[id(group)]["lr"])
         else:
-            write_into(p, "axpby", p, grad, 1.0, -float(group["lr"]))
+            write_into(p, AXPBY, p, grad, 1.0, -float(group["lr"]))

@@ -108,12 +108,13 @@ def run_vkblas(args: argparse.Namespace, device: str, state: dict[str, np.ndarra
     graph = not args.no_graph and GraphedStep.supported(model)
     optimizer = make_optimizer(args.optimizer, model.parameters(), lr, capturable=graph)
     loaders = make_loaders(args.dataset, args.batch_size, args.seed, device, args.data, args.limit)
-    pool = getattr(backend.get(device), "pool", None)
+    be = backend.get(device)
 
     def memory() -> str:
+        pool = be.describe().get("pool")  # a device with a buffer pool says so in its description
         if pool is None:
             return _process_peak_rss()
-        return f"{pool.allocated_bytes / 2**20:.0f} MiB (buffer pool)"
+        return f"{pool['allocated_bytes'] / 2**20:.0f} MiB (buffer pool)"
 
     return _measure(args, "vkblas", device, model, optimizer, nn.CrossEntropyLoss(), loaders, None, memory, graph)
 
@@ -184,10 +185,10 @@ def format_table(rows: Sequence[Row], target: float) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import vkblas
+    from ..device import devices as all_devices
 
     args = parse_args(argv)
-    devices = args.devices.split(",") if args.devices else vkblas.devices()
+    devices = args.devices.split(",") if args.devices else all_devices()
     state = initial_state(args.model, args.seed)
     rows: list[Row] = []
     for dev in devices:

@@ -12,13 +12,13 @@ from typing import Any
 
 from tqdm import tqdm
 
-from .. import __version__
 from ..data import MNIST, DataLoader, FashionMNIST, Subset
 from ..data.dataset import Dataset
 from ..data.datasets import IDXImageDataset
 from ..data.transforms import Compose, Normalize, ToTensor
 from ..device import device as Device
 from ..random import manual_seed
+from ..version import __version__
 from . import checkpoint, models, report
 from .loop import GraphedStep, PassResult, evaluate, train_epoch
 

@@ -14,7 +14,9 @@ from typing import Any
 
 from tqdm import tqdm
 
+from .. import graphs
 from ..autograd import no_grad as vkblas_no_grad
+from ..creation import zeros
 from ..tensor import Tensor
 
 Batches = Iterable[tuple[Tensor, Tensor]]
@@ -67,9 +69,6 @@ class GraphedStep:
     (the optimizer must be built with ``capturable=True``; a changed ``group["lr"]`` reaches the graph by itself)."""
 
     def __init__(self, model: Any, optimizer: Any, loss_fn: Callable[[Tensor, Tensor], Tensor]) -> None:
-        from .. import graphs
-        from ..creation import zeros
-
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
         self.device = next(iter(model.parameters())).device
         self.graph = graphs.Graph()
@@ -81,7 +80,7 @@ class GraphedStep:
     def supported(model: Any) -> bool:
         """Whether ``model`` lives on a device that can capture graphs (Vulkan)."""
         params = list(model.parameters())
-        return bool(params) and hasattr(params[0]._backend, "capture_begin")
+        return bool(params) and graphs.can_capture(params[0].device)
 
     def totals(self) -> _Totals:
         for t in self.sums:
@@ -97,8 +96,6 @@ class GraphedStep:
         totals.add(loss, logits, y)
 
     def __call__(self, x: Tensor, y: Tensor, totals: _Totals) -> None:
-        from .. import graphs
-
         if not self.warm or (
             self.static is not None and (x.shape, y.shape) != (self.static[0].shape, self.static[1].shape)
         ):

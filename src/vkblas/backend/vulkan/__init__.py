@@ -1,8 +1,10 @@
 """The Vulkan backend on wgpu (Metal on Apple): ``VulkanBackend`` and adapter discovery.
 
 Layout: ``device.py`` (adapters, device, unchecked shader compilation, pipeline cache), ``memory.py`` (storage and
-buffer pool), ``queue.py`` (batched asynchronous execution, params ring), ``kernels/`` (WGSL generators),
-``matmul.py`` (GEMM), ``backend.py`` (the contract of ``backend/base.py``).
+buffer pool), ``queue.py`` (batched asynchronous execution, params ring, graph recordings), ``kernels/`` (WGSL
+generators), ``gemm.py`` (the GEMM kernel family), ``autotune.py`` (its tuner and self-checks), ``matmul.py``
+(recording a matmul with the tuner's plan), ``index_checks.py`` (device-side index checks), ``backend.py`` (the
+contract of ``backend/base.py``).
 """
 
 from .backend import InvalidArgumentError, VulkanBackend

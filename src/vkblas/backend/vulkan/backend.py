@@ -13,17 +13,18 @@ offset against its storage (inlined), one ``Struct.pack_into`` and three C calls
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
 
 from ...dtypes import DType, bool_, float16, float32, int32
 from .. import elementwise as ew
-from ..base import RANDOM_DISTRIBUTIONS, REDUCE_OPS, Backend, BackendError, Scalar, UnsupportedError, View
+from ..base import RANDOM_DISTRIBUTIONS, REDUCE_OPS, Backend, BackendError, Capture, Scalar, UnsupportedError, View
 from .autotune import startup_check
 from .device import Device
+from .index_checks import IndexChecks
 from .kernels import elementwise as ew_kernels
 from .kernels import indexing, random, reduce, window
 from .kernels.plan import Plan, out_of_bounds
@@ -52,7 +53,6 @@ def _describe(views: Sequence[Any]) -> str:
     return ", ".join(parts)
 
 
-_CHECK_SLOTS = 64
 # a random dispatch's params: word 0 the view's offset, 1 pcg(seed), 2 counter (see random())
 _RANDOM_WORDS = struct.Struct("<II")
 _WINDOW_BYTES = PARAM_WORDS * 4
@@ -60,6 +60,7 @@ _WINDOW_BYTES = PARAM_WORDS * 4
 
 class VulkanBackend(Backend):
     name = "vulkan"
+    can_capture = True
 
     def __init__(self, adapter_index: int | None = None) -> None:
         self.dev = Device(adapter_index)
@@ -70,11 +71,7 @@ class VulkanBackend(Backend):
         self.plans: dict[Any, Any] = {}
         self._np_storage = {bool_: np.dtype(np.uint32)}
         self._dtypes = frozenset(d for d in (float32, int32, bool_, float16) if self.supports(d))
-        #: index checks recorded on the device and not yet looked at: (index view, low, high, message)
-        self._checks: list[tuple[View, int, int, str]] = []
-        self._flags: VulkanStorage | None = None
-        #: replayed graphs whose captured index checks have not been looked at yet
-        self._graph_checks: list[Recording] = []
+        self.checks = IndexChecks(self)
         startup_check(self)  # default GEMM variants vs numpy: a driver bug is caught before any user matmul
 
     @property
@@ -93,11 +90,11 @@ class VulkanBackend(Backend):
         d["pool"] = {"allocated_bytes": self.pool.allocated_bytes, "cached_bytes": self.pool.cached_bytes}
         return d
 
-    def _device_name(self) -> str:
+    def device_name(self) -> str:
         return f"vulkan ({self.dev.info['name']})"
 
     def _error(self, cls: type[BackendError], op: str, operands: Sequence[Any], why: str) -> BackendError:
-        return cls(f"{op} on {self._device_name()}: {why}; operands: {_describe(operands)}")
+        return cls(f"{op} on {self.device_name()}: {why}; operands: {_describe(operands)}")
 
     def _check_dtypes(self, op: str, operands: Sequence[Any]) -> None:
         for v in operands:
@@ -109,12 +106,12 @@ class VulkanBackend(Backend):
     # -- memory
     def alloc(self, numel: int, dtype: DType) -> VulkanStorage:
         if dtype not in self._dtypes:
-            raise UnsupportedError(f"alloc on {self._device_name()}: dtype {dtype.name} is not supported")
+            raise UnsupportedError(f"alloc on {self.device_name()}: dtype {dtype.name} is not supported")
         return VulkanStorage(self.pool, dtype, numel)
 
     def from_numpy(self, array: np.ndarray, dtype: DType) -> VulkanStorage:
         if not self.supports(dtype):
-            raise UnsupportedError(f"from_numpy on {self._device_name()}: dtype {dtype.name} is not supported")
+            raise UnsupportedError(f"from_numpy on {self.device_name()}: dtype {dtype.name} is not supported")
         host = np.ascontiguousarray(np.asarray(array, dtype=dtype.np).reshape(-1))
         if dtype is bool_:
             host = host.astype(np.uint32)
@@ -145,108 +142,59 @@ class VulkanBackend(Backend):
         raw = self.rt.read(src.storage.buffer, a0, a1 - a0)
         arr = np.frombuffer(raw, dtype=self._np_storage.get(view.dtype, view.dtype.np), count=n, offset=b0 - a0)
         arr = arr != 0 if view.dtype is bool_ else arr.copy()
-        if self._checks or self._graph_checks:
-            self._raise_failed_checks()
+        if self.checks.unread:
+            self.checks.raise_failed()
         return arr.reshape(view.shape)
 
     def synchronize(self) -> None:
         self.rt.synchronize()
-        if self._checks or self._graph_checks:
-            self._raise_failed_checks()
+        if self.checks.unread:
+            self.checks.raise_failed()
 
-    # -- index checks: recorded on the device, reported at the next sync point (like CUDA's device-side asserts)
+    # -- index checks: recorded on the device, reported at the next sync point (see index_checks.py)
     def check_range(self, index: View, low: int, high: int, message: str) -> None:
         """Record a check that every value of ``index`` lies in ``[low, high)``: two dispatches and no host round
         trip. A failure raises IndexError at the next ``to_numpy``/``synchronize``; kernels never read out of
         bounds meanwhile (gather reads 0, scatter_add skips)."""
-        n = index.numel
-        if n == 0:
-            return
-        rec = self.rt.recording
-        if rec is not None:
-            self._capture_check(rec, index, int(low), int(high), message)
-            return
-        if self._flags is None:
-            self._flags = self._zeroed_flags()
-        if len(self._checks) == _CHECK_SLOTS:
-            self._raise_failed_checks()
-        slot = View(self._flags, (), (), len(self._checks))
-        self.reduce("max", slot, self._out_of_range(index, low, high), tuple(range(len(index.shape))))
-        self._checks.append((index, int(low), int(high), message))
+        if index.numel:
+            self.checks.record(index, int(low), int(high), message)
 
-    def _zeroed_flags(self) -> VulkanStorage:
-        flags = self.alloc(_CHECK_SLOTS, int32)
-        self.elementwise("copy", View.of(flags, (_CHECK_SLOTS,)), [0])
-        return flags
-
-    def _out_of_range(self, index: View, low: int, high: int) -> View:
-        """Reduced later over all axes: 1 where ``index`` is outside [low, high) (bool stored as int)."""
-        bad = View.of(self.alloc(index.numel, int32), index.shape)
-        self.elementwise("out_of_range", bad, [index, int(low), int(high)])
-        return bad
-
-    def _capture_check(self, rec: Recording, index: View, low: int, high: int, message: str) -> None:
-        """A replayable check: each replay ORs this step's result into the graph's own flag slot (reset when read at
-        a sync point), so a failure in any replay since the last sync is reported, as in eager mode."""
-        slot = len(rec.checks)
-        if slot == _CHECK_SLOTS:
-            raise BackendError(
-                f"check_range on {self._device_name()}: more than {_CHECK_SLOTS} index checks in one captured graph"
-            )
-        bad = self._out_of_range(index, low, high)
-        step = View.of(self.alloc(1, int32), ())
-        self.reduce("max", step, bad, tuple(range(len(index.shape))))
-        flag = View(rec.flags, (), (), slot)
-        self.elementwise("maximum", flag, [flag, step])
-        rec.checks.append((index, low, high, message))
-
-    def _raise_failed_checks(self) -> None:
-        groups = []
-        if self._checks:
-            assert self._flags is not None
-            groups.append((self._flags, self._checks))
-            self._checks = []
-        groups += [(rec.flags, rec.checks) for rec in self._graph_checks]
-        self._graph_checks = []
-        failed = []
-        for flags, checks in groups:  # read and reset every group before raising
-            raw = self.rt.read(flags.buffer, 0, 4 * len(checks))
-            self.elementwise("copy", View.of(flags, (_CHECK_SLOTS,)), [0])
-            values = np.frombuffer(raw, dtype=np.int32, count=len(checks))
-            failed += [c for c, bad in zip(checks, values, strict=True) if bad]
-        for index, low, high, message in failed[:1]:
-            values = self.to_numpy(index)
-            bad = values[(values < low) | (values >= high)]
-            shown = int(bad.reshape(-1)[0]) if bad.size else "(changed since)"
-            raise IndexError(message.format(bad=shown) + " [found by a device-side check, reported at this sync point]")
-
-    # -- graphs (vkblas.graphs drives these)
-    def capture_begin(self, rec: Recording) -> None:
+    # -- graph capture (the optional interface of backend/base.py; vkblas.graphs drives it)
+    def capture_begin(self) -> Recording:
+        rec = Recording()
         # the graph's check flags persist across replays: allocated and zeroed before recording starts, so that
         # no buffer freed during the capture (an intermediate the replay rewrites) can become them
-        rec.flags = self._zeroed_flags()
+        rec.flags = self.checks.zeroed_flags()
         self.rt.begin_capture(rec)
+        return rec
 
-    def capture_end(self) -> Recording | None:
+    def capture_end(self) -> None:
         """Stop recording; pins the buffers the recording binds (a graph's memory) in the pool."""
         rec = self.rt.end_capture()
         if rec is not None:
             self.pool.pin(rec.buffers)
-        return rec
 
-    def release_recording(self, rec: Recording) -> None:
-        self.pool.unpin(rec.buffers)
+    def capture_release(self, capture: Capture) -> None:
+        self.pool.unpin(self._recording(capture).buffers)
 
-    def replay(self, rec: Recording) -> None:
+    def capture_paused(self) -> AbstractContextManager[None]:
+        return self.rt.paused()
+
+    def capture_replay(self, capture: Capture) -> None:
         """Re-issue a recording: random dispatches get the next seed/counter of their generator (as the eager op
         would), then every dispatch is re-recorded; its index checks are looked at by the next sync point."""
+        rec = self._recording(capture)
         blob = rec.blob
         for i, gen, n in rec.randoms:
             seed, counter = gen.take(n)
             _RANDOM_WORDS.pack_into(blob, i * _WINDOW_BYTES + 4, pcg_host(seed & 0xFFFFFFFF), counter & 0xFFFFFFFF)
         self.rt.replay(rec)
-        if rec.checks and rec not in self._graph_checks:
-            self._graph_checks.append(rec)
+        self.checks.after_replay(rec)
+
+    def _recording(self, capture: Capture) -> Recording:
+        if not isinstance(capture, Recording):
+            raise BackendError(f"{self.device_name()}: {capture!r} was not captured by a Vulkan backend")
+        return capture
 
     def empty_cache(self) -> None:
         """Release cached free buffers back to the driver."""
@@ -503,33 +451,3 @@ class VulkanBackend(Backend):
             k, s, p, d = geometry[0:2], geometry[2:4], geometry[4:6], geometry[6:8]
             plan = self._plan(key, op, [out, src], lambda: window.build(self.dev, op, out, src, k, s, p, d))
         self.launch(op, plan, (out, src), scalars)
-
-    # -- measuring
-    def device_copy(self, dst: VulkanStorage, src: VulkanStorage, nbytes: int) -> None:
-        """Record a plain buffer-to-buffer copy of ``nbytes`` (from byte 0 of each), in order with the other work:
-        the reference for "% of device copy bandwidth" in benchmarks (no kernel, no index math)."""
-        if not isinstance(dst, VulkanStorage) or not isinstance(src, VulkanStorage):
-            raise BackendError(f"device_copy on {self._device_name()}: both storages must live on this device")
-        if nbytes % 4 or nbytes < 0:
-            raise InvalidArgumentError(f"device_copy on {self._device_name()}: {nbytes} bytes is not a multiple of 4")
-        if nbytes > min(dst.buffer.size, src.buffer.size):
-            raise InvalidArgumentError(f"device_copy on {self._device_name()}: {nbytes} bytes exceed a buffer")
-        if dst.buffer is src.buffer:
-            raise InvalidArgumentError(f"device_copy on {self._device_name()}: source and destination are one buffer")
-        if nbytes:
-            self.rt.copy(dst.buffer, 0, src.buffer, 0, nbytes)
-
-    def copy_bandwidth(self, nbytes: int = 1 << 28, reps: int = 10) -> float:
-        """GB/s (bytes read + written) of ``reps`` plain device copies of ``nbytes``, best of 3 rounds."""
-        nbytes &= ~3
-        a, b = self.alloc(nbytes // 4, int32), self.alloc(nbytes // 4, int32)
-        self.device_copy(b, a, nbytes)  # warm-up
-        self.synchronize()
-        best = float("inf")
-        for _ in range(3):
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                self.device_copy(b, a, nbytes)
-            self.synchronize()
-            best = min(best, time.perf_counter() - t0)
-        return 2 * nbytes * reps / best / 1e9

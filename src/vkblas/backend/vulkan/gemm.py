@@ -46,7 +46,6 @@ TEMPLATE_VERSION = 1  # bump when generated code changes meaning: invalidates au
 _W_BATCH = 14
 MAX_RANK = (PARAM_WORDS - _W_BATCH) // 4
 _STYPE = {float32: "f32", float16: "f16", int32: "i32"}
-DTYPES = frozenset(_STYPE)  # what the family computes (bool matmul is refused by the caller)
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,31 +415,6 @@ def record(backend: Any, gp: GemmPlan, out: View, a: View, b: View) -> None:
     """Record the dispatches of ``gp`` into the backend's open compute pass."""
     for plan, views, scalars, groups in launches(backend, gp, out, a, b):
         backend.launch("matmul", plan, views, scalars, groups)
-
-
-def encode(backend: Any, out: View, a: View, b: View) -> None:
-    """Record ``out = a @ b`` with the variant the tuner picks for this shape (plans cached per call layout)."""
-    key = (
-        "gemm",
-        a.dtype,
-        out.shape,
-        out.strides,
-        a.shape,
-        a.strides,
-        b.shape,
-        b.strides,
-        out.offset % 4 == 0,
-        a.offset % 4 == 0,
-        b.offset % 4 == 0,
-    )
-    gp = backend.plans.get(key)
-    if gp is None:
-        from .autotune import tuner  # autotune imports this module
-
-        # never tuned or self-checked inside a graph capture: that work runs eagerly, unrecorded
-        with backend.rt.paused():
-            gp = backend.plans[key] = tuner(backend).plan(out, a, b)
-    record(backend, gp, out, a, b)
 
 
 def default_choice(

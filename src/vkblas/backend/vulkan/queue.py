@@ -47,7 +47,7 @@ from typing import Any
 import wgpu
 from wgpu.backends.wgpu_native import _ffi
 
-from ..base import BackendError
+from ..base import BackendError, Capture, GraphCaptureError
 from .device import Device, Kernel
 from .kernels.wgsl import PARAM_WORDS
 from .memory import PoolBuffer
@@ -60,10 +60,6 @@ _lib, _ffi_ = _ffi.lib, _ffi.ffi
 _set_pipeline = _lib.wgpuComputePassEncoderSetPipeline
 _set_bind_group = _lib.wgpuComputePassEncoderSetBindGroup
 _dispatch = _lib.wgpuComputePassEncoderDispatchWorkgroups
-
-
-class GraphCaptureError(BackendError, RuntimeError):
-    """An operation that a graph cannot record was called during capture."""
 
 
 _FORBIDDEN = {
@@ -79,11 +75,12 @@ _FORBIDDEN = {
 }
 
 
-class Recording:
+class Recording(Capture):
     """What a graph capture recorded: per dispatch (pipeline, bind group handle, x, y, z groups) in ``ops`` and its
     256-byte params window in ``blob``; ``bind_groups`` keeps the native bind groups alive (the runtime's cache may
-    drop them), ``buffers`` names every buffer bound (the graph pins them in the pool). ``checks``/``flags`` and
-    ``randoms`` are filled by the backend (replayable index checks, random-number dispatches to re-seed)."""
+    drop them), ``buffers`` names every buffer bound (the graph pins them in the pool). ``checks``/``flags`` are
+    filled by the index checks (replayable), ``randoms`` by :meth:`note_random` (random-number dispatches to
+    re-seed on each replay)."""
 
     def __init__(self) -> None:
         self.ops: list[tuple[Any, Any, int, int, int]] = []
@@ -94,6 +91,13 @@ class Recording:
         self.flags: Any = None
         #: (op index, generator, numel): the dispatch's seed/counter words are re-taken from ``generator`` per replay
         self.randoms: list[tuple[int, Any, int]] = []
+
+    @property
+    def num_dispatches(self) -> int:
+        return len(self.ops)
+
+    def note_random(self, generator: Any, numel: int) -> None:
+        self.randoms.append((len(self.ops) - 1, generator, numel))
 
 
 class Runtime:

@@ -1,7 +1,8 @@
 """WGSL building blocks shared by every kernel generator.
 
 * dtype -> WGSL storage / compute types (bool lives in a u32 word, float16 needs ``enable f16``),
-* :class:`Expr` / :class:`WgslMath`: the math namespace that lets ``backend/elementwise.py``'s table generate WGSL.
+* :class:`Expr` / :class:`WgslMath`: the math namespace that lets ``backend/elementwise.py``'s formulas generate
+  WGSL (each math function's WGSL spelling is in that module's ``MATH`` table, beside numpy's).
   Values are WGSL expression strings with a type; every intermediate is bound to a ``let`` so shared
   sub-expressions (``_sigmoid`` used twice in ``silu_grad``) are not textually duplicated. Python numbers in a
   formula become ``T(x)`` literals of the other operand's type (numpy/NEP 50 rules: a float literal with an int
@@ -14,10 +15,11 @@ bound with a dynamic offset (see ``queue.py``). ``pu(i)`` / ``pi(i)`` / ``pf(i)`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ....dtypes import DType, bool_, float16, float32, int32
+from ...elementwise import MATH, MathFunction
 
 WORKGROUP = 256
 PARAM_WORDS = 64  # 256-byte params window per dispatch
@@ -164,121 +166,50 @@ class Expr:
         return self._cmp(o, "!=")
 
 
-# Helper functions, generated per type T. pow follows numpy: pow(x, 0) = 1 (NaN included), negative bases only with
-# integral exponents (sign from the exponent's parity), 0 ** negative = inf; ints by repeated squaring (wrapping).
-_POW_FLOAT = """
-fn vk_pow_{T}(a: {T}, b: {T}) -> {T} {{
-    if (b == {T}(0)) {{ return {T}(1); }}
-    if (a == {T}(0)) {{
-        if (b > {T}(0)) {{ return {T}(0); }}
-        return {T}(bitcast<f32>(0x7f800000u));
-    }}
-    let r = pow(abs(a), b);
-    if (a > {T}(0)) {{ return r; }}
-    if (floor(b) != b) {{ return {T}(bitcast<f32>(0x7fc00000u)); }}
-    if (floor(b * {T}(0.5)) != b * {T}(0.5)) {{ return -r; }}
-    return r;
-}}
-"""
-_POW_INT = """
-fn vk_pow_i32(a: i32, b: i32) -> i32 {
-    if (b < 0) { return select(select(0, 1, a == 1), select(1, -1, (b & 1) != 0), a == -1); }
-    var r = 1;
-    var base = a;
-    var e = b;
-    loop {
-        if (e == 0) { break; }
-        if ((e & 1) != 0) { r = r * base; }
-        base = base * base;
-        e = e >> 1u;
-    }
-    return r;
-}
-"""
+def _per_type(text: str | Mapping[str, str], ty: str) -> str:
+    """A math-table entry's WGSL text for result type ``ty`` (a mapping gives one per type, ``"*"`` the rest)."""
+    return text if isinstance(text, str) else text.get(ty, text["*"])
 
 
 class WgslMath:
-    """The ``m`` namespace for ``backend/elementwise.py`` formulas, producing WGSL."""
+    """The ``m`` namespace for elementwise formulas, producing WGSL: ``m.<name>(...)`` renders the template of
+    ``MATH[name]`` (``backend/elementwise.py``, the one table that also gives numpy's spelling)."""
 
     def __init__(self, em: Emitter) -> None:
         self.em = em
 
-    def _float(self, x: Any) -> tuple[str, str]:
-        code, ty = self.em.value(x)
-        if ty in ("f32", "f16"):
-            return code, ty
-        return convert(code, ty, "f32"), "f32"  # numpy: float functions of ints give floats
+    def __getattr__(self, name: str) -> Any:
+        fn = MATH.get(name)
+        if fn is None:
+            raise AttributeError(f"no math function {name!r} in backend/elementwise.py MATH")
+        return lambda *args: self._call(name, fn, args)
 
-    def _call(self, fn: str, x: Any) -> Expr:
-        code, ty = self._float(x)
-        return self.em.let(f"{fn}({code})", ty)
+    def _call(self, name: str, fn: MathFunction, args: Sequence[Any]) -> Expr:
+        codes, ty = self._operands(fn.operands, args)
+        if fn.helper is not None:
+            self.em.helpers[f"{name}_{ty}"] = _per_type(fn.helper, ty).replace("{T}", ty)
+        return self.em.let(_per_type(fn.wgsl, ty).format(*codes, T=ty), "bool" if fn.operands == "logic" else ty)
 
-    def exp(self, x: Any) -> Expr:
-        return self._call("exp", x)
-
-    def log(self, x: Any) -> Expr:
-        return self._call("log", x)
-
-    def sqrt(self, x: Any) -> Expr:
-        return self._call("sqrt", x)
-
-    def sin(self, x: Any) -> Expr:
-        return self._call("sin", x)
-
-    def cos(self, x: Any) -> Expr:
-        return self._call("cos", x)
-
-    def tanh(self, x: Any) -> Expr:
-        code, ty = self._float(x)
-        # clamp: some drivers compute tanh through exp and return NaN for large |x|; tanh(15) rounds to 1 in f32
-        return self.em.let(f"tanh(clamp({code}, {ty}(-15.0), {ty}(15.0)))", ty)
-
-    def abs(self, x: Any) -> Expr:
-        code, ty = self.em.value(x)
-        if ty == "bool":
-            return self.em.let(code, ty)
-        return self.em.let(f"abs({code})", ty)
-
-    def sign(self, x: Any) -> Expr:
-        code, ty = self.em.value(x)
-        if ty == "bool":
-            return self.em.let(code, ty)
-        z, one = literal(0, ty), literal(1, ty)
-        s = f"select(select({z}, -{one}, {code} < {z}), {one}, {code} > {z})"
-        if ty != "i32":
-            s = f"select({s}, {code}, {code} != {code})"  # sign(nan) = nan, as numpy
-        return self.em.let(s, ty)
-
-    def where(self, c: Any, a: Any, b: Any) -> Expr:
-        cc, ct = self.em.value(c, "bool")
-        ca, cb, ty = _unify(self.em, a, b, arith=False)
-        return self.em.let(f"select({cb}, {ca}, {convert(cc, ct, 'bool')})", ty)
-
-    def maximum(self, a: Any, b: Any) -> Expr:
-        ca, cb, ty = _unify(self.em, a, b, arith=True)
-        return self.em.let(f"max({ca}, {cb})", ty)
-
-    def minimum(self, a: Any, b: Any) -> Expr:
-        ca, cb, ty = _unify(self.em, a, b, arith=True)
-        return self.em.let(f"min({ca}, {cb})", ty)
-
-    def pow(self, a: Any, b: Any) -> Expr:
-        ca, cb, ty = _unify(self.em, a, b, arith=True)
-        self.em.helpers[f"pow_{ty}"] = _POW_INT if ty == "i32" else _POW_FLOAT.format(T=ty)
-        return self.em.let(f"vk_pow_{ty}({ca}, {cb})", ty)
-
-    def _bool(self, x: Any) -> str:
-        code, ty = self.em.value(x, "bool")
-        return convert(code, ty, "bool")
-
-    def logical_not(self, a: Any) -> Expr:
-        return self.em.let(f"!{self._bool(a)}", "bool")
-
-    def logical_and(self, a: Any, b: Any) -> Expr:
-        return self.em.let(f"({self._bool(a)} && {self._bool(b)})", "bool")
-
-    def logical_or(self, a: Any, b: Any) -> Expr:
-        return self.em.let(f"({self._bool(a)} || {self._bool(b)})", "bool")
+    def _operands(self, rule: str, args: Sequence[Any]) -> tuple[list[str], str]:
+        em = self.em
+        if rule == "same":
+            code, ty = em.value(args[0])
+            return [code], ty
+        if rule == "logic":
+            return [convert(*em.value(a, "bool"), "bool") for a in args], "bool"
+        if rule == "select":
+            cond = convert(*em.value(args[0], "bool"), "bool")
+            ca, cb, ty = _unify(em, args[1], args[2], arith=False)
+            return [cond, ca, cb], ty
+        if len(args) == 1:
+            code, ty = em.value(args[0])
+            codes = [code]
+        else:
+            ca, cb, ty = _unify(em, args[0], args[1], arith=True)
+            codes = [ca, cb]
+        if rule == "float" and ty not in ("f32", "f16"):  # numpy: float functions of ints give floats
+            codes, ty = [convert(c, ty, "f32") for c in codes], "f32"
+        return codes, ty
 
 
 def header(buffers: Sequence[tuple[str, str]], f16: bool) -> str:

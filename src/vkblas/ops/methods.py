@@ -1,0 +1,247 @@
+"""The Tensor methods that run ops, bound to :class:`~vkblas.tensor.Tensor` when ``vkblas.ops`` is imported.
+
+``tensor.py`` sits below the ops (they create tensors), so the methods are attached from here, one line each, to
+the same functions ``vkblas.<name>`` calls. The methods of the one-record elementwise ops (``exp``, ``mul``, ``eq``
+... and ``exp_`` ...) come from their records' ``method`` / ``inplace`` flags (``ops/elementwise.py``), bound by
+the loop at the end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import device as _dev
+from ..dtypes import DType, bool_, float16, float32, int32, to_dtype
+from ..tensor import Tensor
+from . import elementwise as ew
+from . import indexing, linalg, pointwise, reduction, shape
+from ._core import clone, full
+from .random import bernoulli_, normal_, uniform_
+from .record import RECORDS, inplace_function
+
+
+# ---------------------------------------------------------------- operators
+def _radd(self: Tensor, other: Any) -> Tensor:
+    return ew._add(other, self)
+
+
+def _rsub(self: Tensor, other: Any) -> Tensor:
+    return ew._sub(other, self)
+
+
+def _rmul(self: Tensor, other: Any) -> Tensor:
+    return ew.mul(other, self)
+
+
+def _rtruediv(self: Tensor, other: Any) -> Tensor:
+    return ew.div(other, self)
+
+
+def _rpow(self: Tensor, other: Any) -> Tensor:
+    return ew.pow(other, self)
+
+
+def _rmatmul(self: Tensor, other: Tensor) -> Tensor:
+    return linalg.matmul(other, self)
+
+
+def _pos(self: Tensor) -> Tensor:
+    return self
+
+
+def _invert(self: Tensor) -> Tensor:
+    if self.dtype is not bool_:
+        raise TypeError(f"~ is only supported for bool tensors here (got {self.dtype!r})")
+    return ew.logical_not(self)
+
+
+Tensor.__add__ = ew._add
+Tensor.__radd__ = _radd
+Tensor.__sub__ = ew._sub
+Tensor.__rsub__ = _rsub
+Tensor.__mul__ = ew.mul
+Tensor.__rmul__ = _rmul
+Tensor.__truediv__ = ew.div
+Tensor.__rtruediv__ = _rtruediv
+Tensor.__pow__ = ew.pow
+Tensor.__rpow__ = _rpow
+Tensor.__matmul__ = linalg.matmul
+Tensor.__rmatmul__ = _rmatmul
+Tensor.__neg__ = ew.neg
+Tensor.__pos__ = _pos
+Tensor.__abs__ = ew.abs
+Tensor.__invert__ = _invert
+Tensor.__and__ = ew.logical_and
+Tensor.__or__ = ew.logical_or
+Tensor.__eq__ = ew.eq  # type: ignore[assignment]
+Tensor.__ne__ = ew.ne  # type: ignore[assignment]
+Tensor.__lt__ = ew.lt
+Tensor.__le__ = ew.le
+Tensor.__gt__ = ew.gt
+Tensor.__ge__ = ew.ge
+Tensor.__getitem__ = indexing.getitem
+Tensor.__setitem__ = indexing.setitem
+# in-place operators
+Tensor.__iadd__ = pointwise.add_
+Tensor.__isub__ = pointwise.sub_
+Tensor.__imul__ = pointwise.mul_
+Tensor.__itruediv__ = pointwise.div_
+
+
+# ---------------------------------------------------------------- transposes
+def _T(self: Tensor) -> Tensor:  # noqa: N802 - PyTorch's name
+    return shape.permute(self, tuple(reversed(range(self.ndim))))
+
+
+def _mT(self: Tensor) -> Tensor:  # noqa: N802
+    return shape.transpose(self, -2, -1)
+
+
+Tensor.T = property(_T, doc="The dims in reverse order (a view).")
+Tensor.mT = property(_mT, doc="The last two dims swapped (a view).")
+
+
+# ---------------------------------------------------------------- conversion
+_DTYPE_NAMES = ("float32", "float16", "float64", "int32", "bool")
+
+
+def _to(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+    """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or keywords ``device=``, ``dtype=``."""
+    dev, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+    kwargs.pop("non_blocking", None)
+    if kwargs:
+        raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
+    for a in args:
+        if isinstance(a, (_dev.device, str)) and not (isinstance(a, str) and a in _DTYPE_NAMES):
+            dev = a
+        else:
+            dtype = a
+    return shape.to(self, device=dev, dtype=None if dtype is None else to_dtype(dtype))
+
+
+def _cpu(self: Tensor) -> Tensor:
+    return _to(self, "cpu")
+
+
+def _caster(dtype: DType, name: str) -> Any:
+    def cast(self: Tensor) -> Tensor:
+        return _to(self, dtype)
+
+    cast.__name__ = cast.__qualname__ = name
+    cast.__doc__ = f"``self.to({dtype!r})``"
+    return cast
+
+
+def _type_as(self: Tensor, other: Tensor) -> Tensor:
+    return _to(self, other.dtype)
+
+
+Tensor.to = _to
+Tensor.cpu = _cpu
+Tensor.float = _caster(float32, "float")
+Tensor.half = _caster(float16, "half")
+Tensor.int = _caster(int32, "int")
+Tensor.long = _caster(int32, "long")  # no int64 storage (see dtypes.py)
+Tensor.bool = _caster(bool_, "bool")
+Tensor.type_as = _type_as
+
+
+# ---------------------------------------------------------------- new tensors on this one's device
+def _new_zeros(self: Tensor, size: Any, dtype: DType | None = None) -> Tensor:
+    return full(tuple(size), 0, dtype or self.dtype, self._backend)
+
+
+def _new_ones(self: Tensor, size: Any, dtype: DType | None = None) -> Tensor:
+    return full(tuple(size), 1, dtype or self.dtype, self._backend)
+
+
+def _new_full(self: Tensor, size: Any, fill_value: float, dtype: DType | None = None) -> Tensor:
+    return full(tuple(size), fill_value, dtype or self.dtype, self._backend)
+
+
+Tensor.new_zeros = _new_zeros
+Tensor.new_ones = _new_ones
+Tensor.new_full = _new_full
+
+
+# ---------------------------------------------------------------- the functional ops as methods
+def _where(self: Tensor, condition: Tensor, other: Any) -> Tensor:
+    """``self`` where ``condition``, else ``other`` (PyTorch's ``Tensor.where``)."""
+    return pointwise.where(condition, self, other)
+
+
+Tensor.add = pointwise.add
+Tensor.sub = pointwise.sub
+Tensor.gelu = pointwise.gelu
+Tensor.leaky_relu = pointwise.leaky_relu
+Tensor.clamp = pointwise.clamp
+Tensor.clip = pointwise.clip
+Tensor.where = _where
+Tensor.masked_fill = pointwise.masked_fill
+
+Tensor.sum = reduction.sum
+Tensor.mean = reduction.mean
+Tensor.max = reduction.max
+Tensor.min = reduction.min
+Tensor.amax = reduction.amax
+Tensor.amin = reduction.amin
+Tensor.argmax = reduction.argmax
+Tensor.argmin = reduction.argmin
+Tensor.all = reduction.all
+Tensor.any = reduction.any
+Tensor.var = reduction.var
+Tensor.std = reduction.std
+Tensor.logsumexp = reduction.logsumexp
+Tensor.softmax = reduction.softmax
+Tensor.log_softmax = reduction.log_softmax
+
+Tensor.matmul = linalg.matmul
+Tensor.mm = linalg.mm
+Tensor.bmm = linalg.bmm
+
+Tensor.reshape = shape.reshape
+Tensor.view = shape.view
+Tensor.view_as = shape.view_as
+Tensor.flatten = shape.flatten
+Tensor.squeeze = shape.squeeze
+Tensor.unsqueeze = shape.unsqueeze
+Tensor.permute = shape.permute
+Tensor.transpose = shape.transpose
+Tensor.expand = shape.expand
+Tensor.expand_as = shape.expand_as
+Tensor.repeat = shape.repeat
+Tensor.split = shape.split
+Tensor.chunk = shape.chunk
+Tensor.unbind = shape.unbind
+Tensor.narrow = shape.narrow
+Tensor.contiguous = shape.contiguous
+Tensor.clone = clone
+
+Tensor.gather = indexing.gather
+Tensor.index_select = indexing.index_select
+Tensor.scatter_add = indexing.scatter_add
+
+# in place (optimizers, initialisers, user code)
+Tensor.add_ = pointwise.add_
+Tensor.sub_ = pointwise.sub_
+Tensor.mul_ = pointwise.mul_
+Tensor.div_ = pointwise.div_
+Tensor.pow_ = pointwise.pow_
+Tensor.zero_ = pointwise.zero_
+Tensor.fill_ = pointwise.fill_
+Tensor.copy_ = pointwise.copy_
+Tensor.clamp_ = pointwise.clamp_
+Tensor.masked_fill_ = pointwise.masked_fill_
+Tensor.addcmul_ = pointwise.addcmul_
+Tensor.addcdiv_ = pointwise.addcdiv_
+Tensor.lerp_ = pointwise.lerp_
+Tensor.uniform_ = uniform_
+Tensor.normal_ = normal_
+Tensor.bernoulli_ = bernoulli_
+
+# ---------------------------------------------------------------- the elementwise records' methods
+for _rec in RECORDS.values():
+    if _rec.method:
+        setattr(Tensor, _rec.name, _rec.function)
+    if _rec.inplace:
+        setattr(Tensor, _rec.name + "_", inplace_function(_rec))
