@@ -58,14 +58,15 @@ def test_pickling_round_trip_of_nested_objects_with_tensors() -> None:
     obj = {
         "model": model.state_dict(),
         "param": model.weight,
-        "history": [vkblas.tensor(1.5, device="cpu"), (2, "two")],
+        "history": [vkblas.tensor(1.5, device="cpu"), (2, "two"), vkblas.ones(2, 3, device="cpu").T],
         "exact": vkblas.tensor([1.0, 2.0], dtype=vkblas.float64, device="cpu"),
         "flags": vkblas.tensor([True, False], device="cpu"),
     }
     back = pickling.loads(pickling.dumps(obj), device="cpu", weights_only=True)
     np.testing.assert_array_equal(back["model"]["weight"].numpy(), model.weight.detach().numpy())
     assert isinstance(back["param"], nn.Parameter) and back["param"].requires_grad
-    assert back["history"][0].item() == 1.5 and back["history"][1] == (2, "two")
+    assert back["history"][0].shape == () and back["history"][0].item() == 1.5 and back["history"][1] == (2, "two")
+    assert back["history"][2].shape == (3, 2)  # a transposed view arrives with its own shape
     assert back["exact"].dtype is vkblas.float64 and back["flags"].dtype is vkblas.bool
     assert not back["model"]["weight"].requires_grad
 

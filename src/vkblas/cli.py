@@ -1,4 +1,5 @@
-"""The ``vkblas`` command: ``info``, ``train``, ``eval`` and ``bench``. Run ``vkblas COMMAND --help``.
+"""The ``vkblas`` command: ``info``, ``train``, ``eval``, ``sample``, ``run`` and ``bench``. Run ``vkblas COMMAND
+--help``.
 
 Bad arguments exit with code 2 and one line on stderr; failures (data not found, device errors) with code 1 and one
 line (set ``VKBLAS_DEBUG=1`` for the traceback).
@@ -233,6 +234,12 @@ def _eval_text(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from .compat import run_script
+
+    return run_script(args.script, args.args, device=args.device)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.what == "gemm":
         try:
@@ -345,6 +352,20 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true", help="print the result as JSON")
     _common(ev)
     ev.set_defaults(func=cmd_eval)
+
+    run = sub.add_parser(
+        "run",
+        help="run a PyTorch program on vkblas ('import torch' resolves to vkblas; 'cuda' is the Vulkan device)",
+        description="Run SCRIPT as 'python SCRIPT ARGS' would, with torch, torchvision's datasets and transforms "
+        "resolving to vkblas for that run; options after SCRIPT are the program's. See the README for what is "
+        "mapped.",
+    )
+    run.add_argument(
+        "--device", type=_device, default=None, help="vkblas's default device for the run (VKBLAS_DEVICE), e.g. vulkan"
+    )
+    run.add_argument("script", help="the program, a .py file")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="the program's arguments")
+    run.set_defaults(func=cmd_run)
 
     bench = sub.add_parser(
         "bench",

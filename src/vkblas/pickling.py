@@ -42,8 +42,8 @@ class _Pickler(pickle.Pickler):
     def persistent_id(self, obj: Any) -> Any:
         if not isinstance(obj, Tensor):
             return None
-        array = np.ascontiguousarray(obj.detach().numpy())
-        return (_TAG, type(obj), obj.dtype.name, array.shape, array.tobytes(), bool(obj.requires_grad))
+        array = obj.detach().numpy()  # tobytes() writes C order whatever the strides
+        return (_TAG, type(obj), obj.dtype.name, tuple(obj.shape), array.tobytes(), bool(obj.requires_grad))
 
 
 class _Unpickler(pickle.Unpickler):

@@ -55,6 +55,9 @@ class IterableDataset(Dataset):
     def __iter__(self) -> Iterator[Any]:
         raise NotImplementedError(f"{type(self).__name__} must define __iter__")
 
+    def __len__(self) -> int:  # a stream has no length unless the subclass gives it one (PyTorch's behaviour)
+        raise TypeError(f"object of type '{type(self).__name__}' has no len()")
+
 
 def fetch(dataset: Any, indices: Sequence[int] | np.ndarray) -> Any:
     """The host batch of any map-style ``dataset`` at ``indices``: ``get_batch`` where it has one, else its items
