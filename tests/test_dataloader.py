@@ -142,6 +142,17 @@ def test_random_sampler_follows_manual_seed_and_seed_argument() -> None:
     assert sorted(data.SubsetRandomSampler([3, 5, 9], seed=0)) == [3, 5, 9]
 
 
+def test_random_orders_are_drawn_when_a_pass_starts() -> None:
+    """On the thread that starts the pass (the loader's prefetch thread must not draw from the generator)."""
+    g = vkblas.Generator().manual_seed(0)
+    batches = data.BatchSampler(data.RandomSampler(range(5), generator=g), 2, drop_last=False)
+    it = iter(batches)
+    assert g.get_state() == (0, 1)
+    assert sorted(sum(it, [])) == [0, 1, 2, 3, 4]
+    iter(data.SubsetRandomSampler([1, 2], generator=g))
+    assert g.get_state() == (0, 2)
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [

@@ -117,8 +117,7 @@ class SubsetRandomSampler(Sampler[int]):
         self._random = _Randomness(generator, seed)
 
     def __iter__(self) -> Iterator[int]:
-        for i in self._random.rng().permutation(len(self.indices)).tolist():
-            yield self.indices[i]
+        return iter([self.indices[i] for i in self._random.rng().permutation(len(self.indices)).tolist()])
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -135,8 +134,13 @@ class BatchSampler(Sampler[list[int]]):
         self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
 
     def __iter__(self) -> Iterator[list[int]]:
+        # the sampler's pass starts here, on the calling thread: a random order is drawn now, not later in the
+        # loader's prefetch thread, where its draw would race the main thread's (dropout's) for the generator
+        return self._batches(iter(self.sampler))
+
+    def _batches(self, indices: Iterator[int]) -> Iterator[list[int]]:
         batch: list[int] = []
-        for index in self.sampler:
+        for index in indices:
             batch.append(index)
             if len(batch) == self.batch_size:
                 yield batch
