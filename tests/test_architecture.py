@@ -29,13 +29,16 @@ PKG = "vkblas"
 LAYERS: list[set[str]] = [
     {"dtypes", "random", "version"},
     {"backend"},
-    {"device", "graphs", "autograd"},
+    {"device", "graphs", "autograd", "accelerator"},
     {"tensor"},
     {"ops"},
     {"creation"},
-    {"nn", "optim", "data", "io", "gradcheck"},
-    {"training", "distributed"},
-    {"cli", "bench", "__main__", ""},  # "": the package root, which re-exports everything
+    {"nn", "optim", "data", "io", "gradcheck", "pickling"},
+    {"models"},
+    {"training"},
+    {"distributed"},  # reuses training's run definition, models and datasets
+    # "": the package root, which re-exports everything; compat: the PyTorch shim of `vkblas run`, which re-exports it
+    {"cli", "bench", "__main__", "", "compat", "run"},
 ]
 CONCRETE_BACKENDS = ("vkblas.backend.cpu", "vkblas.backend.vulkan")
 
@@ -210,10 +213,13 @@ def test_only_the_cli_imports_bench() -> None:
 
 
 def test_no_names_made_by_globals() -> None:
-    """Names are written out where readers and IDEs look for them (no ``globals().update``)."""
+    """Names are written out where readers and IDEs look for them (no ``globals().update``). ``compat/`` is exempt:
+    its modules are facades that stand for whole PyTorch modules under ``vkblas run`` (they re-export a vkblas
+    module's public names, and readers look those up in PyTorch's documentation, not here)."""
     wrong = [
         f"{path.relative_to(SRC)}:{node.lineno}"
-        for path, _ in modules().values()
+        for name, (path, _) in modules().items()
+        if not name.startswith(f"{PKG}.compat")
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "globals"
     ]

@@ -25,7 +25,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-@pytest.mark.parametrize("argv", [[], ["info"], ["train"], ["eval"], ["bench"]])
+@pytest.mark.parametrize("argv", [[], ["info"], ["train"], ["eval"], ["sample"], ["run"], ["bench"]])
 def test_help_everywhere(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
     code, out, _ = run(capsys, *argv, "--help")
     assert code == 0 and out.startswith("usage: vkblas")
@@ -43,6 +43,8 @@ def test_help_everywhere(capsys: pytest.CaptureFixture[str], argv: list[str]) ->
         (["train", "mnist", "--device", "tpu"], "unknown device 'tpu'"),
         (["eval"], "the following arguments are required: checkpoint"),
         (["bench", "fft"], "invalid choice: 'fft'"),
+        (["run"], "the following arguments are required: script"),
+        (["sample"], "the following arguments are required: checkpoint"),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(

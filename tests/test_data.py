@@ -14,10 +14,11 @@ import pytest
 import vkblas
 from vkblas.data import (
     MNIST,
-    BatchOrder,
+    BatchSampler,
     DataError,
     DataLoader,
     FashionMNIST,
+    RandomSampler,
     Subset,
     TensorDataset,
     parse_idx,
@@ -247,8 +248,8 @@ def test_loader_shuffle_is_seeded_and_reproducible() -> None:
     assert first != second  # a new permutation each epoch
     assert sorted(sum(first, [])) == list(range(50))
     assert _labels(DataLoader(_ds(50), batch_size=8, shuffle=True, seed=4, device="cpu")) != first
-    order = BatchOrder(50, 8, shuffle=True, seed=3)  # the same order, without the loader (used by benchmarks)
-    assert [b.tolist() for b in order.epoch()] == first
+    order = BatchSampler(RandomSampler(range(50), seed=3), 8, drop_last=False)  # the same order, loader-free
+    assert list(order) == first
 
 
 def test_loader_default_seed_follows_manual_seed() -> None:
@@ -259,7 +260,7 @@ def test_loader_default_seed_follows_manual_seed() -> None:
 
 
 class _Failing(TensorDataset):
-    def get_batch(self, indices: np.ndarray) -> tuple[np.ndarray, ...]:
+    def get_batch(self, indices: np.ndarray) -> list[np.ndarray]:
         if 7 in indices:
             raise KeyError("broken item 7")
         return super().get_batch(indices)
@@ -272,7 +273,7 @@ def test_loader_thread_errors_reach_the_caller_and_stop() -> None:
     for _ in DataLoader(_ds(100), batch_size=2, device="cpu"):
         break  # leaving early stops the worker thread
     assert threading.active_count() == before
-    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+    with pytest.raises(ValueError, match="batch_size should be a positive integer value, but got batch_size=0"):
         DataLoader(_ds(), batch_size=0)
 
 

@@ -1,4 +1,5 @@
-"""The ``vkblas`` command: ``info``, ``train``, ``eval`` and ``bench``. Run ``vkblas COMMAND --help``.
+"""The ``vkblas`` command: ``info``, ``train``, ``eval``, ``sample``, ``run`` and ``bench``. Run ``vkblas COMMAND
+--help``.
 
 Bad arguments exit with code 2 and one line on stderr; failures (data not found, device errors) with code 1 and one
 line (set ``VKBLAS_DEBUG=1`` for the traceback).
@@ -88,17 +89,23 @@ def _short(value: Any) -> str:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from .training import TrainConfig, fit
+    from .training.text import TEXT_DATASETS
 
+    if args.dataset in TEXT_DATASETS:
+        return _train_text(args)
+    if args.model not in (None, "mlp", "cnn"):
+        raise ValueError(f"{args.dataset} trains an mlp or a cnn, not {args.model!r}")
+    args.model = args.model or "mlp"
     out = args.out or f"runs/{args.dataset}-{args.model}"
     cfg = TrainConfig(
         dataset=args.dataset,
         model=args.model,
         epochs=args.epochs,
-        batch_size=args.batch_size,
+        batch_size=args.batch_size or 128,
         lr=args.lr,
-        optimizer=args.optimizer,
+        optimizer=args.optimizer or "adam",
         device=args.device,
-        seed=args.seed,
+        seed=args.seed if args.seed is not None else 0,
         out=out,
         limit=args.limit,
         data=args.data,
@@ -113,8 +120,74 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_text(args: argparse.Namespace) -> int:
+    from .training.text import TextTrainConfig, fit_text
+
+    if args.model not in (None, "gpt"):
+        raise ValueError(f"{args.dataset} trains a gpt, not {args.model!r}")
+    if args.optimizer not in (None, "adamw"):
+        raise ValueError(f"{args.dataset} trains with adamw (nanoGPT's), not {args.optimizer!r}")
+    given = {
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "min_lr": args.lr / 10 if args.lr is not None else None,  # nanoGPT's ratio
+        "iters": args.iters,
+        "eval_interval": args.eval_interval,
+        "eval_iters": args.eval_iters,
+        "block_size": args.block_size,
+        "n_layer": args.n_layer,
+        "n_head": args.n_head,
+        "n_embd": args.n_embd,
+        "dropout": args.dropout,
+    }
+    cfg = TextTrainConfig(
+        dataset=args.dataset,
+        device=args.device,
+        seed=args.seed if args.seed is not None else TextTrainConfig.seed,
+        out=args.out or f"runs/{args.dataset}-gpt",
+        data=args.data,
+        progress=not args.quiet,
+        graph=not args.no_graph,
+        **{k: v for k, v in given.items() if v is not None},
+    )
+    metrics = fit_text(cfg)
+    print(
+        f"val loss {metrics['val_loss']:.4f} (train {metrics['train_loss']:.4f}) on {metrics['device']} after "
+        f"{cfg.iters} iterations; wrote {cfg.out}/model.safetensors, metrics.json, curves.png"
+    )
+    return 0
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .creation import tensor
+    from .dtypes import int32
+    from .random import manual_seed
+    from .training.text import load_gpt
+
+    model, vocab, _ = load_gpt(args.checkpoint, device=args.device)
+    start = args.start.replace("\\n", "\n").replace("\\t", "\t")  # a typed \\n is a newline
+    if start.startswith("FILE:"):
+        start = Path(start[5:]).read_text(encoding="utf-8")
+    if not start:
+        raise ValueError("--start must not be empty: the model continues a text")
+    x = tensor(vocab.encode(start)[None, :], dtype=int32, device=model.lm_head.weight.device)
+    manual_seed(args.seed)
+    for k in range(args.num_samples):
+        y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k)
+        print(vocab.decode(y[0].tolist()))
+        if k + 1 < args.num_samples:
+            print("---------------")
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from .training import evaluate_checkpoint
+    from .training.checkpoint import read_info
+
+    if read_info(args.checkpoint).get("task") == "text":
+        return _eval_text(args)
 
     result, info = evaluate_checkpoint(
         args.checkpoint,
@@ -147,6 +220,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_text(args: argparse.Namespace) -> int:
+    from .training.text import evaluate_text_checkpoint
+
+    losses, info = evaluate_text_checkpoint(args.checkpoint, device=args.device, data=args.data)
+    if args.json:
+        print(json.dumps({**losses, "trained": info}, indent=2))
+    else:
+        print(
+            f"gpt on {info['config']['dataset']}: val loss {losses['val_loss']:.4f}, train loss "
+            f"{losses['train_loss']:.4f} (at training: val {info['val_loss']:.4f})"
+        )
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .compat import run_script
+
+    return run_script(args.script, args.args, device=args.device)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.what == "gemm":
         try:
@@ -171,6 +264,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from .training import DATASETS, MODELS
     from .training.fit import OPTIMIZERS
+    from .training.text import TEXT_DATASETS, TEXT_MODELS
 
     parser = _Parser(prog="vkblas", description="vkblas: train models on any GPU through Vulkan.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -185,18 +279,24 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train, evaluating on the test set each epoch; writes model.safetensors, "
         "metrics.json and curves.png into --out.",
     )
-    train.add_argument("dataset", choices=sorted(DATASETS))
-    train.add_argument("--model", choices=list(MODELS), default="mlp")
+    train.add_argument("dataset", choices=sorted(DATASETS) + sorted(TEXT_DATASETS))
+    train.add_argument(
+        "--model", choices=[*MODELS, *TEXT_MODELS], default=None, help="default: mlp; gpt for shakespeare-char"
+    )
     train.add_argument("--epochs", type=_positive_int, default=10)
-    train.add_argument("--batch-size", type=_positive_int, default=128)
+    train.add_argument(
+        "--batch-size", type=_positive_int, default=None, help="default: 128; 64 blocks for shakespeare-char"
+    )
     train.add_argument(
         "--lr",
         type=_positive_float,
         default=None,
         help="peak learning rate, decayed by a cosine (default: 1e-3 for adam/adamw, 0.05 for sgd)",
     )
-    train.add_argument("--optimizer", choices=OPTIMIZERS, default="adam")
-    train.add_argument("--seed", type=int, default=0, help="seeds the initial weights and the data order")
+    train.add_argument("--optimizer", choices=OPTIMIZERS, default=None, help="default: adam; adamw for gpt")
+    train.add_argument(
+        "--seed", type=int, default=None, help="seeds the initial weights and the data order (default: 0; gpt: 1337)"
+    )
     train.add_argument("--out", default=None, help="output directory (default: runs/DATASET-MODEL)")
     train.add_argument(
         "--limit",
@@ -209,8 +309,36 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run every training step eagerly instead of replaying a captured graph (Vulkan devices)",
     )
+    gpt = train.add_argument_group("shakespeare-char (a GPT; defaults: nanoGPT's shakespeare_char config)")
+    gpt.add_argument("--iters", type=_positive_int, default=None, help="training iterations (default: 5000)")
+    gpt.add_argument("--eval-interval", type=_positive_int, default=None, help="iterations between loss estimates")
+    gpt.add_argument("--eval-iters", type=_positive_int, default=None, help="batches per loss estimate (200)")
+    gpt.add_argument("--block-size", type=_positive_int, default=None, help="context length (256)")
+    gpt.add_argument("--n-layer", type=_positive_int, default=None, help="transformer blocks (6)")
+    gpt.add_argument("--n-head", type=_positive_int, default=None, help="attention heads (6)")
+    gpt.add_argument("--n-embd", type=_positive_int, default=None, help="embedding width (384)")
+    gpt.add_argument("--dropout", type=float, default=None, help="dropout probability (0.2)")
     _common(train)
     train.set_defaults(func=cmd_train)
+
+    sample = sub.add_parser(
+        "sample",
+        help="print text generated by a GPT checkpoint of 'vkblas train shakespeare-char'",
+        description="Continue --start with tokens drawn from the model (temperature, top-k).",
+    )
+    sample.add_argument("checkpoint", help="a model.safetensors written by 'vkblas train shakespeare-char'")
+    sample.add_argument(
+        "--start", default="\\n", help="the text to continue; a typed \\n is a newline; FILE:path reads a file"
+    )
+    sample.add_argument("--max-new-tokens", type=_positive_int, default=500)
+    sample.add_argument("--temperature", type=_positive_float, default=0.8, help="< 1: less random, > 1: more")
+    sample.add_argument("--top-k", type=_positive_int, default=200, help="draw among the k most likely tokens")
+    sample.add_argument("--num-samples", type=_positive_int, default=1)
+    sample.add_argument("--seed", type=int, default=1337)
+    sample.add_argument(
+        "--device", type=_device, default=None, help="cpu, vulkan or vulkan:N (default: vkblas's default device)"
+    )
+    sample.set_defaults(func=cmd_sample)
 
     ev = sub.add_parser("eval", help="evaluate a checkpoint written by 'vkblas train' on its test set")
     ev.add_argument("checkpoint", help="a model.safetensors written by 'vkblas train'")
@@ -224,6 +352,20 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true", help="print the result as JSON")
     _common(ev)
     ev.set_defaults(func=cmd_eval)
+
+    run = sub.add_parser(
+        "run",
+        help="run a PyTorch program on vkblas ('import torch' resolves to vkblas; 'cuda' is the Vulkan device)",
+        description="Run SCRIPT as 'python SCRIPT ARGS' would, with torch, torchvision's datasets and transforms "
+        "resolving to vkblas for that run; options after SCRIPT are the program's. See the README for what is "
+        "mapped.",
+    )
+    run.add_argument(
+        "--device", type=_device, default=None, help="vkblas's default device for the run (VKBLAS_DEVICE), e.g. vulkan"
+    )
+    run.add_argument("script", help="the program, a .py file")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="the program's arguments")
+    run.set_defaults(func=cmd_run)
 
     bench = sub.add_parser(
         "bench",

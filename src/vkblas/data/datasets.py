@@ -199,7 +199,19 @@ class IDXImageDataset(Dataset):
         image, label = self.transform(self.data[index]), self.targets[index]
         return image, (self.target_transform(label) if self.target_transform else int(label))
 
-    def get_batch(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def __getstate__(self) -> dict[str, Any]:
+        # what a loader worker process needs: it reads the (per-process cached) files again instead of receiving
+        # the arrays, and builds its own transformed copy
+        skip = ("data", "targets", "_transformed", "_transform_lock")
+        return {k: v for k, v in self.__dict__.items() if k not in skip}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.data, self.targets = load_split(self.source, self.directory, self.train)
+        self._transformed = None
+        self._transform_lock = threading.Lock()
+
+    def get_batch(self, indices: np.ndarray) -> list[np.ndarray]:
         if getattr(self.transform, "deterministic", False):
             # transform the whole split once (MNIST's training split: 188 MB of float32) and slice batches out of
             # it: per batch that is one gather instead of four passes of arithmetic, which the H200's host
@@ -211,7 +223,7 @@ class IDXImageDataset(Dataset):
         else:
             images = self.transform(self.data[indices])
         labels = self.targets[indices]
-        return images, (self.target_transform(labels) if self.target_transform else labels)
+        return [images, self.target_transform(labels) if self.target_transform else labels]
 
     def __repr__(self) -> str:
         split = "train" if self.train else "test"

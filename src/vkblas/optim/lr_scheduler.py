@@ -1,11 +1,14 @@
-"""Learning-rate schedulers: each gives the learning rate of epoch ``last_epoch`` in closed form and writes it into
-the optimizer's parameter groups on ``step()`` (host arithmetic only; no device work)."""
+"""Learning-rate schedulers with PyTorch's names and semantics: each gives the learning rate of epoch
+``last_epoch`` in closed form and writes it into the optimizer's parameter groups on ``step()``;
+``ReduceLROnPlateau`` instead reacts to the metric passed to ``step(metric)`` (host arithmetic only; no device
+work)."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, SupportsFloat
 
 from .optimizer import Optimizer
 
@@ -74,6 +77,30 @@ class StepLR(LRScheduler):
 
     def lr_at(self, base_lr: float, epoch: int) -> float:
         return base_lr * self.gamma ** (epoch // self.step_size)
+
+
+class MultiStepLR(LRScheduler):
+    """``lr = base_lr * gamma ** (number of milestones <= epoch)`` (a milestone listed twice counts twice)."""
+
+    def __init__(
+        self, optimizer: Optimizer, milestones: Sequence[int], gamma: float = 0.1, last_epoch: int = -1
+    ) -> None:
+        self.milestones, self.gamma = sorted(milestones), gamma
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, base_lr: float, epoch: int) -> float:
+        return base_lr * self.gamma ** bisect.bisect_right(self.milestones, epoch)
+
+
+class ExponentialLR(LRScheduler):
+    """``lr = base_lr * gamma ** epoch``."""
+
+    def __init__(self, optimizer: Optimizer, gamma: float, last_epoch: int = -1) -> None:
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, base_lr: float, epoch: int) -> float:
+        return base_lr * self.gamma**epoch
 
 
 class CosineAnnealingLR(LRScheduler):
@@ -201,3 +228,170 @@ class OneCycleLR(LRScheduler):
                     break
                 start = end
         return lrs
+
+
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """SGDR (Loshchilov & Hutter, 2017): a cosine from ``base_lr`` down to ``eta_min`` over ``T_0`` epochs, then a
+    restart; each period is ``T_mult`` times longer than the last. ``step(epoch)`` takes fractional epochs
+    (``scheduler.step(epoch + i / iters)`` within an epoch)."""
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        T_0: int,  # noqa: N803 - PyTorch's names
+        T_mult: int = 1,  # noqa: N803
+        eta_min: float = 0.0,
+        last_epoch: int = -1,
+    ) -> None:
+        if not isinstance(T_0, int) or T_0 <= 0:
+            raise ValueError(f"Expected positive integer T_0, but got {T_0}")
+        if not isinstance(T_mult, int) or T_mult < 1:
+            raise ValueError(f"Expected integer T_mult >= 1, but got {T_mult}")
+        self.T_0, self.T_mult, self.eta_min = T_0, T_mult, eta_min
+        self.position = float(last_epoch)  # the (fractional) epoch reached
+        super().__init__(optimizer, last_epoch)
+
+    def period(self, epoch: float) -> tuple[float, int]:
+        """(epochs since the last restart, length of the current period) at ``epoch``, summed exactly."""
+        start, length = 0, self.T_0
+        while epoch >= start + length:
+            start, length = start + length, length * self.T_mult
+        return epoch - start, length
+
+    def get_lr(self) -> list[float]:
+        t_cur, t_i = self.period(self.position)
+        return [self.eta_min + (b - self.eta_min) * (1 + math.cos(math.pi * t_cur / t_i)) / 2 for b in self.base_lrs]
+
+    def step(self, epoch: float | None = None) -> None:
+        if epoch is not None and epoch < 0:
+            raise ValueError(f"Expected non-negative epoch, but got {epoch}")
+        self.position = (self.position + 1 if self.last_epoch >= 0 else 0.0) if epoch is None else float(epoch)
+        super().step(math.floor(self.position))
+
+
+class SequentialLR(LRScheduler):
+    """Run ``schedulers[0]`` until ``milestones[0]``, then ``schedulers[1]`` (restarted at its epoch 0), and so on:
+    e.g. a ``LinearLR`` warm-up followed by ``CosineAnnealingLR``."""
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        schedulers: Sequence[LRScheduler],
+        milestones: Sequence[int],
+        last_epoch: int = -1,
+    ) -> None:
+        if len(schedulers) < 1:
+            raise ValueError("SequentialLR expects at least one scheduler, but got no scheduler.")
+        for i, sched in enumerate(schedulers):
+            if isinstance(sched, ReduceLROnPlateau):
+                raise ValueError(
+                    "SequentialLR does not support `ReduceLROnPlateau` scheduler as it requires additional kwargs to "
+                    f"be specified when calling `step`, but got one at index {i} in the given schedulers sequence."
+                )
+            if getattr(sched, "optimizer", None) is not optimizer:
+                raise ValueError(
+                    f"SequentialLR expects all schedulers to belong to the same optimizer, but got scheduler "
+                    f"{type(sched).__name__} at index {i} with another optimizer"
+                )
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError(
+                "Sequential Schedulers expects number of schedulers provided to be one more than the number of "
+                f"milestone points, but got number of schedulers {len(schedulers)} and the number of milestones to "
+                f"be equal to {len(milestones)}"
+            )
+        self.optimizer, self._schedulers, self._milestones = optimizer, list(schedulers), list(milestones)
+        self.last_epoch = last_epoch + 1
+        for g in optimizer.param_groups:
+            g["lr"] = g["initial_lr"]
+        for sched in self._schedulers:  # undo the first step each one took when it was made ...
+            sched.last_epoch -= 1
+        first = self._schedulers[bisect.bisect_right(self._milestones, 0)]
+        first.step()  # ... and take it again for the one that runs now
+        self._last_lr = first.get_last_lr()
+
+    def step(self, epoch: int | None = None) -> None:
+        if epoch is not None:
+            raise TypeError("SequentialLR.step() takes no epoch")
+        self.last_epoch += 1
+        idx = bisect.bisect_right(self._milestones, self.last_epoch)
+        sched = self._schedulers[idx]
+        if idx > 0 and self._milestones[idx - 1] == self.last_epoch:
+            sched.step(0)  # a scheduler starts at its own epoch 0
+        else:
+            sched.step()
+        self._last_lr = sched.get_last_lr()
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
+        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state = dict(state_dict)
+        for sched, saved in zip(self._schedulers, state.pop("_schedulers"), strict=True):
+            sched.load_state_dict(saved)
+        self.__dict__.update(state)
+
+
+class ReduceLROnPlateau(LRScheduler):
+    """Multiply the learning rate by ``factor`` when ``step(metric)`` has seen no improvement for more than
+    ``patience`` epochs (improvement: better than the best by ``threshold``, relative or absolute), then wait
+    ``cooldown`` epochs; never below ``min_lr``, and changes smaller than ``eps`` are skipped."""
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        mode: str = "min",
+        factor: float = 0.1,
+        patience: int = 10,
+        threshold: float = 1e-4,
+        threshold_mode: str = "rel",
+        cooldown: int = 0,
+        min_lr: float | Sequence[float] = 0,
+        eps: float = 1e-8,
+    ) -> None:
+        if factor >= 1.0:
+            raise ValueError("Factor should be < 1.0.")
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        if mode not in ("min", "max"):
+            raise ValueError(f"mode {mode} is unknown!")
+        if threshold_mode not in ("rel", "abs"):
+            raise ValueError(f"threshold mode {threshold_mode} is unknown!")
+        groups = optimizer.param_groups
+        if isinstance(min_lr, (list, tuple)):
+            if len(min_lr) != len(groups):
+                raise ValueError(f"expected {len(groups)} min_lrs, got {len(min_lr)}")
+            self.min_lrs = list(min_lr)
+        else:
+            self.min_lrs = [min_lr] * len(groups)
+        self.optimizer, self.factor, self.patience, self.cooldown, self.eps = optimizer, factor, patience, cooldown, eps
+        self.mode, self.threshold, self.threshold_mode = mode, threshold, threshold_mode
+        self.last_epoch = 0
+        self._last_lr = [g["lr"] for g in groups]
+        self.best = math.inf if mode == "min" else -math.inf
+        self.cooldown_counter = self.num_bad_epochs = 0
+
+    def is_better(self, a: float, best: float) -> bool:
+        if self.threshold_mode == "rel":
+            return a < best * (1 - self.threshold) if self.mode == "min" else a > best * (1 + self.threshold)
+        return a < best - self.threshold if self.mode == "min" else a > best + self.threshold
+
+    def step(self, metrics: SupportsFloat, epoch: int | None = None) -> None:  # type: ignore[override]
+        """Record the metric of an epoch (a number or a 0-d tensor; reading a tensor is a sync)."""
+        current = float(metrics)
+        self.last_epoch = self.last_epoch + 1 if epoch is None else epoch
+        if self.is_better(current, self.best):
+            self.best, self.num_bad_epochs = current, 0
+        else:
+            self.num_bad_epochs += 1
+        if self.cooldown_counter > 0:
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0  # bad epochs during the cooldown do not count
+        if self.num_bad_epochs > self.patience:
+            for g, floor in zip(self.optimizer.param_groups, self.min_lrs, strict=True):
+                new = max(float(g["lr"]) * self.factor, floor)
+                if float(g["lr"]) - new > self.eps:
+                    g["lr"] = new
+            self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
+        self._last_lr = [g["lr"] for g in self.optimizer.param_groups]

@@ -32,3 +32,20 @@ def plot_curves(path: str | os.PathLike[str], history: list[dict[str, Any]], tit
         ax.legend()
     fig.suptitle(title)
     fig.savefig(path, dpi=100)
+
+
+def plot_losses(path: str | os.PathLike[str], history: list[dict[str, Any]], title: str) -> None:
+    """Training and validation loss against the iteration (a language model's curves)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    iters = [h["iter"] for h in history]
+    for split in ("train", "val"):
+        ax.plot(iters, [h[f"{split}_loss"] for h in history], marker="o", label=split)
+    ax.set(xlabel="iteration", ylabel="cross-entropy loss", title=title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.savefig(path, dpi=100)
