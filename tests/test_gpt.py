@@ -32,7 +32,7 @@ def torch_model_module() -> ModuleType:
 
 
 def twins(device: str, dtype: Any, **overrides: Any) -> tuple[GPT, Any]:
-    """A vkblas GPT and nanoGPT's GPT in PyTorch holding the same weights."""
+    """A vkblas GPT and the nanoGPT-style GPT of tests/programs in PyTorch, holding the same weights."""
     cfg = {**CONFIG, **overrides}
     vkblas.manual_seed(0)
     ours = GPT(GPTConfig(**cfg)).to(device=device, dtype=dtype)

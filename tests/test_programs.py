@@ -1,5 +1,6 @@
-"""PyTorch programs (tests/programs: nanoGPT's model/train/sample, PyTorch's MNIST example, and two more in their
-style) run unmodified with `vkblas run`, at CI sizes, on cpu and on a Vulkan device (lavapipe in CI).
+"""PyTorch programs (tests/programs: our own, written in the style of nanoGPT's model/train/sample and of PyTorch's
+MNIST and other examples) run unmodified with `vkblas run`, at CI sizes, on cpu and on a Vulkan device (lavapipe in
+CI).
 
 A program that stops at a name vkblas does not have yet is an expected failure only when that name is one of the
 ops the test lists (issue 14 part B adds them): the test then raises :class:`MissingOpError`, and ``xfail(strict=True,

@@ -1,5 +1,13 @@
-# Fashion-MNIST in the style of PyTorch's MNIST example (examples/mnist/main.py, the torch.accelerator version):
-# a small CNN, Adam with StepLR, a validation split made with random_split, and the saved state_dict loaded back.
+"""Clothing classification on Fashion-MNIST, with a validation split and a reload check of the saved weights.
+
+vkblas test program, written in the style of PyTorch's examples/mnist/main.py (its torch.accelerator version).
+It exercises torch.accelerator.is_available() / current_accelerator() for the device, --no-accel,
+torchvision.datasets.FashionMNIST with Compose/ToTensor/Normalize, Subset and random_split with a seeded
+torch.Generator, DataLoader with shuffle, num_workers, persistent_workers and pin_memory, a Conv2d/Dropout/Linear
+nn.Module, optim.Adam with StepLR and get_last_lr(), F.nll_loss, and torch.save of a state_dict read back with
+torch.load(map_location=..., weights_only=True) into a fresh model by load_state_dict.
+"""
+
 import argparse
 import sys
 
@@ -12,7 +20,9 @@ from torch.utils.data import DataLoader, Subset, random_split
 from torchvision import datasets, transforms
 
 
-class Net(nn.Module):
+class FashionNet(nn.Module):
+    """Two convolution + max-pool stages and two fully connected layers; log-probabilities of the 10 classes."""
+
     def __init__(self):
         super().__init__()
         self.conv1 = nn.Conv2d(1, 8, 3, 1)
@@ -29,35 +39,35 @@ class Net(nn.Module):
         return F.log_softmax(self.fc2(x), dim=1)
 
 
-def train(args, model, device, train_loader, optimizer, epoch):
+def train_epoch(model, device, loader, optimizer, epoch, log_interval):
     model.train()
-    for batch_idx, (data, target) in enumerate(train_loader):
-        data, target = data.to(device), target.to(device)
+    for step, (images, labels) in enumerate(loader):
+        images, labels = images.to(device), labels.to(device)
         optimizer.zero_grad()
-        loss = F.nll_loss(model(data), target)
+        loss = F.nll_loss(model(images), labels)
         loss.backward()
         optimizer.step()
-        if batch_idx % args.log_interval == 0:
-            print(f"Train Epoch: {epoch} [{batch_idx * len(data)}/{len(train_loader.dataset)} "
-                  f"({100. * batch_idx / len(train_loader):.0f}%)]\tLoss: {loss.item():.6f}")
+        if step % log_interval == 0:
+            seen, total = step * len(images), len(loader.dataset)
+            print(f"Train Epoch: {epoch} [{seen}/{total} ({100.0 * step / len(loader):.0f}%)]\tLoss: {loss.item():.6f}")
 
 
 def evaluate(model, device, loader, name):
     model.eval()
     loss, correct = 0.0, 0
     with torch.no_grad():
-        for data, target in loader:
-            data, target = data.to(device), target.to(device)
-            output = model(data)
-            loss += F.nll_loss(output, target, reduction="sum").item()
-            correct += (output.argmax(dim=1) == target).sum().item()
+        for images, labels in loader:
+            images, labels = images.to(device), labels.to(device)
+            log_probs = model(images)
+            loss += F.nll_loss(log_probs, labels, reduction="sum").item()
+            correct += (log_probs.argmax(dim=1) == labels).sum().item()
     n = len(loader.dataset)
-    print(f"{name}: Average loss: {loss / n:.4f}, Accuracy: {correct}/{n} ({100. * correct / n:.0f}%)")
+    print(f"{name}: Average loss: {loss / n:.4f}, Accuracy: {correct}/{n} ({100.0 * correct / n:.0f}%)")
     return correct
 
 
 def main():
-    parser = argparse.ArgumentParser(description="PyTorch Fashion-MNIST Example")
+    parser = argparse.ArgumentParser(description="vkblas test program: Fashion-MNIST")
     parser.add_argument("--batch-size", type=int, default=64, metavar="N")
     parser.add_argument("--test-batch-size", type=int, default=1000, metavar="N")
     parser.add_argument("--epochs", type=int, default=5, metavar="N")
@@ -96,18 +106,18 @@ def main():
     val_loader = DataLoader(val_set, **test_kwargs)
     test_loader = DataLoader(test_set, **test_kwargs)
 
-    model = Net().to(device)
+    model = FashionNet().to(device)
     optimizer = optim.Adam(model.parameters(), lr=args.lr)
     scheduler = StepLR(optimizer, step_size=1, gamma=args.gamma)
     for epoch in range(1, args.epochs + 1):
-        train(args, model, device, train_loader, optimizer, epoch)
+        train_epoch(model, device, train_loader, optimizer, epoch, args.log_interval)
         evaluate(model, device, val_loader, "Validation set")
         scheduler.step()
         print(f"lr now {scheduler.get_last_lr()[0]:.6f}")
     correct = evaluate(model, device, test_loader, "Test set")
 
     torch.save(model.state_dict(), args.save_path)
-    reloaded = Net().to(device)
+    reloaded = FashionNet().to(device)
     reloaded.load_state_dict(torch.load(args.save_path, map_location=device, weights_only=True))
     if evaluate(reloaded, device, test_loader, "Reloaded model") != correct:
         print("the reloaded model does not give the same predictions")

@@ -1,319 +1,244 @@
+"""Train the GPT of model.py on a token file made by data/<dataset>/prepare.py.
+
+vkblas test program, written in the style of nanoGPT's train.py. Its settings are the module globals below,
+which configurator.py overrides from the command line:
+
+    python train.py config/train_shakespeare_char.py --device=cpu --compile=False
+
+It exercises: batches of random windows cut from an np.memmap with torch.randint, torch.from_numpy and
+torch.stack, moved with pin_memory()/non_blocking on CUDA; torch.amp.autocast (nullcontext on the CPU) and
+torch.amp.GradScaler; AdamW from model.configure_optimizers with the learning rate set by hand in
+optimizer.param_groups (linear warm-up, then cosine decay); gradient accumulation, clip_grad_norm_ and
+zero_grad(set_to_none=True); torch.compile behind a flag; TF32 switches in torch.backends; evaluation under
+@torch.no_grad() with model.eval()/model.train(); a checkpoint dict written with torch.save and read back with
+torch.load to resume; and, when torchrun sets RANK, DistributedDataParallel.
 """
-This training script can be run both on a single gpu in debug mode,
-and also in a larger training run with distributed data parallel (ddp).
-(In the style of nanoGPT's train.py, https://github.com/karpathy/nanoGPT.)
 
-To run on a single GPU, example:
-$ python train.py --batch_size=32 --compile=False
-
-To run with DDP on 4 gpus on 1 node, example:
-$ torchrun --standalone --nproc_per_node=4 train.py
-"""
-
-import os
-import time
 import math
+import os
 import pickle
+import time
 from contextlib import nullcontext
 
 import numpy as np
 import torch
-from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.distributed import init_process_group, destroy_process_group
+from model import GPT, GPTConfig
+from torch.distributed import destroy_process_group, init_process_group
+from torch.nn.parallel import DistributedDataParallel
 
-from model import GPTConfig, GPT
-
-# -----------------------------------------------------------------------------
-# default config values designed to train a gpt2 (124M) on OpenWebText
-# I/O
-out_dir = 'out'
-eval_interval = 2000
-log_interval = 1
-eval_iters = 200
-eval_only = False # if True, script exits right after the first eval
-always_save_checkpoint = True # if True, always save a checkpoint after each eval
-init_from = 'scratch' # 'scratch' or 'resume'
-# wandb logging
-wandb_log = False # disabled by default
-wandb_project = 'owt'
-wandb_run_name = 'gpt2' # 'run' + str(time.time())
+# ---- settings -------------------------------------------------------------------------------------------------
+# output
+out_dir = "out"
+init_from = "scratch"  # "scratch", or "resume" from out_dir/ckpt.pt
+eval_interval = 500  # evaluate (and maybe save) every eval_interval iterations
+eval_iters = 50  # batches per split in one evaluation
+eval_only = False  # evaluate once and stop
+log_interval = 10
+always_save_checkpoint = True  # False: save only when the validation loss improves
 # data
-dataset = 'openwebtext'
-gradient_accumulation_steps = 5 * 8 # used to simulate larger batch sizes
-batch_size = 12 # if gradient_accumulation_steps > 1, this is the micro-batch size
-block_size = 1024
+dataset = "shakespeare_char"
+batch_size = 32
+block_size = 128
+gradient_accumulation_steps = 1  # micro-batches per optimizer step
 # model
-n_layer = 12
-n_head = 12
-n_embd = 768
-dropout = 0.0 # for pretraining 0 is good, for finetuning try 0.1+
-bias = False # do we use bias inside LayerNorm and Linear layers?
-# adamw optimizer
-learning_rate = 6e-4 # max learning rate
-max_iters = 600000 # total number of training iterations
-weight_decay = 1e-1
+n_layer = 4
+n_head = 4
+n_embd = 256
+dropout = 0.1
+bias = False
+# optimizer and learning-rate schedule
+learning_rate = 6e-4  # peak
+min_lr = 6e-5  # floor after the decay
+weight_decay = 0.1
 beta1 = 0.9
 beta2 = 0.95
-grad_clip = 1.0 # clip gradients at this value, or disable if == 0.0
-# learning rate decay settings
-decay_lr = True # whether to decay the learning rate
-warmup_iters = 2000 # how many steps to warm up for
-lr_decay_iters = 600000 # should be ~= max_iters per Chinchilla
-min_lr = 6e-5 # minimum learning rate, should be ~= learning_rate/10 per Chinchilla
-# DDP settings
-backend = 'nccl' # 'nccl', 'gloo', etc.
+grad_clip = 1.0  # 0.0: no clipping
+decay_lr = True
+warmup_iters = 200
+lr_decay_iters = 5000
+max_iters = 5000  # optimizer steps
 # system
-device = 'cuda' # examples: 'cpu', 'cuda', 'cuda:0', 'cuda:1' etc., or try 'mps' on macbooks
-dtype = 'bfloat16' if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else 'float16' # 'float32', 'bfloat16', or 'float16', the latter will auto implement a GradScaler
-compile = True # use PyTorch 2.0 to compile the model to be faster
-# -----------------------------------------------------------------------------
-config_keys = [k for k,v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
-exec(open('configurator.py').read()) # overrides from command line or config file
-config = {k: globals()[k] for k in config_keys} # will be useful for logging
-# -----------------------------------------------------------------------------
+backend = "nccl"  # for torch.distributed
+device = "cuda"  # "cpu", "cuda", "cuda:1", ...
+dtype = "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float16"
+compile = True
+settings = [k for k, v in globals().items() if not k.startswith("_") and isinstance(v, (bool, int, float, str))]
+exec(open(os.path.join(os.path.dirname(__file__), "configurator.py")).read())
+config = {k: globals()[k] for k in settings}  # what this run was asked to do, kept in the checkpoint
+# ----------------------------------------------------------------------------------------------------------------
 
-# various inits, derived attributes, I/O setup
-ddp = int(os.environ.get('RANK', -1)) != -1 # is this a ddp run?
+ddp = "RANK" in os.environ  # started by torchrun: one process per GPU
 if ddp:
     init_process_group(backend=backend)
-    ddp_rank = int(os.environ['RANK'])
-    ddp_local_rank = int(os.environ['LOCAL_RANK'])
-    ddp_world_size = int(os.environ['WORLD_SIZE'])
-    device = f'cuda:{ddp_local_rank}'
+    rank, local_rank, world_size = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
+    device = f"cuda:{local_rank}"
     torch.cuda.set_device(device)
-    master_process = ddp_rank == 0 # this process will do logging, checkpointing etc.
-    seed_offset = ddp_rank # each process gets a different seed
-    # world_size number of processes will be training simultaneously, so we can scale
-    # down the desired gradient accumulation iterations per process proportionally
-    assert gradient_accumulation_steps % ddp_world_size == 0
-    gradient_accumulation_steps //= ddp_world_size
+    if gradient_accumulation_steps % world_size:
+        raise SystemExit(f"gradient_accumulation_steps={gradient_accumulation_steps} is not a multiple of {world_size}")
+    gradient_accumulation_steps //= world_size  # the processes share the micro-batches of a step
 else:
-    # if not ddp, we are running on a single gpu, and one process
-    master_process = True
-    seed_offset = 0
-    ddp_world_size = 1
-tokens_per_iter = gradient_accumulation_steps * ddp_world_size * batch_size * block_size
-print(f"tokens per iteration will be: {tokens_per_iter:,}")
+    rank, world_size = 0, 1
+master_process = rank == 0  # the one that evaluates, logs and saves
+seed_offset = rank  # each process draws different batches
+tokens_per_step = gradient_accumulation_steps * world_size * batch_size * block_size
+print(f"{tokens_per_step:,} tokens per optimizer step")
 
 if master_process:
     os.makedirs(out_dir, exist_ok=True)
 torch.manual_seed(1337 + seed_offset)
-torch.backends.cuda.matmul.allow_tf32 = True # allow tf32 on matmul
-torch.backends.cudnn.allow_tf32 = True # allow tf32 on cudnn
-device_type = 'cuda' if 'cuda' in device else 'cpu' # for later use in torch.autocast
-# note: float16 data type will automatically use a GradScaler
-ptdtype = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}[dtype]
-ctx = nullcontext() if device_type == 'cpu' else torch.amp.autocast(device_type=device_type, dtype=ptdtype)
+torch.backends.cuda.matmul.allow_tf32 = True
+torch.backends.cudnn.allow_tf32 = True
+device_type = "cuda" if device.startswith("cuda") else "cpu"
+ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+ctx = nullcontext() if device_type == "cpu" else torch.amp.autocast(device_type=device_type, dtype=ptdtype)
 
-# poor man's data loader
-data_dir = os.path.join('data', dataset)
+data_dir = os.path.join("data", dataset)
+
+
 def get_batch(split):
-    # We recreate np.memmap every batch to avoid a memory leak, as per
-    # https://stackoverflow.com/questions/45132940/numpy-memmap-memory-usage-want-to-iterate-once/61472122#61472122
-    if split == 'train':
-        data = np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r')
-    else:
-        data = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
-    ix = torch.randint(len(data) - block_size, (batch_size,))
-    x = torch.stack([torch.from_numpy((data[i:i+block_size]).astype(np.int64)) for i in ix])
-    y = torch.stack([torch.from_numpy((data[i+1:i+1+block_size]).astype(np.int64)) for i in ix])
-    if device_type == 'cuda':
-        # pin arrays x,y, which allows us to move them to GPU asynchronously (non_blocking=True)
-        x, y = x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-    else:
-        x, y = x.to(device), y.to(device)
-    return x, y
+    """batch_size random windows of block_size tokens from `split`, and the same windows one token later."""
+    # mapped anew on each call: a long-lived memmap keeps every page it has read resident
+    tokens = np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np.uint16, mode="r")
+    starts = torch.randint(len(tokens) - block_size, (batch_size,))
+    x = torch.stack([torch.from_numpy(tokens[s : s + block_size].astype(np.int64)) for s in starts])
+    y = torch.stack([torch.from_numpy(tokens[s + 1 : s + 1 + block_size].astype(np.int64)) for s in starts])
+    if device_type == "cuda":  # from page-locked memory the copy runs while the GPU is still busy
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    return x.to(device), y.to(device)
 
-# init these up here, can override if init_from='resume' (i.e. from a checkpoint)
-iter_num = 0
-best_val_loss = 1e9
 
-# attempt to derive vocab_size from the dataset
-meta_path = os.path.join(data_dir, 'meta.pkl')
-meta_vocab_size = None
+def unprefixed(state_dict, prefix="_orig_mod."):
+    """The state dict of a model saved while wrapped by torch.compile, with the wrapper's prefix taken off."""
+    return {(k[len(prefix) :] if k.startswith(prefix) else k): v for k, v in state_dict.items()}
+
+
+vocab_size = 50304  # GPT-2's, unless the dataset says otherwise
+meta_path = os.path.join(data_dir, "meta.pkl")
 if os.path.exists(meta_path):
-    with open(meta_path, 'rb') as f:
-        meta = pickle.load(f)
-    meta_vocab_size = meta['vocab_size']
-    print(f"found vocab_size = {meta_vocab_size} (inside {meta_path})")
+    with open(meta_path, "rb") as f:
+        vocab_size = pickle.load(f)["vocab_size"]
+    print(f"vocabulary of {vocab_size} tokens (from {meta_path})")
 
-# model init
-model_args = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size,
-                  bias=bias, vocab_size=None, dropout=dropout) # start with model_args from command line
-if init_from == 'scratch':
-    # init a new model from scratch
-    print("Initializing a new model from scratch")
-    # determine the vocab size we'll use for from-scratch training
-    if meta_vocab_size is None:
-        print("defaulting to vocab_size of GPT-2 to 50304 (50257 rounded up for efficiency)")
-    model_args['vocab_size'] = meta_vocab_size if meta_vocab_size is not None else 50304
-    gptconf = GPTConfig(**model_args)
-    model = GPT(gptconf)
-elif init_from == 'resume':
-    print(f"Resuming training from {out_dir}")
-    # resume training from a checkpoint.
-    ckpt_path = os.path.join(out_dir, 'ckpt.pt')
-    checkpoint = torch.load(ckpt_path, map_location=device)
-    checkpoint_model_args = checkpoint['model_args']
-    # force these config attributes to be equal otherwise we can't even resume training
-    # the rest of the attributes (e.g. dropout) can stay as desired from command line
-    for k in ['n_layer', 'n_head', 'n_embd', 'block_size', 'bias', 'vocab_size']:
-        model_args[k] = checkpoint_model_args[k]
-    # create the model
-    gptconf = GPTConfig(**model_args)
-    model = GPT(gptconf)
-    state_dict = checkpoint['model']
-    # fix the keys of the state dictionary :(
-    # honestly no idea how checkpoints sometimes get this prefix, have to debug more
-    unwanted_prefix = '_orig_mod.'
-    for k,v in list(state_dict.items()):
-        if k.startswith(unwanted_prefix):
-            state_dict[k[len(unwanted_prefix):]] = state_dict.pop(k)
-    model.load_state_dict(state_dict)
-    iter_num = checkpoint['iter_num']
-    best_val_loss = checkpoint['best_val_loss']
-# crop down the model block size if desired, using model surgery
-if block_size < model.config.block_size:
-    model.crop_block_size(block_size)
-    model_args['block_size'] = block_size # so that the checkpoint will have the right value
+model_args = dict(
+    n_layer=n_layer,
+    n_head=n_head,
+    n_embd=n_embd,
+    block_size=block_size,
+    bias=bias,
+    vocab_size=vocab_size,
+    dropout=dropout,
+)
+iter_num, best_val_loss, checkpoint = 0, float("inf"), None
+if init_from == "scratch":
+    print("training a new model")
+    model = GPT(GPTConfig(**model_args))
+elif init_from == "resume":
+    checkpoint = torch.load(os.path.join(out_dir, "ckpt.pt"), map_location=device)
+    for k in ("n_layer", "n_head", "n_embd", "block_size", "bias", "vocab_size"):  # the shape is the saved one
+        model_args[k] = checkpoint["model_args"][k]
+    model = GPT(GPTConfig(**model_args))
+    model.load_state_dict(unprefixed(checkpoint["model"]))
+    iter_num, best_val_loss = checkpoint["iter_num"], checkpoint["best_val_loss"]
+    print(f"resuming from {out_dir} at iteration {iter_num}")
+else:
+    raise SystemExit(f"init_from={init_from!r}: expected 'scratch' or 'resume'")
 model.to(device)
 
-# initialize a GradScaler. If enabled=False scaler is a no-op
-scaler = torch.cuda.amp.GradScaler(enabled=(dtype == 'float16'))
-
-# optimizer
+# loss scaling keeps small float16 gradients from flushing to zero; disabled, the scaler passes things through
+scaler = torch.amp.GradScaler(device_type, enabled=(dtype == "float16" and device_type == "cuda"))
 optimizer = model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), device_type)
-if init_from == 'resume':
-    optimizer.load_state_dict(checkpoint['optimizer'])
-checkpoint = None # free up memory
+if checkpoint is not None:
+    optimizer.load_state_dict(checkpoint["optimizer"])
+checkpoint = None  # let the loaded tensors go
 
-# compile the model
 if compile:
-    print("compiling the model... (takes a ~minute)")
-    unoptimized_model = model
-    model = torch.compile(model) # requires PyTorch 2.0
-
-# wrap model into DDP container
+    print("compiling the model")
+    model = torch.compile(model)
 if ddp:
-    model = DDP(model, device_ids=[ddp_local_rank])
+    model = DistributedDataParallel(model, device_ids=[local_rank])
+raw_model = model.module if ddp else model  # what gets saved
 
-# helps estimate an arbitrarily accurate loss over either split using many batches
+
 @torch.no_grad()
 def estimate_loss():
-    out = {}
+    """The mean loss over eval_iters batches of each split, with dropout off."""
     model.eval()
-    for split in ['train', 'val']:
+    means = {}
+    for split in ("train", "val"):
         losses = torch.zeros(eval_iters)
-        for k in range(eval_iters):
-            X, Y = get_batch(split)
+        for i in range(eval_iters):
+            inputs, targets = get_batch(split)
             with ctx:
-                logits, loss = model(X, Y)
-            losses[k] = loss.item()
-        out[split] = losses.mean()
+                _, loss = model(inputs, targets)
+            losses[i] = loss.item()
+        means[split] = losses.mean()
     model.train()
-    return out
+    return means
 
-# learning rate decay scheduler (cosine with warmup)
+
 def get_lr(it):
-    # 1) linear warmup for warmup_iters steps
+    """Linear warm-up to learning_rate over warmup_iters, half a cosine down to min_lr at lr_decay_iters, and
+    min_lr after that."""
     if it < warmup_iters:
         return learning_rate * (it + 1) / (warmup_iters + 1)
-    # 2) if it > lr_decay_iters, return min learning rate
     if it > lr_decay_iters:
         return min_lr
-    # 3) in between, use cosine decay down to min learning rate
-    decay_ratio = (it - warmup_iters) / (lr_decay_iters - warmup_iters)
-    assert 0 <= decay_ratio <= 1
-    coeff = 0.5 * (1.0 + math.cos(math.pi * decay_ratio)) # coeff ranges 0..1
-    return min_lr + coeff * (learning_rate - min_lr)
+    progress = (it - warmup_iters) / (lr_decay_iters - warmup_iters)
+    return min_lr + (learning_rate - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
-# logging
-if wandb_log and master_process:
-    import wandb
-    wandb.init(project=wandb_project, name=wandb_run_name, config=config)
 
-# training loop
-X, Y = get_batch('train') # fetch the very first batch
-t0 = time.time()
-local_iter_num = 0 # number of iterations in the lifetime of this process
-raw_model = model.module if ddp else model # unwrap DDP container if needed
-running_mfu = -1.0
+def save_checkpoint():
+    print(f"saving checkpoint to {out_dir}")
+    state = {
+        "model": raw_model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "model_args": model_args,
+        "iter_num": iter_num,
+        "best_val_loss": best_val_loss,
+        "config": config,
+    }
+    torch.save(state, os.path.join(out_dir, "ckpt.pt"))
+
+
+inputs, targets = get_batch("train")
 while True:
-
-    # determine and set the learning rate for this iteration
     lr = get_lr(iter_num) if decay_lr else learning_rate
-    for param_group in optimizer.param_groups:
-        param_group['lr'] = lr
+    for group in optimizer.param_groups:
+        group["lr"] = lr
 
-    # evaluate the loss on train/val sets and write checkpoints
     if iter_num % eval_interval == 0 and master_process:
         losses = estimate_loss()
         print(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
-        if wandb_log:
-            wandb.log({
-                "iter": iter_num,
-                "train/loss": losses['train'],
-                "val/loss": losses['val'],
-                "lr": lr,
-                "mfu": running_mfu*100, # convert to percentage
-            })
-        if losses['val'] < best_val_loss or always_save_checkpoint:
-            best_val_loss = losses['val']
-            if iter_num > 0:
-                checkpoint = {
-                    'model': raw_model.state_dict(),
-                    'optimizer': optimizer.state_dict(),
-                    'model_args': model_args,
-                    'iter_num': iter_num,
-                    'best_val_loss': best_val_loss,
-                    'config': config,
-                }
-                print(f"saving checkpoint to {out_dir}")
-                torch.save(checkpoint, os.path.join(out_dir, 'ckpt.pt'))
-    if iter_num == 0 and eval_only:
+        improved = losses["val"] < best_val_loss
+        if improved:
+            best_val_loss = losses["val"]
+        if iter_num > 0 and (improved or always_save_checkpoint):
+            save_checkpoint()
+    if eval_only or iter_num >= max_iters:
         break
 
-    # forward backward update, with optional gradient accumulation to simulate larger batch size
-    # and using the GradScaler if data type is float16
+    step_started = time.time()
     for micro_step in range(gradient_accumulation_steps):
-        if ddp:
-            # in DDP training we only need to sync gradients at the last micro step.
-            model.require_backward_grad_sync = (micro_step == gradient_accumulation_steps - 1)
+        if ddp:  # average the gradients across processes once, after the last micro-batch
+            model.require_backward_grad_sync = micro_step == gradient_accumulation_steps - 1
         with ctx:
-            logits, loss = model(X, Y)
-            loss = loss / gradient_accumulation_steps # scale the loss to account for gradient accumulation
-        # immediately async prefetch next batch while model is doing the forward pass on the GPU
-        X, Y = get_batch('train')
-        # backward pass, with gradient scaling if training in fp16
+            _, loss = model(inputs, targets)
+            loss = loss / gradient_accumulation_steps  # the step's gradient is the mean over micro-batches
+        inputs, targets = get_batch("train")  # read while the device still runs the forward pass
         scaler.scale(loss).backward()
-    # clip the gradient
-    if grad_clip != 0.0:
-        scaler.unscale_(optimizer)
+    if grad_clip > 0.0:
+        scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    # step the optimizer and scaler if training in fp16
     scaler.step(optimizer)
     scaler.update()
-    # flush the gradients as soon as we can, no need for this memory anymore
     optimizer.zero_grad(set_to_none=True)
 
-    # timing and logging
-    t1 = time.time()
-    dt = t1 - t0
-    t0 = t1
     if iter_num % log_interval == 0 and master_process:
-        # get loss as float. note: this is a CPU-GPU sync point
-        # scale up to undo the division above, approximating the true total loss (exact would have been a sum)
-        lossf = loss.item() * gradient_accumulation_steps
-        if local_iter_num >= 5: # let the training loop settle a bit
-            mfu = raw_model.estimate_mfu(batch_size * gradient_accumulation_steps, dt)
-            running_mfu = mfu if running_mfu == -1.0 else 0.9*running_mfu + 0.1*mfu
-        print(f"iter {iter_num}: loss {lossf:.4f}, time {dt*1000:.2f}ms, mfu {running_mfu*100:.2f}%")
+        step_loss = loss.item() * gradient_accumulation_steps  # .item() waits for the device to finish the step
+        seconds = time.time() - step_started
+        speed = tokens_per_step / seconds
+        print(f"iter {iter_num}: loss {step_loss:.4f}, lr {lr:.2e}, {seconds * 1000:.0f} ms, {speed:,.0f} tokens/s")
     iter_num += 1
-    local_iter_num += 1
-
-    # termination conditions
-    if iter_num > max_iters:
-        break
 
 if ddp:
     destroy_process_group()

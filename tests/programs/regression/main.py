@@ -1,8 +1,14 @@
-# Polynomial regression in the style of PyTorch's examples/regression/main.py, with the pieces of the training
-# toolbox that programs commonly reach for: an IterableDataset streamed by worker processes with a custom
-# collate_fn, nn.init, AdamW with a warm-up then cosine schedule (SequentialLR) or ReduceLROnPlateau,
-# torch.autocast with a GradScaler, torch.compile behind a flag, gradient clipping, and a full checkpoint (model,
-# optimizer, scheduler, scaler, epoch) saved with torch.save and resumed with torch.load.
+"""Fitting a polynomial with a small MLP, checkpointed every epoch and resumable.
+
+vkblas test program, written in the style of PyTorch's examples/regression/main.py, with the pieces of the
+training toolbox that programs commonly reach for: an IterableDataset streamed by worker processes
+(get_worker_info) with a custom collate_fn and persistent_workers, TensorDataset, nn.Sequential with
+Module.apply and nn.init, AdamW with a warm-up then cosine schedule (LinearLR + CosineAnnealingLR in SequentialLR)
+or ReduceLROnPlateau, torch.autocast with a torch.amp.GradScaler, torch.compile behind a flag, cudnn.benchmark and
+set_float32_matmul_precision, clip_grad_norm_, and a full checkpoint (model, optimizer, scheduler, scaler, epoch)
+saved with torch.save and resumed with torch.load.
+"""
+
 import argparse
 import os
 import sys
@@ -14,15 +20,15 @@ import torch.nn.functional as F
 from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, ReduceLROnPlateau, SequentialLR
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset, get_worker_info
 
-POLY_DEGREE = 4
-W_target = np.array([0.5, -1.0, 0.3, 2.0], dtype=np.float32)
-b_target = 0.25
+# the curve to learn: y = 0.25 + 0.5 x - x^2 + 0.3 x^3 + 2 x^4, on [-1, 1]
+DEGREE = 4
+COEFFS = np.array([0.5, -1.0, 0.3, 2.0], dtype=np.float32)  # of x, x^2, ..., x^DEGREE
+INTERCEPT = 0.25
 
 
-def make_features(x):
-    """Builds features i.e. a matrix with columns [x, x^2, x^3, x^4]."""
-    x = x.unsqueeze(1)
-    return torch.cat([x ** i for i in range(1, POLY_DEGREE + 1)], 1)
+def powers(x):
+    """(N,) -> (N, DEGREE): x, x^2, ..., x^DEGREE as columns, the model's input."""
+    return torch.cat([x.unsqueeze(1) ** k for k in range(1, DEGREE + 1)], 1)
 
 
 class PolySamples(IterableDataset):
@@ -40,13 +46,13 @@ class PolySamples(IterableDataset):
         rng = np.random.default_rng(self.seed + worker)
         for _ in range(worker, self.n, workers):
             x = rng.uniform(-1.0, 1.0)
-            y = float(W_target @ np.array([x ** i for i in range(1, POLY_DEGREE + 1)])) + b_target
+            y = float(COEFFS @ np.array([x**k for k in range(1, DEGREE + 1)])) + INTERCEPT
             yield np.float32(x), np.float32(y + rng.normal(0.0, 0.01))
 
 
 def collate(batch):
-    xs, ys = zip(*batch)
-    return make_features(torch.tensor(xs)), torch.tensor(ys).unsqueeze(1)
+    xs, ys = zip(*batch, strict=True)
+    return powers(torch.tensor(xs)), torch.tensor(ys).unsqueeze(1)
 
 
 def init_weights(module):
@@ -68,7 +74,7 @@ def evaluate(model, loader, device):
 
 
 def main():
-    parser = argparse.ArgumentParser(description="PyTorch polynomial regression")
+    parser = argparse.ArgumentParser(description="vkblas test program: polynomial regression")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--samples", type=int, default=2048, help="samples per epoch")
     parser.add_argument("--batch-size", type=int, default=32)
@@ -87,13 +93,18 @@ def main():
     torch.set_float32_matmul_precision("high")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
-    train_loader = DataLoader(PolySamples(args.samples, args.seed), batch_size=args.batch_size,
-                              num_workers=args.workers, collate_fn=collate, persistent_workers=args.workers > 0)
+    train_loader = DataLoader(
+        PolySamples(args.samples, args.seed),
+        batch_size=args.batch_size,
+        num_workers=args.workers,
+        collate_fn=collate,
+        persistent_workers=args.workers > 0,
+    )
     xs = torch.linspace(-1, 1, 256)
-    ys = torch.from_numpy(np.polyval(np.r_[W_target[::-1], b_target], xs.numpy()).astype(np.float32))
-    val_loader = DataLoader(TensorDataset(make_features(xs), ys.unsqueeze(1)), batch_size=64)
+    ys = torch.from_numpy(np.polyval(np.r_[COEFFS[::-1], INTERCEPT], xs.numpy()).astype(np.float32))
+    val_loader = DataLoader(TensorDataset(powers(xs), ys.unsqueeze(1)), batch_size=64)
 
-    model = nn.Sequential(nn.Linear(POLY_DEGREE, 32), nn.Tanh(), nn.Linear(32, 1))
+    model = nn.Sequential(nn.Linear(DEGREE, 32), nn.Tanh(), nn.Linear(32, 1))
     model.apply(init_weights)
     model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
@@ -133,11 +144,21 @@ def main():
         val_loss = evaluate(model, val_loader, device)
         if args.scheduler == "plateau":
             scheduler.step(val_loss)
-        print(f"epoch {epoch}: train loss {loss.item():.5f}, val loss {val_loss:.5f}, "
-              f"lr {optimizer.param_groups[0]['lr']:.5f}, scale {scaler.get_scale():g}")
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
-                    "epoch": epoch, "first_loss": first_loss}, args.checkpoint)
+        print(
+            f"epoch {epoch}: train loss {loss.item():.5f}, val loss {val_loss:.5f}, "
+            f"lr {optimizer.param_groups[0]['lr']:.5f}, scale {scaler.get_scale():g}"
+        )
+        torch.save(
+            {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "scaler": scaler.state_dict(),
+                "epoch": epoch,
+                "first_loss": first_loss,
+            },
+            args.checkpoint,
+        )
 
     final = evaluate(model, val_loader, device)
     print(f"validation loss {first_loss:.5f} -> {final:.5f}")

@@ -1,61 +1,53 @@
+"""Token files for a character-level model of tiny Shakespeare.
+
+vkblas test program, written in the style of nanoGPT's data/shakespeare_char/prepare.py. Every distinct
+character of the text is one token. The first 90 % of the text goes to train.bin, the rest to val.bin, as
+numpy uint16 arrays written with ndarray.tofile (train.py reads them back with np.memmap); meta.pkl is a
+pickle of the vocabulary: vocab_size, stoi (character -> id) and itos (id -> character).
+
+Nothing is downloaded: the text is input.txt beside this file, or else $VKBLAS_DATA/tinyshakespeare/input.txt.
 """
-Prepare the Shakespeare dataset for character-level language modeling.
-So instead of encoding with GPT-2 BPE tokens, we just map characters to ints.
-Will save train.bin, val.bin containing the ids, and meta.pkl containing the
-encoder and decoder and some other related info.
-"""
+
 import os
 import pickle
+import sys
+
 import numpy as np
 
-# download the tiny shakespeare dataset
-input_file_path = os.path.join(os.path.dirname(__file__), 'input.txt')
-if not os.path.exists(input_file_path):
-    import requests
-    data_url = 'https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt'
-    with open(input_file_path, 'w') as f:
-        f.write(requests.get(data_url).text)
+HERE = os.path.dirname(os.path.abspath(__file__))
 
-with open(input_file_path, 'r') as f:
-    data = f.read()
-print(f"length of dataset in characters: {len(data):,}")
 
-# get all the unique characters that occur in this text
-chars = sorted(list(set(data)))
-vocab_size = len(chars)
-print("all the unique characters:", ''.join(chars))
-print(f"vocab size: {vocab_size:,}")
+def find_text():
+    places = [os.path.join(HERE, "input.txt")]
+    if os.environ.get("VKBLAS_DATA"):
+        places.append(os.path.join(os.environ["VKBLAS_DATA"], "tinyshakespeare", "input.txt"))
+    for path in places:
+        if os.path.isfile(path):
+            return path
+    sys.exit("prepare.py: tiny Shakespeare not found; put input.txt at " + " or ".join(places))
 
-# create a mapping from characters to integers
-stoi = { ch:i for i,ch in enumerate(chars) }
-itos = { i:ch for i,ch in enumerate(chars) }
-def encode(s):
-    return [stoi[c] for c in s] # encoder: take a string, output a list of integers
-def decode(l):
-    return ''.join([itos[i] for i in l]) # decoder: take a list of integers, output a string
 
-# create the train and test splits
-n = len(data)
-train_data = data[:int(n*0.9)]
-val_data = data[int(n*0.9):]
+def main():
+    path = find_text()
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    print(f"{path}: {len(text):,} characters")
 
-# encode both to integers
-train_ids = encode(train_data)
-val_ids = encode(val_data)
-print(f"train has {len(train_ids):,} tokens")
-print(f"val has {len(val_ids):,} tokens")
+    alphabet = sorted(set(text))
+    stoi = {ch: i for i, ch in enumerate(alphabet)}
+    itos = dict(enumerate(alphabet))
+    print(f"vocab size: {len(alphabet)}")
+    print(f"characters: {''.join(alphabet)!r}")
 
-# export to bin files
-train_ids = np.array(train_ids, dtype=np.uint16)
-val_ids = np.array(val_ids, dtype=np.uint16)
-train_ids.tofile(os.path.join(os.path.dirname(__file__), 'train.bin'))
-val_ids.tofile(os.path.join(os.path.dirname(__file__), 'val.bin'))
+    ids = np.array([stoi[ch] for ch in text], dtype=np.uint16)
+    split_at = int(0.9 * len(ids))
+    for name, part in (("train", ids[:split_at]), ("val", ids[split_at:])):
+        part.tofile(os.path.join(HERE, f"{name}.bin"))
+        print(f"{name} has {len(part):,} tokens")
 
-# save the meta information as well, to help us encode/decode later
-meta = {
-    'vocab_size': vocab_size,
-    'itos': itos,
-    'stoi': stoi,
-}
-with open(os.path.join(os.path.dirname(__file__), 'meta.pkl'), 'wb') as f:
-    pickle.dump(meta, f)
+    with open(os.path.join(HERE, "meta.pkl"), "wb") as f:
+        pickle.dump({"vocab_size": len(alphabet), "stoi": stoi, "itos": itos}, f)
+
+
+if __name__ == "__main__":
+    main()
