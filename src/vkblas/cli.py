@@ -43,6 +43,26 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value}")
+    return value
+
+
 def _device(text: str) -> str:
     from .backend import parse
 
@@ -89,6 +109,11 @@ def _short(value: Any) -> str:
 def cmd_train(args: argparse.Namespace) -> int:
     from .training import TrainConfig, fit
 
+    given = [f"--{k.replace('_', '-')}" for k in DISTRIBUTED if getattr(args, k) not in (None, False)]
+    if args.workers is None and given:
+        return _usage("train", f"{', '.join(given)} need(s) --workers (training on several workers)")
+    if args.workers is not None and args.device is not None:
+        return _usage("train", "--device and --workers exclude each other: name the devices in --workers")
     out = args.out or f"runs/{args.dataset}-{args.model}"
     cfg = TrainConfig(
         dataset=args.dataset,
@@ -105,10 +130,53 @@ def cmd_train(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         graph=not args.no_graph,
     )
+    if args.workers is not None:
+        return _train_on_workers(args, cfg)
     metrics = fit(cfg)
     print(
         f"test accuracy {100 * metrics['test_accuracy']:.2f}% on {metrics['device']} after {cfg.epochs} epoch(s); "
         f"wrote {out}/model.safetensors, metrics.json, curves.png"
+    )
+    return 0
+
+
+#: the ``vkblas train`` options of training on several workers (None / False: not given)
+DISTRIBUTED = (
+    "algorithm",
+    "max_staleness",
+    "sync_apply",
+    "inner_steps",
+    "outer_lr",
+    "outer_momentum",
+    "round_quorum",
+    "round_deadline",
+    "codec",
+    "codec_block",
+    "error_feedback",
+    "threads_per_worker",
+)
+
+
+def _usage(command: str, message: str) -> int:
+    print(f"vkblas {command}: error: {message} (see vkblas {command} --help)", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _train_on_workers(args: argparse.Namespace, train: Any) -> int:
+    from .distributed.local import LocalConfig, parse_workers, run_local
+
+    try:
+        options = {k: getattr(args, k) for k in DISTRIBUTED if getattr(args, k) not in (None, False)}
+        cfg = LocalConfig(train, parse_workers(args.workers), **options)
+    except ValueError as e:
+        return _usage("train", str(e))
+    metrics = run_local(cfg)
+    run = metrics["run"]["totals"]
+    print(
+        f"test accuracy {100 * metrics['test_accuracy']:.2f}% with {cfg.algorithm} on {metrics['device']} after "
+        f"{train.epochs} epoch(s), {metrics['samples_per_s']:,.0f} samples/s, updates accepted/stale/rejected "
+        f"{run['accepted']}/{run['stale']}/{run['rejected']}; wrote {train.out}/model.safetensors, metrics.json, "
+        "curves.png"
     )
     return 0
 
@@ -210,6 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run every training step eagerly instead of replaying a captured graph (Vulkan devices)",
     )
     _common(train)
+    _distributed(train)
     train.set_defaults(func=cmd_train)
 
     ev = sub.add_parser("eval", help="evaluate a checkpoint written by 'vkblas train' on its test set")
@@ -234,6 +303,60 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the benchmark")
     bench.set_defaults(func=cmd_bench)
     return parser
+
+
+def _distributed(p: argparse.ArgumentParser) -> None:
+    from .distributed import ALGORITHMS, CODECS
+
+    g = p.add_argument_group(
+        "training on several workers",
+        "one process per worker, all on this machine; see README 'Training on several workers'",
+    )
+    g.add_argument(
+        "--workers",
+        default=None,
+        metavar="DEVICES|N",
+        help="devices, one worker each (cpu,vulkan:0,cpu), or a count of workers on the default device",
+    )
+    g.add_argument("--algorithm", choices=ALGORITHMS, default=None, help="sync (default), async or diloco")
+    g.add_argument(
+        "--max-staleness",
+        type=_nonnegative_int,
+        default=None,
+        help="async: drop gradients more than S versions old (default max(4, 2 x workers)); diloco: rounds (1)",
+    )
+    g.add_argument(
+        "--sync-apply",
+        choices=("sharded", "holder"),
+        default=None,
+        help="sync: each worker steps its slice of the parameters (sharded, default) or the runner steps them all",
+    )
+    g.add_argument("--inner-steps", type=_positive_int, default=None, help="diloco: inner AdamW steps H (20)")
+    g.add_argument("--outer-lr", type=_positive_float, default=None, help="diloco: outer Nesterov SGD lr (0.7)")
+    g.add_argument("--outer-momentum", type=float, default=None, help="diloco: outer momentum in [0, 1) (0.9; 0: none)")
+    g.add_argument(
+        "--round-quorum",
+        type=_fraction,
+        default=None,
+        help="diloco: close a round once this fraction of its planned samples arrived on time (1.0)",
+    )
+    g.add_argument(
+        "--round-deadline",
+        type=_positive_float,
+        default=None,
+        help="diloco: close a round at this multiple of its predicted duration (1.5)",
+    )
+    g.add_argument("--codec", choices=CODECS, default=None, help="diloco: how pseudo-gradients travel (fp32)")
+    g.add_argument("--codec-block", type=_positive_int, default=None, help="diloco int8: values per scale (256)")
+    g.add_argument(
+        "--error-feedback", action="store_true", help="diloco: keep what the codec lost and add it next round"
+    )
+    g.add_argument(
+        "--threads-per-worker",
+        type=_positive_int,
+        default=None,
+        help="BLAS threads of each cpu worker (default: the cores shared out among the cpu workers)",
+    )
 
 
 def _common(p: argparse.ArgumentParser) -> None:
