@@ -411,3 +411,20 @@ def test_run_metrics_counts_and_serialises():
     assert "w0" in m.postfix()
     with pytest.raises(ValueError, match="unknown outcome"):
         w.count("lost")
+
+
+def test_run_metrics_count_bytes_and_show_batch_sizes():
+    m = RunMetrics()
+    a, b = m.worker("w0", "cpu"), m.worker("w1", "cpu")
+    a.bytes_sent, a.bytes_received, a.batch_size = 100, 400, 64
+    b.bytes_sent = 50
+    d = m.to_dict()
+    assert d["totals"]["bytes_sent"] == 150 and d["totals"]["bytes_received"] == 400
+    assert d["workers"][0]["bytes_sent"] == 100 and d["workers"][1]["bytes_received"] == 0
+    assert "b64" in m.postfix()["w0"]
+
+
+def test_check_update_norm_of_a_large_update_is_accumulated_in_float64():
+    x = np.full(1 << 20, 1e-3, np.float32)  # a float32 running sum would drift
+    norm = check_update({"w": x}, {"w": ((1 << 20,), "float32")})
+    assert norm == pytest.approx(np.sqrt((1 << 20) * float(np.float32(1e-3)) ** 2), rel=1e-12)

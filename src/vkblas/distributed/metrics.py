@@ -98,10 +98,10 @@ class RunMetrics:
 
     def postfix(self) -> dict[str, str]:
         """A short summary for a tqdm bar: total samples/s, accepted/stale/rejected, and each worker's
-        samples/s and idle %."""
+        samples/s, last batch size and idle %."""
         t = self.totals()
         out = {"samples_s": f"{t['samples_per_s']:,.0f}", "upd": f"{t['accepted']}/{t['stale']}/{t['rejected']}"}
         for w in self.workers.values():
             if w.alive:
-                out[w.name] = f"{w.samples_per_s:,.0f}/s idle {100 * w.idle_fraction:.0f}%"
+                out[w.name] = f"{w.samples_per_s:,.0f}/s b{w.batch_size} idle {100 * w.idle_fraction:.0f}%"
         return out

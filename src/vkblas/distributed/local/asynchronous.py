@@ -115,11 +115,9 @@ class AsyncHolder(Holder):
 # ---------------------------------------------------------------------------------------------------- worker
 def run_worker(ctx: WorkerContext) -> None:
     board = ctx.board()
-    flat = np.empty(ctx.layout.size, np.float32)
     while True:
         job: Work = ctx.recv()
-        version = board.read(flat)
-        ctx.load(flat)
+        version = ctx.pull()
         loss_sum, correct, grads, compute_s = ctx.gradient(job.segment)
         layout = ctx.put(grads, 0, board.version)
         fields = ctx.result(job.segment, loss_sum, correct, compute_s, layout)

@@ -88,6 +88,13 @@ class WorkerContext:
         self.blocks.append(block)
         return block
 
+    def pull(self) -> int:
+        """Load the newest global weights from the seqlock board into the replica (and :attr:`flat`); return
+        their version."""
+        version = self.board().read(self.flat)
+        self.load(self.flat)
+        return version
+
     def load(self, flat: np.ndarray) -> None:
         """Set the replica's weights to ``flat`` (a host vector in the run's layout)."""
         with no_grad():

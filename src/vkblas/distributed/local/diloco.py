@@ -66,10 +66,12 @@ class RoundState:
     contributions: list[tuple[Mapping[str, np.ndarray], float]] = field(default_factory=list)
     on_time_samples: int = 0
     late: int = 0
+    arrivals: list[tuple[str, str, int]] = field(default_factory=list)  # (worker, outcome, staleness)
 
     def plan(self, name: str, samples: int, predicted_s: float | None) -> None:
         self.planned[name] = self.planned.get(name, 0) + samples
         self.predicted_s[name] = predicted_s
+        self.reported.discard(name)  # planned (again): the round waits for it
 
     def report(self, name: str) -> None:
         if name in self.planned:
@@ -131,7 +133,8 @@ class DilocoHolder(Holder):
         self.round: RoundState | None = None
         self.working: dict[str, Any] = {}  # name -> the Segment of its current round
         self.closed: Counter[str] = Counter()
-        self.arrived = 0  # samples reported since the last close
+        self.log: list[dict[str, Any]] = []  # one entry per closed round: who arrived, how late, what happened
+        self.unapplied = 0  # samples reported since the last close (counted as processed when it closes)
 
     @property
     def blocks(self) -> list[Any]:
@@ -153,7 +156,7 @@ class DilocoHolder(Holder):
     # ------------------------------------------------------------------ membership
     def add(self, w: WorkerHandle) -> None:
         super().add(w)
-        if self.round is not None and not self.round.planned:
+        if self.round is not None and not self.working:
             self._plan(w, self.config.inner_steps)  # nobody is working: no reason to wait for a round
         # otherwise it starts at the next round
 
@@ -183,13 +186,19 @@ class DilocoHolder(Holder):
     def _open(self, now: float) -> None:
         q = self.config
         self.round = RoundState(self.model.version, now, q.round_quorum, q.round_deadline)
+        self._put_idle_to_work()
+        if not self.working and self.stream.exhausted:
+            self._finish()
+
+    def _put_idle_to_work(self) -> None:
         for w in sorted(self.workers.values(), key=lambda h: h.index):
             if w.name not in self.working:
                 self._plan(w, self.config.inner_steps)
-        if not self.working and self.stream.exhausted:
-            self.progressed(self.arrived)
-            self.arrived = 0
-            self.finished = True
+
+    def _finish(self) -> None:
+        self.progressed(self.unapplied)
+        self.unapplied = 0
+        self.finished = True
 
     def _rejoin(self, w: WorkerHandle, now: float) -> None:
         """``w`` reported late: plan it for what is left of the open round (at least one step), else it waits."""
@@ -214,18 +223,17 @@ class DilocoHolder(Holder):
         if on_time:
             self.round.report(w.name)
         judgement = self.filter.judge(msg.round, self.model.version)
-        if not judgement.accepted:
-            self.account(w, msg, "stale", judgement.staleness)
-        else:
+        outcome = "stale"
+        if judgement.accepted:
             update = self._decoded(w, msg)
-            if update is None:
-                self.account(w, msg, "rejected")
-            else:
+            outcome = "accepted" if update is not None else "rejected"
+            if update is not None:
                 if judgement.scale != 1.0:
                     update = {k: v * np.float32(judgement.scale) for k, v in update.items()}
                 self.round.add(update, msg.samples, judgement.staleness)
-                self.account(w, msg, "accepted", judgement.staleness)
-        self.arrived += msg.samples
+        self.account(w, msg, outcome, None if outcome == "rejected" else judgement.staleness)
+        self.round.arrivals.append((w.name, outcome, judgement.staleness))
+        self.unapplied += msg.samples
         now = time.monotonic()
         self.tick(now)
         if not on_time and w.name not in self.working and self.round is not None and not self.finished:
@@ -246,6 +254,13 @@ class DilocoHolder(Holder):
         if self.round is None or self.finished:
             return
         reason = self.round.close_reason(now)
+        if reason is None and not self.working:  # nobody is computing: nothing more will arrive for this round
+            if not self.round.contributions:
+                self._put_idle_to_work()  # (the planned ones died, or their updates were dropped)
+                if not self.working and self.stream.exhausted:
+                    self._finish()
+                return
+            reason = "complete"
         if reason is None:
             return
         if self.round.contributions:
@@ -254,9 +269,18 @@ class DilocoHolder(Holder):
             self.closed[reason] += 1
             self.closed["late_contributions"] += self.round.late
         else:
-            self.closed["empty"] += 1
-        self.progressed(self.arrived)
-        self.arrived = 0
+            reason = "empty"
+            self.closed[reason] += 1
+        self.log.append(
+            {
+                "round": self.round.number,
+                "closed_by": reason,
+                "seconds": round(now - self.round.opened_at, 4),
+                "arrivals": [list(a) for a in self.round.arrivals],
+            }
+        )
+        self.progressed(self.unapplied)
+        self.unapplied = 0
         self._open(now)
 
     def summary(self) -> dict[str, Any]:
@@ -264,6 +288,7 @@ class DilocoHolder(Holder):
             **super().summary(),
             "rounds": self.model.version,
             "rounds_closed_by": dict(self.closed),
+            "round_log": self.log,
             "max_staleness": self.filter.max_staleness,
             "codec": self.config.codec,
         }
@@ -277,11 +302,10 @@ def run_worker(ctx: WorkerContext) -> None:
     graphed = GraphedStep(ctx.model, inner, ctx.loss_fn) if graph else None
     feedback = ErrorFeedback(cfg.codec, cfg.codec_block) if cfg.error_feedback else None
     board = ctx.board()
-    start = np.empty(ctx.layout.size, np.float32)
     while True:
         msg: Round = ctx.recv()
-        version = board.read(start)
-        ctx.load(start)
+        version = ctx.pull()
+        start = ctx.flat.copy()
         for group in inner.param_groups:
             group["lr"] = msg.lr
         t0 = time.perf_counter()

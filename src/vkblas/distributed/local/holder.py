@@ -53,7 +53,8 @@ class Holder:
         self.stream = SampleStream(self.n_train, self.config.train.epochs)
         self.workers: dict[str, WorkerHandle] = {}  # alive and set up
         self.rates: dict[str, RateMeter] = {}
-        self.processed = 0  # samples whose update arrived (accepted, stale or rejected)
+        self.arrived = 0  # samples whose update has arrived (accepted, stale or rejected)
+        self.processed = 0  # ... and been dealt with (applied or not): what epochs are counted in
         self.epoch_sums: dict[int, EpochSums] = {}
         self.snapshots: list[Snapshot] = []
         self.rejections: Counter[str] = Counter()
@@ -126,6 +127,7 @@ class Holder:
 
     def account(self, w: WorkerHandle, msg: Result, outcome: str, staleness: int | None = None) -> None:
         """Count one update of ``w`` (``accepted``, ``stale`` or ``rejected``) and what it carried."""
+        self.arrived += msg.samples
         m = self.metrics.worker(w.name, w.device)
         m.count(outcome, staleness)
         m.samples += msg.samples

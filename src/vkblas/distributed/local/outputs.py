@@ -15,7 +15,7 @@ from tqdm import tqdm
 from ... import __version__, nn
 from ...data import DataLoader
 from ...training import checkpoint, report
-from ...training.fit import EVAL_BATCH, load_dataset
+from ...training.fit import EVAL_BATCH, _epoch_line, load_dataset
 from ...training.loop import evaluate
 from .config import LocalConfig
 from .context import build_model
@@ -58,16 +58,8 @@ def history(cfg: LocalConfig, holder: Holder, layout: FlatLayout, show: bool) ->
                 "workers_alive": snap.workers_alive,
             }
         )
-        tqdm.write(_line(out[-1], train.epochs))
+        tqdm.write(f"{_epoch_line(out[-1], train.epochs)} | {snap.workers_alive} worker(s)")
     return out
-
-
-def _line(h: dict[str, Any], epochs: int) -> str:
-    return (
-        f"epoch {h['epoch']}/{epochs}: train loss {h['train_loss']:.4f} acc {100 * h['train_accuracy']:.2f}% | "
-        f"test loss {h['test_loss']:.4f} acc {100 * h['test_accuracy']:.2f}% | "
-        f"{h['train_samples_per_s']:,.0f} samples/s | {h['epoch_seconds']:.1f} s | {h['workers_alive']} worker(s)"
-    )
 
 
 def write(

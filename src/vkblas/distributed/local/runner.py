@@ -76,8 +76,8 @@ class LocalRunner:
     # ------------------------------------------------------------------ public, also from the callback
     @property
     def processed(self) -> int:
-        """Samples whose updates have arrived so far."""
-        return self.holder.processed if self.holder is not None else 0
+        """Samples whose updates have arrived so far (applied, dropped or rejected)."""
+        return self.holder.arrived if self.holder is not None else 0
 
     def worker(self, name: str) -> WorkerHandle:
         for h in self.handles:
@@ -257,7 +257,7 @@ class LocalRunner:
                 holder.tick(now)
                 self._watchdog(now)
                 if now - last_bar > BAR_S:
-                    bar.n = holder.processed
+                    bar.n = holder.arrived
                     bar.set_postfix(holder.metrics.postfix(), refresh=True)
                     last_bar = now
                 if self.callback is not None:

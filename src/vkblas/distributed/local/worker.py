@@ -8,8 +8,11 @@ import faulthandler
 import os
 import signal
 import sys
+import threading
 import traceback
 from typing import Any
+
+from tqdm import tqdm
 
 from . import asynchronous, diloco, sync
 from .context import StopWorker, WorkerContext
@@ -21,6 +24,9 @@ LOOPS = {"sync": sync.run_worker, "async": asynchronous.run_worker, "diloco": di
 def main(spec: WorkerSpec, conn: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's to handle: it stops the workers
     faulthandler.enable()  # a crash in native code (a driver) leaves a traceback on stderr
+    # tqdm (the training loop's, disabled here) would otherwise create a multiprocessing lock: a semaphore that a
+    # worker killed with SIGKILL leaves to the resource tracker, which then warns about a leak
+    tqdm.set_lock(threading.RLock())
     try:
         ctx = WorkerContext(spec, conn)
         conn.send(Hello(spec.name, os.getpid(), ctx.device))
