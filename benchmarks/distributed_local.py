@@ -65,7 +65,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mode", choices=sorted(MODES), default="cpu", help="a preset of the options below")
     p.add_argument("--configs", default=None, help="worker lists separated by ';' (default: the mode's)")
-    p.add_argument("--algorithms", default="sync,async,diloco")
+    p.add_argument(
+        "--algorithms",
+        default="sync,sync-holder,async,diloco",
+        help="comma-separated; sync-holder is sync with the runner applying the step (--sync-apply holder)",
+    )
     p.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--limit", type=int, default=None, help="images per split (default: the mode's; 0: all)")
@@ -163,6 +167,9 @@ def run(args: argparse.Namespace, config: str, algorithm: str, out: str, kill: b
         progress=False,
     )
     extra: dict[str, Any] = {}
+    label, algorithm = algorithm, algorithm.removesuffix("-holder")
+    if label == "sync-holder":  # the runner steps the model, the workers wait (vs sync's sharded step)
+        extra["sync_apply"] = "holder"
     if algorithm == "diloco":
         extra = {"inner_steps": args.inner_steps, "outer_momentum": args.outer_momentum, "codec": codec}
         extra["error_feedback"] = codec != "fp32"
@@ -179,7 +186,7 @@ def run(args: argparse.Namespace, config: str, algorithm: str, out: str, kill: b
     workers_m = r["workers"]  # every worker that took part, dead ones included
     row = Row(
         config=config,
-        algorithm=algorithm,
+        algorithm=label,
         samples_per_s=rate(m),
         test_accuracy=m["test_accuracy"],
         idle=[w["idle_fraction"] for w in workers_m],
@@ -278,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
             for algorithm in algorithms:
                 rows.append(run(args, config, algorithm, f"{tmp}/{i}-{algorithm}"))
         if args.kill:
-            for algorithm in algorithms:
+            for algorithm in (a for a in algorithms if a != "sync-holder"):
                 rows.append(run(args, args.kill, algorithm, f"{tmp}/kill-{algorithm}", kill=True))
         traffic_config = next((c for c in reversed(configs) if len(c.split(",")) > 1), None)
         if traffic_config and "diloco" in algorithms and not args.no_traffic:

@@ -428,3 +428,11 @@ def test_check_update_norm_of_a_large_update_is_accumulated_in_float64():
     x = np.full(1 << 20, 1e-3, np.float32)  # a float32 running sum would drift
     norm = check_update({"w": x}, {"w": ((1 << 20,), "float32")})
     assert norm == pytest.approx(np.sqrt((1 << 20) * float(np.float32(1e-3)) ** 2), rel=1e-12)
+
+
+def test_weighted_mean_of_one_contribution_is_that_contribution():
+    u = _params(7)
+    out = weighted_mean([(u, 5.0)])
+    for k, v in u.items():
+        np.testing.assert_array_equal(out[k], v)
+        assert out[k].dtype == np.float32 and out[k] is not v

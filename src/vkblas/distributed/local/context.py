@@ -37,6 +37,9 @@ def build_model(config: Any) -> Any:
 
 
 class WorkerContext:
+    """Set up from ``spec`` (data split, model replica on ``spec.device``, shared blocks attached), talking to the
+    runner over ``conn``."""
+
     def __init__(self, spec: WorkerSpec, conn: Any) -> None:
         cfg = spec.config
         self.spec, self.conn, self.config = spec, conn, cfg

@@ -47,6 +47,9 @@ class EpochSums:
 
 
 class Holder:
+    """The shared part of every algorithm's runner side: a run of ``config`` over ``n_train`` samples of a model
+    with ``layout``."""
+
     def __init__(self, config: LocalConfig, layout: FlatLayout, n_train: int) -> None:
         self.config, self.layout, self.n_train = config, layout, n_train
         self.metrics = RunMetrics()
