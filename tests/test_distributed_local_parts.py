@@ -119,10 +119,9 @@ def test_sample_stream_gives_vkblas_train_batches_and_reissues_returned_work():
     assert [stream.take(4), stream.take(4)] == [Segment(1, 2, 6), Segment(1, 6, 9)]
 
 
-def test_cut_shares_a_batch_by_speed():
-    shares = cut(Segment(0, 0, 10), [3.0, 1.0])
-    assert shares == [Segment(0, 0, 7), Segment(0, 7, 10)]  # at least 1 each, the rest 3:1
-    assert cut(Segment(0, 4, 5), [1.0, 1.0]) == [Segment(0, 4, 5), None]
+def test_cut_makes_consecutive_shares_of_a_batch():
+    assert cut(Segment(0, 0, 10), [7, 3]) == [Segment(0, 0, 7), Segment(0, 7, 10)]
+    assert cut(Segment(2, 4, 5), [0, 1]) == [None, Segment(2, 4, 5)]
 
 
 # ---------------------------------------------------------------------------------------------- diloco rounds

@@ -5,13 +5,12 @@ they start a batch, without waiting for the runner or for each other.
 * Every gradient carries the version it was computed from. The :class:`~vkblas.distributed.StalenessFilter`
   drops one more than ``max_staleness`` versions old (counted as ``stale``) and scales the learning rate of an
   accepted one by ``1 / (1 + s)`` (Zhang et al. 2016; see :mod:`vkblas.distributed.algorithms`).
-* ``batch_size`` is the global batch, as in ``sync``: each worker's batch is sized by speed
-  (:func:`~vkblas.distributed.sizing.batch_for_time`) to take the time the whole group takes for one global
-  batch, i.e. its share of the batch in proportion to its samples/s, so every worker's step takes about the same
-  wall time. N workers then apply N steps per global batch, each scaled by ``1 / (1 + s)`` with s ~ N - 1, which
-  is what makes asynchronous SGD with the staleness-dependent rate track synchronous SGD of the same global
-  batch (Zhang et al., section 4). A step is also weighted by its batch over the mean share (``samples * N /
-  batch_size``), so a slow worker's small, noisy batch moves the model less.
+* ``batch_size`` is the global batch, as in ``sync``: each worker's batch is its share of it, sized from the
+  measured step times (:func:`~vkblas.distributed.sizing.split_for_time`) so that every worker's step takes
+  about the same wall time. N workers then apply N steps per global batch, each scaled by ``1 / (1 + s)`` with
+  s ~ N - 1, which is what makes asynchronous SGD with the staleness-dependent rate track synchronous SGD of the
+  same global batch (Zhang et al., section 4). A step is also weighted by its batch over the mean share
+  (``samples * N / batch_size``), so a slow worker's small, noisy batch moves the model less.
 * A worker has one batch in hand: it gets the next when the runner has dealt with its gradient, so the weights it
   reads next already hold its own update and its staleness counts only the other workers' updates (with two in
   hand it would count its own pending one too: s ~ 3 instead of 1 with two workers, and steps a quarter as long).

@@ -140,11 +140,14 @@ class WorkerContext:
         self.bytes_sent += layout_nbytes(layout)
         return layout
 
-    def result(self, seg: Segment, loss_sum: float, correct: float, compute_s: float, layout: Layout) -> dict:
+    def result(
+        self, seg: Segment, loss_sum: float, correct: float, compute_s: float, layout: Layout, steps: int = 1
+    ) -> dict:
         """The fields every update message shares (:class:`~.protocol.Result`)."""
         return dict(
             epoch=seg.epoch,
             samples=seg.size,
+            steps=steps,
             loss_sum=loss_sum,
             correct=correct,
             compute_s=compute_s,

@@ -5,7 +5,8 @@ sample-weighted mean of a round's accepted pseudo-gradients.
 Rounds and heterogeneous workers:
 
 * A round's work is sized by speed: every worker takes ``inner_steps`` (H) steps, each on its share of the
-  global batch in proportion to its measured samples/s (an even share until measured), so all are planned to
+  global batch sized from its measured step times (:func:`~vkblas.distributed.sizing.split_for_time`; an even
+  share until measured), so all are planned to
   finish together and a round covers H global batches, as H steps of ``vkblas train`` would. (Averaging N
   replicas each trained on a 1/N share of every batch is, to first order, training on the whole batch; giving
   every worker the whole batch would make a round count N batches per outer step.)
@@ -177,8 +178,8 @@ class DilocoHolder(Holder):
         seg = self.stream.take(steps * batch)
         if seg is None:
             return False
-        rate = self.rates[w.name].rate if w.name in self.rates else None
-        self.round.plan(w.name, seg.size, seg.size / rate if rate else None)
+        step_s = self.step_seconds(w.name, batch)
+        self.round.plan(w.name, seg.size, None if step_s is None else step_s * -(-seg.size // batch))
         self.working[w.name] = seg
         w.send(Round(self.round.number, seg, batch, self.lr_at(seg.epoch)))
         return True
@@ -207,10 +208,10 @@ class DilocoHolder(Holder):
             self._plan(w, self.config.inner_steps)
             return
         close = self.round.expected_close
-        rate = self.rates[w.name].rate if w.name in self.rates else None
-        if close is None or rate is None:
+        step_s = self.step_seconds(w.name, self.share_for(w.name))
+        if close is None or not step_s:
             return
-        steps = min(self.config.inner_steps, math.floor((close - now) * rate / self.share_for(w.name)))
+        steps = min(self.config.inner_steps, math.floor((close - now) / step_s))
         if steps >= 1:
             self._plan(w, steps)
 
@@ -315,7 +316,8 @@ def run_worker(ctx: WorkerContext) -> None:
         compute_s = time.perf_counter() - t0
         tensors, meta = feedback.compress(update) if feedback else encode(update, cfg.codec, cfg.codec_block)
         layout = ctx.put(tensors, 0, board.version)
+        steps = -(-msg.segment.size // msg.batch_size)
         fields = ctx.result(
-            msg.segment, result.loss * result.samples, result.accuracy * result.samples, compute_s, layout
+            msg.segment, result.loss * result.samples, result.accuracy * result.samples, compute_s, layout, steps
         )
         ctx.send(Pseudo(**fields, round=version, meta=meta))

@@ -19,7 +19,7 @@ import numpy as np
 
 from ...training.fit import cosine_lr
 from ..metrics import RunMetrics
-from ..sizing import RateMeter, batch_for_time
+from ..sizing import RateMeter, StepTimeModel, split_for_time
 from ..validation import RejectedUpdateError, check_update
 from .config import LocalConfig
 from .procs import WorkerHandle
@@ -55,7 +55,8 @@ class Holder:
         self.metrics = RunMetrics()
         self.stream = SampleStream(self.n_train, self.config.train.epochs)
         self.workers: dict[str, WorkerHandle] = {}  # alive and set up
-        self.rates: dict[str, RateMeter] = {}
+        self.rates: dict[str, RateMeter] = {}  # samples/s, for the metrics
+        self.times: dict[str, StepTimeModel] = {}  # seconds per step of n samples, for sizing work
         self.arrived = 0  # samples whose update has arrived (accepted, stale or rejected)
         self.processed = 0  # ... and been dealt with (applied or not): what epochs are counted in
         self.epoch_sums: dict[int, EpochSums] = {}
@@ -72,6 +73,7 @@ class Holder:
     def add(self, w: WorkerHandle) -> None:
         self.workers[w.name] = w
         self.rates.setdefault(w.name, RateMeter())
+        self.times.setdefault(w.name, StepTimeModel())
         self.metrics.worker(w.name, w.device).alive = True
 
     def remove(self, w: WorkerHandle) -> None:
@@ -134,8 +136,9 @@ class Holder:
         m = self.metrics.worker(w.name, w.device)
         m.count(outcome, staleness)
         m.samples += msg.samples
-        m.batch_size = msg.samples
+        m.batch_size = msg.samples // msg.steps
         self.rates.setdefault(w.name, RateMeter()).observe(msg.samples, msg.compute_s)
+        self.times.setdefault(w.name, StepTimeModel()).observe(msg.samples // msg.steps, msg.compute_s / msg.steps)
         self.observe_stats(w, msg.stats)
         sums = self.epoch_sums.setdefault(msg.epoch, EpochSums())
         sums.loss += msg.loss_sum
@@ -165,24 +168,28 @@ class Holder:
                 )
             )
 
+    def shares(self, total: int, names: list[str], minimum: int = 1) -> list[int]:
+        """``total`` samples shared among ``names`` so that all are predicted to finish together
+        (:func:`~vkblas.distributed.sizing.split_for_time`: a step costs each worker a fixed time plus a time per
+        sample, both measured; even shares until every worker has been measured)."""
+        return split_for_time(total, [self.times.setdefault(n, StepTimeModel()) for n in names], minimum)
+
     def share_for(self, name: str) -> int:
-        """Worker ``name``'s batch when the group shares the global batch by speed: what it processes in the time
-        all workers together take for one global batch (:func:`~vkblas.distributed.sizing.batch_for_time`), so
-        every worker's step takes about the same wall time; an even share while a speed is unmeasured."""
-        rates = self.rates_of(list(self.workers))
-        rate = self.rates[name].rate if name in self.rates else None
-        if rate is None or any(r is None for r in rates):
-            return max(1, round(self.mean_share()))
-        seconds = self.batch_size / sum(r for r in rates if r is not None)
-        return batch_for_time(rate, seconds, minimum=1, maximum=self.batch_size)
+        """Worker ``name``'s batch when the live workers share the global batch by speed, so every worker's step
+        takes about the same wall time (``async`` batches, ``diloco`` inner batches)."""
+        names = sorted(self.workers, key=lambda n: self.workers[n].index)
+        if name not in names:
+            names.append(name)
+        return self.shares(max(self.batch_size, len(names)), names)[names.index(name)]
+
+    def step_seconds(self, name: str, samples: int) -> float | None:
+        """Predicted seconds of a step of ``samples`` on worker ``name`` (None until measured)."""
+        model = self.times.get(name)
+        return model.predict(samples) if model is not None else None
 
     def mean_share(self) -> float:
         """The global batch over the workers."""
         return self.batch_size / max(1, len(self.workers))
-
-    def rates_of(self, names: list[str]) -> list[float | None]:
-        """The measured samples/s of each of ``names`` (None: not measured yet)."""
-        return [self.rates[n].rate if n in self.rates else None for n in names]
 
     def summary(self) -> dict[str, Any]:
         """Algorithm-specific figures for ``metrics.json`` (subclasses extend)."""

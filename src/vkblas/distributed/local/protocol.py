@@ -67,6 +67,7 @@ class Result:
 
     epoch: int
     samples: int
+    steps: int  # the optimizer steps those samples took (diloco's inner steps; else 1)
     loss_sum: float
     correct: float
     compute_s: float

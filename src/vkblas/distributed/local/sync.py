@@ -1,7 +1,8 @@
 """Synchronous data parallel: step k's batch (the k-th batch of ``vkblas train``'s shuffled order) is cut into
-shares proportional to each worker's measured samples/s (:func:`~vkblas.distributed.sizing.split_batch`), each
-worker computes the mean-loss gradient of its share, the runner checks every gradient, and the accepted ones are
-averaged weighted by share size — the whole batch's gradient, up to fp32 rounding — and stepped once.
+shares that every worker is predicted to finish at the same moment, from its measured time per step (a fixed cost
+plus a cost per sample: :func:`~vkblas.distributed.sizing.split_for_time`); each worker computes the mean-loss
+gradient of its share, the runner checks every gradient, and the accepted ones are averaged weighted by share
+size — the whole batch's gradient, up to fp32 rounding — and stepped once.
 
 Who steps (``sync_apply``): ``sharded`` (the default) — every worker steps its slice of the parameters
 (:mod:`.sharded`), so no one waits for a central step and no replica drifts; ``holder`` — the runner steps the
@@ -19,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from ..algorithms import GlobalModel, weighted_mean
-from ..sizing import split_batch
 from ..validation import RejectedUpdateError
 from .context import WorkerContext
 from .holder import Holder
@@ -29,12 +29,11 @@ from .sharded import ShardStep, shard_bounds, state_keys, state_spec
 from .stream import Segment
 from .transport import SharedArrays
 
+PROBE = 20
 
-def cut(batch: Segment, rates: list[float | None]) -> list[Segment | None]:
-    """``batch`` cut into consecutive shares proportional to ``rates`` (None where a worker gets nothing: a batch
-    smaller than the number of workers)."""
-    n = len(rates)
-    sizes = split_batch(batch.size, rates) if batch.size >= n else [1] * batch.size + [0] * (n - batch.size)
+
+def cut(batch: Segment, sizes: list[int]) -> list[Segment | None]:
+    """``batch`` cut into consecutive shares of ``sizes`` (None where a share is empty)."""
     out: list[Segment | None] = []
     lo = batch.lo
     for size in sizes:
@@ -108,7 +107,9 @@ class SyncHolder(Holder):
         if not self.members:
             self.phase, self.pending = None, set()  # waits for a worker to join (the runner fails if none can)
             return
-        shares = cut(self.batch, self.rates_of(self.members))
+        # a worker too slow to help gets no share; every PROBE steps all get one, to keep measuring them
+        minimum = 1 if self.step % PROBE == 0 and self.batch.size >= len(self.members) else 0
+        shares = cut(self.batch, self.shares(self.batch.size, self.members, minimum))
         shards = shard_bounds(self.layout.size, len(self.members)) if self.sharded else [None] * len(self.members)
         self.pending = set()
         for name, share, shard in zip(self.members, shares, shards, strict=True):
