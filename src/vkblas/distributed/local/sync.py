@@ -29,7 +29,7 @@ from .sharded import ShardStep, shard_bounds, state_keys, state_spec
 from .stream import Segment
 from .transport import SharedArrays
 
-PROBE = 20
+PROBE = 50  # steps between measurements of a worker that gets no share (too slow to help)
 
 
 def cut(batch: Segment, sizes: list[int]) -> list[Segment | None]:
@@ -107,7 +107,7 @@ class SyncHolder(Holder):
         if not self.members:
             self.phase, self.pending = None, set()  # waits for a worker to join (the runner fails if none can)
             return
-        # a worker too slow to help gets no share; every PROBE steps all get one, to keep measuring them
+        # a worker too slow to help gets no share; every PROBE steps each gets one, so it keeps being measured
         minimum = 1 if self.step % PROBE == 0 and self.batch.size >= len(self.members) else 0
         shares = cut(self.batch, self.shares(self.batch.size, self.members, minimum))
         shards = shard_bounds(self.layout.size, len(self.members)) if self.sharded else [None] * len(self.members)
@@ -198,11 +198,11 @@ def run_worker(ctx: WorkerContext) -> None:
         msg = ctx.recv()
         if isinstance(msg, Plan):
             shard = msg.shard
+            if msg.segment is None:  # no share this step: no need for the weights on the device either
+                continue
             if loaded != (msg.version, msg.read):
                 ctx.load(block["params"][msg.read])
                 loaded = (msg.version, msg.read)
-            if msg.segment is None:
-                continue
             loss_sum, correct, grads, compute_s = ctx.gradient(msg.segment)
             layout = ctx.put(grads, 0, lambda v=msg.version: v)
             ctx.send(
