@@ -32,10 +32,10 @@ from _common import print_table
 MODES: dict[str, dict[str, Any]] = {
     # a 2-core machine: one BLAS thread per worker, 10 000 images, 3 epochs
     "cpu": {"configs": "cpu;cpu,cpu", "limit": 10_000, "epochs": 3, "threads": 1, "kill": "cpu,cpu", "repeat": 2},
-    # the H200 host: 16 cores, 4 threads per cpu worker, 30 000 images, 2 epochs
+    # the H200 host: 16 cores, 4 threads per cpu worker, 20 000 images, 2 epochs (~30 runs of ~6 s)
     "h200": {
         "configs": "cpu;cpu,cpu;cpu,cpu,cpu;cpu,cpu,cpu,cpu;vulkan:0;vulkan:0,cpu",
-        "limit": 30_000,
+        "limit": 20_000,
         "epochs": 2,
         "threads": 4,
         "kill": "cpu,cpu,cpu,cpu",
@@ -154,6 +154,55 @@ def _progress(row: Row, seconds: float) -> None:
         f"{100 * row.test_accuracy:.2f}% ({seconds:.0f} s)",
         file=sys.stderr,
         flush=True,
+    )
+
+
+def _forward_backward(model: str, batch: int, seconds: float, out: Any) -> None:
+    """In a process of its own: ms per forward + backward of ``model`` on one cpu batch, over ``seconds``."""
+    import vkblas
+    from vkblas.training import build
+
+    net = build(model).to("cpu")
+    loss_fn = vkblas.nn.CrossEntropyLoss()
+    x, y = vkblas.randn(batch, 1, 28, 28, device="cpu"), vkblas.randint(0, 10, (batch,), device="cpu")
+    steps, t0 = 0, time.perf_counter()
+    for i in range(1_000_000):
+        if i == 3:
+            steps, t0 = 0, time.perf_counter()  # after a warm-up
+        for p in net.parameters():
+            p.grad = None
+        loss_fn(net(x), y).backward()
+        steps += 1
+        if i > 3 and time.perf_counter() - t0 > seconds:
+            break
+    out.put(1e3 * (time.perf_counter() - t0) / steps)
+
+
+def ceiling(args: argparse.Namespace, processes: int) -> str:
+    """What the host allows at best: a worker's forward + backward (its share of the batch, on the cpu) run by one
+    process alone, then by ``processes`` processes at once, each with the workers' BLAS threads. N cpu workers
+    cannot beat N x (ms alone / ms together) over one."""
+    import multiprocessing as mp
+
+    from vkblas.distributed.local.procs import BLAS_THREAD_VARS, environ
+
+    ctx = mp.get_context("spawn")
+    share = max(1, args.batch_size // processes)
+    times = {}
+    for k in (1, processes):
+        out = ctx.Queue()
+        procs = [ctx.Process(target=_forward_backward, args=(args.model, share, 3.0, out)) for _ in range(k)]
+        with environ({v: str(args.threads_per_worker) for v in BLAS_THREAD_VARS}):
+            for p in procs:
+                p.start()
+        times[k] = [out.get(timeout=120) for _ in procs]
+        for p in procs:
+            p.join()
+    alone, together = times[1][0], sum(times[processes]) / processes
+    return (
+        f"host ceiling: forward + backward of {share} samples takes {alone:.2f} ms in one process, "
+        f"{together:.2f} ms each in {processes} at once: at most {processes * alone / together:.2f}x with "
+        f"{processes} cpu workers"
     )
 
 
@@ -282,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     rows: list[Row] = []
     started = time.monotonic()
+    most = max(sum(1 for d in c.split(",") if d == "cpu") for c in configs)
+    limit = ceiling(args, most) if most > 1 else ""
+    print(limit, file=sys.stderr)
     print(
         f"{args.model}, {args.epochs} epoch(s), batch {args.batch_size}, "
         f"{'all' if args.limit is None else f'{args.limit:,}'} images, {args.threads_per_worker} BLAS thread(s) "
@@ -310,12 +362,16 @@ def main(argv: list[str] | None = None) -> int:
         f"the best of {args.repeat} run(s); "
         f"{time.monotonic() - started:.0f} s in all"
     )
+    if limit:
+        print(limit)
     text = table(rows)
     if traffic_config:
         traffic(rows, traffic_config)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "rows": [asdict(r) for r in rows], "table": text}, f, indent=2)
+            json.dump(
+                {"args": vars(args), "ceiling": limit, "rows": [asdict(r) for r in rows], "table": text}, f, indent=2
+            )
     return 0
 
 
