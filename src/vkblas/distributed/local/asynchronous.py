@@ -26,8 +26,8 @@ import numpy as np
 from ..algorithms import GlobalModel, StalenessFilter
 from ..validation import RejectedUpdateError
 from .context import WorkerContext
+from .handle import WorkerHandle
 from .holder import Holder
-from .procs import WorkerHandle
 from .protocol import Grad, Work
 from .stream import Segment
 from .transport import SeqlockBoard

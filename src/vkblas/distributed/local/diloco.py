@@ -39,8 +39,8 @@ from ..algorithms import GlobalModel, StalenessFilter, pseudo_gradient, weighted
 from ..codec import CodecError, ErrorFeedback, decode, encode
 from ..validation import RejectedUpdateError
 from .context import WorkerContext
+from .handle import WorkerHandle
 from .holder import Holder
-from .procs import WorkerHandle
 from .protocol import Pseudo, Round
 from .transport import SeqlockBoard
 

@@ -22,7 +22,7 @@ from ..metrics import RunMetrics
 from ..sizing import RateMeter, StepTimeModel, split_for_time
 from ..validation import RejectedUpdateError, check_update
 from .config import LocalConfig
-from .procs import WorkerHandle
+from .handle import WorkerHandle
 from .protocol import Result
 from .stream import SampleStream
 from .transport import FlatLayout, Layout, unpack

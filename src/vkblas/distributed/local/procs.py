@@ -13,12 +13,12 @@ import contextlib
 import multiprocessing as mp
 import os
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ...backend import parse
-from .protocol import WorkerSpec
+from .handle import WorkerHandle
+from .protocol import Stop, WorkerSpec
 from .transport import SharedArrays
 
 BLAS_THREAD_VARS = (
@@ -46,49 +46,14 @@ def environ(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-@dataclass
-class WorkerHandle:
-    """The runner's view of one worker process."""
-
-    name: str
-    index: int
-    device: str
-    process: Any
-    conn: Any
-    mailboxes: list[SharedArrays]
-    threads: int
-    ready: bool = False  # said Hello
-    alive: bool = True
-    started_at: float = field(default_factory=time.monotonic)
-    last_heard: float = field(default_factory=time.monotonic)
-    exit_noticed_at: float | None = None
-    error: str | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid
-
-    @property
-    def sentinel(self) -> int:
-        return self.process.sentinel
-
-    def send(self, msg: Any) -> bool:
-        """Send ``msg``; False if the pipe is gone (the process died: its sentinel reports it)."""
-        try:
-            self.conn.send(msg)
-            return True
-        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
-            return False
-
-
-def spawn(spec: WorkerSpec, mailboxes: list[SharedArrays], threads: int) -> WorkerHandle:
-    """Start the worker process of ``spec``."""
-    from .worker import main
-
+def spawn(
+    target: Callable[[WorkerSpec, Any], None], spec: WorkerSpec, mailboxes: list[SharedArrays], threads: int
+) -> WorkerHandle:
+    """Start ``target(spec, pipe)`` (the worker's body) in a new process."""
     ctx = mp.get_context("spawn")
     parent_conn, child_conn = ctx.Pipe(duplex=True)
     blas = threads if parse(spec.device)[0] == "cpu" else 1
-    proc = ctx.Process(target=main, args=(spec, child_conn), name=f"vkblas-{spec.name}", daemon=True)
+    proc = ctx.Process(target=target, args=(spec, child_conn), name=f"vkblas-{spec.name}", daemon=True)
     with environ({v: str(blas) for v in BLAS_THREAD_VARS}):
         proc.start()
     child_conn.close()
@@ -97,8 +62,6 @@ def spawn(spec: WorkerSpec, mailboxes: list[SharedArrays], threads: int) -> Work
 
 def stop(handles: list[WorkerHandle], timeout: float = JOIN_S) -> None:
     """Ask every live worker to stop, wait up to ``timeout`` for all, then kill the rest; always joins."""
-    from .protocol import Stop
-
     for h in handles:
         if h.process.is_alive():
             h.send(Stop())

@@ -33,11 +33,13 @@ from .config import LocalConfig
 from .context import build_model
 from .diloco import DilocoHolder
 from .faults import Fault
+from .handle import WorkerHandle
 from .holder import Holder
-from .procs import WorkerHandle, spawn, stop
+from .procs import spawn, stop
 from .protocol import Failed, Hello, WorkerSpec
 from .sync import SyncHolder
 from .transport import FlatLayout, SharedArrays
+from .worker import main as worker_main
 
 HOLDERS: dict[str, type[Holder]] = {"sync": SyncHolder, "async": AsyncHolder, "diloco": DilocoHolder}
 MAILBOX_SLACK = 4096  # bytes beyond the fp32 update: int8 scales and alignment fit in it
@@ -103,7 +105,7 @@ class LocalRunner:
             mailboxes=tuple(m.handle for m in mailboxes),
             faults=tuple(f for f in self.faults if f.worker == index),
         )
-        self.handles.append(spawn(spec, mailboxes, self.config.threads))
+        self.handles.append(spawn(worker_main, spec, mailboxes, self.config.threads))
         return name
 
     def kill_worker(self, name: str) -> None:

@@ -22,8 +22,8 @@ import numpy as np
 from ..algorithms import GlobalModel, weighted_mean
 from ..validation import RejectedUpdateError
 from .context import WorkerContext
+from .handle import WorkerHandle
 from .holder import Holder
-from .procs import WorkerHandle
 from .protocol import Applied, Plan, Ready, Reduce
 from .sharded import ShardStep, shard_bounds, state_keys, state_spec
 from .stream import Segment
