@@ -16,6 +16,7 @@ from vkblas.distributed import (
     RejectedUpdateError,
     RunMetrics,
     StalenessFilter,
+    StepTimeModel,
     batch_for_time,
     check_update,
     decode,
@@ -24,6 +25,7 @@ from vkblas.distributed import (
     pseudo_gradient,
     signature_of,
     split_batch,
+    split_for_time,
     to_payload,
     weighted_mean,
 )
@@ -411,3 +413,77 @@ def test_run_metrics_counts_and_serialises():
     assert "w0" in m.postfix()
     with pytest.raises(ValueError, match="unknown outcome"):
         w.count("lost")
+
+
+def test_run_metrics_count_bytes_and_show_batch_sizes():
+    m = RunMetrics()
+    a, b = m.worker("w0", "cpu"), m.worker("w1", "cpu")
+    a.bytes_sent, a.bytes_received, a.batch_size = 100, 400, 64
+    b.bytes_sent = 50
+    d = m.to_dict()
+    assert d["totals"]["bytes_sent"] == 150 and d["totals"]["bytes_received"] == 400
+    assert d["workers"][0]["bytes_sent"] == 100 and d["workers"][1]["bytes_received"] == 0
+    assert "b64" in m.postfix()["w0"]
+
+
+def test_check_update_norm_of_a_large_update_is_accumulated_in_float64():
+    x = np.full(1 << 20, 1e-3, np.float32)  # a float32 running sum would drift
+    norm = check_update({"w": x}, {"w": ((1 << 20,), "float32")})
+    assert norm == pytest.approx(np.sqrt((1 << 20) * float(np.float32(1e-3)) ** 2), rel=1e-12)
+
+
+def test_weighted_mean_of_one_contribution_is_that_contribution():
+    u = _params(7)
+    out = weighted_mean([(u, 5.0)])
+    for k, v in u.items():
+        np.testing.assert_array_equal(out[k], v)
+        assert out[k].dtype == np.float32 and out[k] is not v
+
+
+def test_step_time_model_fits_a_fixed_and_a_per_sample_cost_and_forgets():
+    m = StepTimeModel(alpha=0.3)
+    assert m.predict(10) is None
+    m.observe(64, 0.004)
+    assert m.fixed == 0.0 and m.predict(128) == pytest.approx(0.008)  # one batch size: proportional
+    r = np.random.default_rng(0)
+    for n in r.integers(16, 256, 200):
+        m.observe(int(n), 0.003 + 2e-5 * n + r.normal(0, 1e-5))
+    assert m.fixed == pytest.approx(0.003, abs=2e-4) and m.per_sample == pytest.approx(2e-5, rel=0.05)
+    for n in (32, 64, 128) * 20:  # it got twice as fast per sample
+        m.observe(n, 0.003 + 1e-5 * n)
+    assert m.per_sample == pytest.approx(1e-5, rel=0.05)
+    m.observe(0, 1.0)
+    m.observe(8, float("nan"))  # nothing to learn from these
+    assert m.per_sample == pytest.approx(1e-5, rel=0.05)
+    with pytest.raises(ValueError, match="alpha"):
+        StepTimeModel(alpha=0)
+
+
+def _model(fixed: float, per_sample: float) -> StepTimeModel:
+    m = StepTimeModel()
+    for n in (32, 128):
+        m.observe(n, fixed + per_sample * n)
+    return m
+
+
+def test_split_for_time_equalises_predicted_finish_times():
+    models = [_model(0.001, 1e-5), _model(0.002, 4e-5), _model(0.0005, 2e-5)]
+    shares = split_for_time(1000, models)
+    assert sum(shares) == 1000
+    times = [m.predict(n) for m, n in zip(models, shares, strict=True)]
+    assert max(times) - min(times) < 1e-4  # within about one sample's time of each other
+    # proportional shares would leave the worker with the large fixed cost last
+    naive = split_batch(1000, [n / m.predict(n) for m, n in zip(models, [333] * 3, strict=True)])
+    assert max(m.predict(n) for m, n in zip(models, naive, strict=True)) > max(times)
+
+
+def test_split_for_time_leaves_out_a_worker_too_slow_to_help_unless_a_minimum_is_asked():
+    fast, hopeless = _model(0.001, 1e-5), _model(0.05, 1e-5)
+    assert split_for_time(100, [fast, hopeless]) == [100, 0]
+    assert split_for_time(100, [fast, hopeless], minimum=1) == [99, 1]
+    assert split_for_time(10, [fast, StepTimeModel()]) == [5, 5]  # not measured yet: even
+    assert split_for_time(1, [fast, fast]) in ([1, 0], [0, 1])
+    with pytest.raises(ValueError, match="cannot give"):
+        split_for_time(1, [fast, fast], minimum=1)
+    with pytest.raises(ValueError, match="at least one worker"):
+        split_for_time(1, [])

@@ -24,24 +24,25 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+def _number(convert: Callable[[str], Any], ok: Callable[[Any], bool], expected: str) -> Callable[[str], Any]:
+    """An argparse type: ``convert(text)``, refused with "expected ``expected``, got …" unless ``ok``."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
+        return value
+
+    return parse
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
-    return value
+_positive_int = _number(int, lambda v: v >= 1, "a positive integer")
+_nonnegative_int = _number(int, lambda v: v >= 0, "an integer >= 0")
+_positive_float = _number(float, lambda v: v > 0, "a positive number")
+_fraction = _number(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 
 
 def _device(text: str) -> str:
@@ -91,7 +92,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .training import TrainConfig, fit
     from .training.text import TEXT_DATASETS
 
+    given = [f"--{k.replace('_', '-')}" for k in DISTRIBUTED if getattr(args, k) not in (None, False)]
+    if args.workers is None and given:
+        return _usage("train", f"{', '.join(given)} need(s) --workers (training on several workers)")
+    if args.workers is not None and args.device is not None:
+        return _usage("train", "--device and --workers exclude each other: name the devices in --workers")
     if args.dataset in TEXT_DATASETS:
+        if args.workers is not None:
+            return _usage("train", f"--workers trains mnist or fashion-mnist; {args.dataset} trains on one device")
         return _train_text(args)
     if args.model not in (None, "mlp", "cnn"):
         raise ValueError(f"{args.dataset} trains an mlp or a cnn, not {args.model!r}")
@@ -112,6 +120,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         graph=not args.no_graph,
     )
+    if args.workers is not None:
+        return _train_on_workers(args, cfg)
     metrics = fit(cfg)
     print(
         f"test accuracy {100 * metrics['test_accuracy']:.2f}% on {metrics['device']} after {cfg.epochs} epoch(s); "
@@ -154,6 +164,47 @@ def _train_text(args: argparse.Namespace) -> int:
     print(
         f"val loss {metrics['val_loss']:.4f} (train {metrics['train_loss']:.4f}) on {metrics['device']} after "
         f"{cfg.iters} iterations; wrote {cfg.out}/model.safetensors, metrics.json, curves.png"
+    )
+    return 0
+
+
+#: the ``vkblas train`` options of training on several workers (None / False: not given)
+DISTRIBUTED = (
+    "algorithm",
+    "max_staleness",
+    "sync_apply",
+    "inner_steps",
+    "outer_lr",
+    "outer_momentum",
+    "round_quorum",
+    "round_deadline",
+    "codec",
+    "codec_block",
+    "error_feedback",
+    "threads_per_worker",
+)
+
+
+def _usage(command: str, message: str) -> int:
+    print(f"vkblas {command}: error: {message} (see vkblas {command} --help)", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _train_on_workers(args: argparse.Namespace, train: Any) -> int:
+    from .distributed.local import LocalConfig, parse_workers, run_local
+
+    try:
+        options = {k: getattr(args, k) for k in DISTRIBUTED if getattr(args, k) not in (None, False)}
+        cfg = LocalConfig(train, parse_workers(args.workers), **options)
+    except ValueError as e:
+        return _usage("train", str(e))
+    metrics = run_local(cfg)
+    run = metrics["run"]["totals"]
+    print(
+        f"test accuracy {100 * metrics['test_accuracy']:.2f}% with {cfg.algorithm} on {metrics['device']} after "
+        f"{train.epochs} epoch(s), {metrics['samples_per_s']:,.0f} samples/s, updates accepted/stale/rejected "
+        f"{run['accepted']}/{run['stale']}/{run['rejected']}; wrote {train.out}/model.safetensors, metrics.json, "
+        "curves.png"
     )
     return 0
 
@@ -319,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     gpt.add_argument("--n-embd", type=_positive_int, default=None, help="embedding width (384)")
     gpt.add_argument("--dropout", type=float, default=None, help="dropout probability (0.2)")
     _common(train)
+    _distributed(train)
     train.set_defaults(func=cmd_train)
 
     sample = sub.add_parser(
@@ -376,6 +428,60 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the benchmark")
     bench.set_defaults(func=cmd_bench)
     return parser
+
+
+def _distributed(p: argparse.ArgumentParser) -> None:
+    from .distributed import ALGORITHMS, CODECS
+
+    g = p.add_argument_group(
+        "training on several workers",
+        "one process per worker, all on this machine; see README 'Training on several workers'",
+    )
+    g.add_argument(
+        "--workers",
+        default=None,
+        metavar="DEVICES|N",
+        help="devices, one worker each (cpu,vulkan:0,cpu), or a count of workers on the default device",
+    )
+    g.add_argument("--algorithm", choices=ALGORITHMS, default=None, help="sync (default), async or diloco")
+    g.add_argument(
+        "--max-staleness",
+        type=_nonnegative_int,
+        default=None,
+        help="async: drop gradients more than S versions old (default max(4, 2 x workers)); diloco: rounds (1)",
+    )
+    g.add_argument(
+        "--sync-apply",
+        choices=("sharded", "holder"),
+        default=None,
+        help="sync: each worker steps its slice of the parameters (sharded, default) or the runner steps them all",
+    )
+    g.add_argument("--inner-steps", type=_positive_int, default=None, help="diloco: inner AdamW steps H (20)")
+    g.add_argument("--outer-lr", type=_positive_float, default=None, help="diloco: outer Nesterov SGD lr (0.7)")
+    g.add_argument("--outer-momentum", type=float, default=None, help="diloco: outer momentum in [0, 1) (0.9; 0: none)")
+    g.add_argument(
+        "--round-quorum",
+        type=_fraction,
+        default=None,
+        help="diloco: close a round once this fraction of its planned samples arrived on time (1.0)",
+    )
+    g.add_argument(
+        "--round-deadline",
+        type=_positive_float,
+        default=None,
+        help="diloco: close a round at this multiple of its predicted duration (1.5)",
+    )
+    g.add_argument("--codec", choices=CODECS, default=None, help="diloco: how pseudo-gradients travel (fp32)")
+    g.add_argument("--codec-block", type=_positive_int, default=None, help="diloco int8: values per scale (256)")
+    g.add_argument(
+        "--error-feedback", action="store_true", help="diloco: keep what the codec lost and add it next round"
+    )
+    g.add_argument(
+        "--threads-per-worker",
+        type=_positive_int,
+        default=None,
+        help="BLAS threads of each cpu worker (default: the cores shared out among the cpu workers)",
+    )
 
 
 def _common(p: argparse.ArgumentParser) -> None:

@@ -15,7 +15,7 @@ The pure pieces (no transport, no I/O), used by every runner:
 from .algorithms import ALGORITHMS, GlobalModel, Judgement, StalenessFilter, pseudo_gradient, weighted_mean
 from .codec import CODECS, ErrorFeedback, decode, encode, from_payload, to_payload
 from .metrics import RunMetrics, WorkerMetrics
-from .sizing import IdleClock, RateMeter, batch_for_time, split_batch
+from .sizing import IdleClock, RateMeter, StepTimeModel, batch_for_time, split_batch, split_for_time
 from .validation import RejectedUpdateError, Signature, check_update, signature_of
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "RunMetrics",
     "Signature",
     "StalenessFilter",
+    "StepTimeModel",
     "WorkerMetrics",
     "batch_for_time",
     "check_update",
@@ -39,6 +40,7 @@ __all__ = [
     "pseudo_gradient",
     "signature_of",
     "split_batch",
+    "split_for_time",
     "to_payload",
     "weighted_mean",
 ]

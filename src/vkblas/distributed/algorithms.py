@@ -84,11 +84,17 @@ def weighted_mean(contributions: Sequence[tuple[Mapping[str, np.ndarray], float]
     if not total > 0:
         raise ValueError(f"weights must sum to a positive number, got {[w for _, w in contributions]}")
     first = contributions[0][0]
+    if len(contributions) == 1:  # the mean of one: itself (what the float64 round trip below would give)
+        return {name: np.array(value, np.float32) for name, value in first.items()}
     out: Params = {}
     for name, ref in first.items():
-        acc = np.zeros(ref.shape, np.float64)
+        # sum of float64(update) * (w / total) in contribution order, with two buffers instead of a fresh
+        # temporary per term (large allocations cost page faults each time)
+        acc = np.zeros(np.shape(ref), np.float64)
+        term = np.empty_like(acc)
         for update, w in contributions:
-            acc += np.asarray(update[name], np.float64) * (w / total)
+            np.multiply(update[name], w / total, out=term, dtype=np.float64)
+            acc += term
         out[name] = acc.astype(np.float32)
     return out
 

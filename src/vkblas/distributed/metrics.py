@@ -12,7 +12,8 @@ OUTCOMES = ("accepted", "stale", "rejected")
 @dataclass
 class WorkerMetrics:
     """One worker: what it did and where its time went. ``idle_s`` is time spent waiting (for the others, for
-    parameters, for the network) within ``wall_s``."""
+    parameters, for the network) within ``wall_s``. ``bytes_sent`` / ``bytes_received``: the update and weight
+    bytes it sent and received (tensor data; headers not counted)."""
 
     name: str
     device: str = ""
@@ -26,6 +27,8 @@ class WorkerMetrics:
     rejected: int = 0
     staleness: Counter[int] = field(default_factory=Counter)
     alive: bool = True
+    bytes_sent: int = 0
+    bytes_received: int = 0
 
     @property
     def idle_fraction(self) -> float:
@@ -55,6 +58,8 @@ class WorkerMetrics:
             "rejected": self.rejected,
             "staleness_histogram": {str(k): v for k, v in sorted(self.staleness.items())},
             "alive": self.alive,
+            "bytes_sent": self.bytes_sent,
+            "bytes_received": self.bytes_received,
         }
 
 
@@ -84,6 +89,8 @@ class RunMetrics:
             "rejected": sum(w.rejected for w in self.workers.values()),
             "staleness_histogram": {str(k): v for k, v in sorted(hist.items())},
             "workers_alive": sum(w.alive for w in self.workers.values()),
+            "bytes_sent": sum(w.bytes_sent for w in self.workers.values()),
+            "bytes_received": sum(w.bytes_received for w in self.workers.values()),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -91,10 +98,10 @@ class RunMetrics:
 
     def postfix(self) -> dict[str, str]:
         """A short summary for a tqdm bar: total samples/s, accepted/stale/rejected, and each worker's
-        samples/s and idle %."""
+        samples/s, last batch size and idle %."""
         t = self.totals()
         out = {"samples_s": f"{t['samples_per_s']:,.0f}", "upd": f"{t['accepted']}/{t['stale']}/{t['rejected']}"}
         for w in self.workers.values():
             if w.alive:
-                out[w.name] = f"{w.samples_per_s:,.0f}/s idle {100 * w.idle_fraction:.0f}%"
+                out[w.name] = f"{w.samples_per_s:,.0f}/s b{w.batch_size} idle {100 * w.idle_fraction:.0f}%"
         return out

@@ -1,0 +1,123 @@
+"""Asynchronous SGD with bounded staleness: the runner holds the :class:`~vkblas.distributed.GlobalModel` and
+applies each worker's gradient as it arrives; workers read the newest weights from the seqlock board whenever
+they start a batch, without waiting for the runner or for each other.
+
+* Every gradient carries the version it was computed from. The :class:`~vkblas.distributed.StalenessFilter`
+  drops one more than ``max_staleness`` versions old (counted as ``stale``) and scales the learning rate of an
+  accepted one by ``1 / (1 + s)`` (Zhang et al. 2016; see :mod:`vkblas.distributed.algorithms`).
+* ``batch_size`` is the global batch, as in ``sync``: each worker's batch is its share of it, sized from the
+  measured step times (:func:`~vkblas.distributed.sizing.split_for_time`) so that every worker's step takes
+  about the same wall time. N workers then apply N steps per global batch, each scaled by ``1 / (1 + s)`` with
+  s ~ N - 1, which is what makes asynchronous SGD with the staleness-dependent rate track synchronous SGD of the
+  same global batch (Zhang et al., section 4). A step is also weighted by its batch over the mean share
+  (``samples * N / batch_size``), so a slow worker's small, noisy batch moves the model less.
+* A worker has one batch in hand: it gets the next when the runner has dealt with its gradient, so the weights it
+  reads next already hold its own update and its staleness counts only the other workers' updates (with two in
+  hand it would count its own pending one too: s ~ 3 instead of 1 with two workers, and steps a quarter as long).
+* A dead worker's unfinished batches go back to the stream, to be handed to the others.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..algorithms import GlobalModel, StalenessFilter
+from ..validation import RejectedUpdateError
+from .context import WorkerContext
+from .handle import WorkerHandle
+from .holder import Holder
+from .protocol import Grad, Work
+from .stream import Segment
+from .transport import SeqlockBoard
+
+
+class AsyncHolder(Holder):
+    def __init__(self, config: Any, layout: Any, n_train: int, initial: np.ndarray) -> None:
+        super().__init__(config, layout, n_train)
+        train = config.train
+        self.model = GlobalModel(layout.views(initial), "async", train.optimizer, train.learning_rate)
+        self.board = SeqlockBoard.create(layout.size)
+        self.board.publish(initial, 0)
+        self.filter = StalenessFilter(config.staleness_bound, config.staleness_rule)
+        self.outstanding: dict[str, dict[int, Segment]] = {}
+        self.seq = 0
+
+    @property
+    def blocks(self) -> list[Any]:
+        return [self.board.block]
+
+    def busy(self, name: str) -> bool:
+        return bool(self.outstanding.get(name))
+
+    def params(self) -> np.ndarray:
+        return self.layout.flatten(self.model.params())
+
+    @property
+    def done(self) -> bool:
+        return self.stream.exhausted and not any(self.outstanding.values())
+
+    # ------------------------------------------------------------------ membership
+    def add(self, w: WorkerHandle) -> None:
+        super().add(w)
+        self.outstanding[w.name] = {}
+        self._refill(w)
+
+    def remove(self, w: WorkerHandle) -> None:
+        super().remove(w)
+        self.stream.give_back(self.outstanding.pop(w.name, {}).values())
+        for other in self.workers.values():
+            self._refill(other)
+
+    def _refill(self, w: WorkerHandle) -> None:
+        work = self.outstanding.get(w.name)
+        if work is None or work:
+            return
+        seg = self.stream.take(self.share_for(w.name))
+        if seg is not None:
+            self.seq += 1
+            work[self.seq] = seg
+            w.send(Work(self.seq, seg))
+
+    # ------------------------------------------------------------------ updates
+    def on_message(self, w: WorkerHandle, msg: Any) -> None:
+        if not isinstance(msg, Grad) or msg.seq not in self.outstanding.get(w.name, {}):
+            return
+        del self.outstanding[w.name][msg.seq]
+        judgement = self.filter.judge(msg.version, self.model.version)
+        if not judgement.accepted:
+            self.account(w, msg, "stale", judgement.staleness)
+        elif self._apply(w, msg, judgement.scale):
+            self.account(w, msg, "accepted", judgement.staleness)
+        else:
+            self.account(w, msg, "rejected")
+        self.progressed(msg.samples)
+        self._refill(w)
+
+    def _apply(self, w: WorkerHandle, msg: Grad, scale: float) -> bool:
+        try:
+            grads = self.read_update(w, 0, msg.layout)
+        except RejectedUpdateError as e:
+            return self.validated(None, e)
+        if not self.validated(grads):
+            return False
+        self.model.set_lr(self.lr_at(self.epoch_now))
+        self.model.apply_gradient(grads, lr_scale=scale * msg.samples / self.mean_share())
+        self.board.publish(self.params(), self.model.version)
+        return True
+
+    def summary(self) -> dict[str, Any]:
+        return {**super().summary(), "updates": self.model.version, "max_staleness": self.filter.max_staleness}
+
+
+# ---------------------------------------------------------------------------------------------------- worker
+def run_worker(ctx: WorkerContext) -> None:
+    board = ctx.board()
+    while True:
+        job: Work = ctx.recv()
+        version = ctx.pull()
+        loss_sum, correct, grads, compute_s = ctx.gradient(job.segment)
+        layout = ctx.put(grads, 0, board.version)
+        fields = ctx.result(job.segment, loss_sum, correct, compute_s, layout)
+        ctx.send(Grad(**fields, seq=job.seq, version=version))

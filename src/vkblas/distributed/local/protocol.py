@@ -1,0 +1,138 @@
+"""The control messages between the runner and a worker: small frozen dataclasses sent over a pipe. Arrays never
+travel here; an update's bytes are in the worker's mailbox and its message carries only their layout.
+
+Per algorithm (runner -> worker, worker -> runner):
+
+* every worker: ``Hello`` once it is set up; ``Failed`` with a traceback if it breaks; ``Stop``.
+* ``sync``: ``Plan`` (a share of step k's batch) -> ``Ready`` (its gradient is in the mailbox); in ``sharded``
+  mode then ``Reduce`` (the accepted mailboxes and their weights) -> ``Applied`` (its slice of the step is
+  written). ``attempt`` counts re-plans of a step after a worker died; older attempts' messages are ignored.
+* ``async``: ``Work`` (a batch) -> ``Grad`` (the version it was computed from).
+* ``diloco``: ``Round`` (the round's samples) -> ``Pseudo`` (start - end weights, through the codec).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .stream import Segment
+from .transport import BlockHandle, FlatLayout, Layout
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker process starts from (its only argument)."""
+
+    name: str
+    index: int
+    device: str
+    config: Any  # LocalConfig
+    layout: FlatLayout
+    board: BlockHandle  # async/diloco: the seqlock board; sync: the parameter and optimizer-state buffers
+    mailboxes: tuple[BlockHandle, ...]
+    faults: tuple[Any, ...] = ()  # Fault
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A worker's own accounting, sent with every result."""
+
+    wall_s: float
+    idle_s: float
+    bytes_sent: int
+    bytes_received: int
+
+
+@dataclass(frozen=True)
+class Hello:
+    name: str
+    pid: int
+    device: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: str
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+@dataclass(frozen=True)
+class Result:
+    """What every update message carries besides its algorithm's fields."""
+
+    epoch: int
+    samples: int
+    steps: int  # the optimizer steps those samples took (diloco's inner steps; else 1)
+    loss_sum: float
+    correct: float
+    compute_s: float
+    layout: Layout
+    stats: Stats
+
+
+# ---------------------------------------------------------------------------------------------------- sync
+@dataclass(frozen=True)
+class Plan:
+    step: int
+    attempt: int
+    segment: Segment | None  # None: no share this step (fewer samples than workers)
+    read: int  # which parameter buffer holds version ``version``
+    version: int
+    shard: tuple[int, int] | None  # sharded mode: the slice of the flat parameters this worker steps
+
+
+@dataclass(frozen=True)
+class Ready(Result):
+    step: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Reduce:
+    step: int
+    attempt: int
+    contributions: tuple[tuple[BlockHandle, float], ...]
+    version: int
+    read: int
+    write: int
+    lr: float
+
+
+@dataclass(frozen=True)
+class Applied:
+    step: int
+    attempt: int
+    stats: Stats
+
+
+# ---------------------------------------------------------------------------------------------------- async
+@dataclass(frozen=True)
+class Work:
+    seq: int
+    segment: Segment
+
+
+@dataclass(frozen=True)
+class Grad(Result):
+    seq: int
+    version: int
+
+
+# ---------------------------------------------------------------------------------------------------- diloco
+@dataclass(frozen=True)
+class Round:
+    number: int
+    segment: Segment  # inner steps of batch_size samples each (the last one may be smaller)
+    batch_size: int
+    lr: float
+
+
+@dataclass(frozen=True)
+class Pseudo(Result):
+    round: int  # the global version the worker started from
+    meta: dict[str, str]

@@ -1,0 +1,212 @@
+"""The pieces of the local runner that need no worker processes: shared-memory transport (the seqlock board
+against a concurrent writer, mailboxes), the sample stream, DiLoCo's round closing, the sharded optimizer step."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+
+import numpy as np
+import pytest
+
+from vkblas.creation import tensor
+from vkblas.data import DataLoader, TensorDataset
+from vkblas.distributed import RejectedUpdateError
+from vkblas.distributed.local.diloco import RoundState
+from vkblas.distributed.local.faults import Fault, FaultPlan
+from vkblas.distributed.local.sharded import ShardStep, shard_bounds, state_keys, state_spec
+from vkblas.distributed.local.stream import EpochOrder, SampleStream, Segment
+from vkblas.distributed.local.sync import cut
+from vkblas.distributed.local.transport import (
+    BlockHandle,
+    FlatLayout,
+    SeqlockBoard,
+    SharedArrays,
+    block_prefix,
+    pack,
+    unpack,
+)
+from vkblas.training.fit import make_optimizer
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers():
+    yield
+    assert not mp.active_children()
+    from pathlib import Path
+
+    assert not [p.name for p in Path("/dev/shm").glob(f"{block_prefix()}*")] if Path("/dev/shm").is_dir() else True
+
+
+# ---------------------------------------------------------------------------------------------- transport
+def _publish_constants(handle: BlockHandle, count: int) -> None:
+    """Writer process: publish vectors filled with their version, as fast as it can."""
+    block = SharedArrays.attach(handle)
+    board = SeqlockBoard(block)
+    flat = np.empty(block["data"].shape[1], np.float32)
+    for v in range(1, count + 1):
+        flat.fill(v)
+        board.publish(flat, v)
+
+
+def test_seqlock_board_reads_are_never_torn_while_a_writer_publishes():
+    board = SeqlockBoard.create(200_000)  # 0.8 MB: a copy takes long enough for the writer to overlap it
+    try:
+        board.publish(np.zeros(200_000, np.float32), 0)
+        writer = mp.get_context("spawn").Process(target=_publish_constants, args=(board.block.handle, 3000))
+        writer.start()
+        out = np.empty(200_000, np.float32)
+        seen, deadline = set(), time.monotonic() + 30
+        while writer.is_alive() and time.monotonic() < deadline:
+            version = board.read(out)
+            assert out[0] == out[-1] == out.min() == out.max() == version  # one version, whole
+            seen.add(version)
+        writer.join(10)
+        assert writer.exitcode == 0
+        assert board.read(out) == 3000 and (out == 3000).all()
+        assert len(seen) > 1  # the reads did overlap the writes
+    finally:
+        board.block.unlink()
+
+
+def test_mailbox_round_trip_and_untrusted_layouts():
+    box = SharedArrays.create((("bytes", (256,), "uint8"),))
+    try:
+        buf = box["bytes"]
+        arrays = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "q": np.arange(5, dtype=np.int8)}
+        layout = pack(arrays, buf)
+        back = unpack(buf, layout)
+        for k, v in arrays.items():
+            np.testing.assert_array_equal(back[k], v)
+            assert back[k].dtype == v.dtype
+        with pytest.raises(ValueError, match="does not fit"):
+            pack({"big": np.zeros(100, np.float32)}, buf)
+        with pytest.raises(RejectedUpdateError, match="ends beyond") as e:
+            unpack(buf, (("w", (100,), "float32", 0),))
+        assert e.value.reason == "shape"
+        with pytest.raises(RejectedUpdateError, match="declares dtype") as e:
+            unpack(buf, (("w", (2,), "object", 0),))
+        assert e.value.reason == "dtype"
+        with pytest.raises(RejectedUpdateError, match="declares shape"):
+            unpack(buf, (("w", (-1,), "float32", 0),))
+    finally:
+        box.unlink()
+
+
+def test_flat_layout_views_and_mailbox_layout_agree():
+    params = {"a": np.ones((2, 3), np.float32), "b": np.full(5, 2.0, np.float32)}
+    layout = FlatLayout.of(params)
+    flat = layout.flatten(params)
+    assert layout.size == 11 and flat[:6].sum() == 6 and flat[6:].sum() == 10
+    buf = np.zeros(64, np.uint8)
+    assert pack(params, buf) == layout.mailbox  # a packed gradient is the flat vector
+    np.testing.assert_array_equal(buf[:44].view(np.float32), flat)
+
+
+# ---------------------------------------------------------------------------------------------- data order
+def test_sample_stream_gives_vkblas_train_batches_and_reissues_returned_work():
+    n, batch = 10, 4
+    stream, order = SampleStream(n, epochs=2), EpochOrder(n, seed=3)
+    reference = DataLoader(TensorDataset(np.arange(n)), batch, shuffle=True, seed=3, device="cpu", prefetch=0)
+    for _ in range(2):
+        for (want,) in reference:
+            np.testing.assert_array_equal(order.indices(stream.take(batch)), want.numpy())
+    assert stream.take(batch) is None and stream.exhausted
+    stream.give_back([Segment(1, 2, 9)])
+    assert not stream.exhausted
+    assert [stream.take(4), stream.take(4)] == [Segment(1, 2, 6), Segment(1, 6, 9)]
+
+
+def test_cut_makes_consecutive_shares_of_a_batch():
+    assert cut(Segment(0, 0, 10), [7, 3]) == [Segment(0, 0, 7), Segment(0, 7, 10)]
+    assert cut(Segment(2, 4, 5), [0, 1]) == [None, Segment(2, 4, 5)]
+
+
+# ---------------------------------------------------------------------------------------------- diloco rounds
+def _update() -> dict[str, np.ndarray]:
+    return {"w": np.zeros(1, np.float32)}
+
+
+def test_round_closes_when_complete_by_quorum_or_by_deadline():
+    r = RoundState(number=0, opened_at=0.0, quorum=1.0, deadline_factor=1.5)
+    r.plan("a", 100, 2.0)
+    r.plan("b", 100, 2.0)
+    r.report("a")
+    r.add(_update(), 100, staleness=0)
+    assert r.close_reason(1.0) is None  # b is due at t=2
+    assert r.close_reason(2.9) is None and r.close_reason(3.0) == "deadline"  # 1.5 x the predicted 2 s
+    r.report("b")
+    assert r.close_reason(1.0) == "complete"
+
+    q = RoundState(number=0, opened_at=0.0, quorum=0.5, deadline_factor=1.5)
+    q.plan("a", 100, None)
+    q.plan("b", 100, None)
+    q.add(_update(), 60, staleness=1)  # late ones ride along but do not make the quorum
+    assert q.close_reason(100.0) is None  # and no deadline while a speed is unknown
+    q.report("a")
+    q.add(_update(), 100, staleness=0)
+    assert q.close_reason(0.1) == "quorum"
+
+
+def test_round_without_the_dead_and_empty_rounds():
+    r = RoundState(number=3, opened_at=0.0, quorum=1.0, deadline_factor=1.5)
+    assert r.close_reason(0.0) is None  # nothing planned, nothing arrived
+    r.plan("a", 10, 1.0)
+    r.plan("b", 10, 1.0)
+    r.report("a")  # its update was rejected: reported, but no contribution
+    r.forget("b")  # died
+    assert r.close_reason(0.0) == "complete" and not r.contributions  # the holder skips the step
+
+
+# ---------------------------------------------------------------------------------------------- faults
+def test_fault_plan_corrupts_the_due_update_only():
+    plan = FaultPlan([Fault(0, "nan", at=1), Fault(0, "dtype", at=2), Fault(0, "shape", at=3)])
+    u = {"w": np.ones((2, 2), np.float32)}
+    outs = []
+    for _ in range(4):
+        outs.append(plan.corrupt(u))
+        plan.before_send(lambda: 0)
+    assert np.isfinite(outs[0]["w"]).all() and np.isnan(outs[1]["w"]).any()
+    assert outs[2]["w"].dtype == np.float16 and outs[3]["w"].shape == (4,)
+    assert np.isfinite(u["w"]).all()  # the caller's arrays are untouched
+    with pytest.raises(ValueError, match="unknown fault kind"):
+        Fault(0, "flood")
+
+
+# ---------------------------------------------------------------------------------------------- sharded step
+@pytest.mark.parametrize("optimizer", ["adam", "adamw", "sgd"])
+def test_sharded_step_equals_the_whole_step_across_reshards(optimizer):
+    """Three steps on 2 slices, then (a worker joined) three on 3 slices, slice state reloaded from shared
+    memory: the same bits as the optimizer stepping the whole vector."""
+    rng = np.random.default_rng(0)
+    size = 1001
+    start = rng.standard_normal(size).astype(np.float32)
+    grads = [rng.standard_normal(size).astype(np.float32) for _ in range(6)]
+
+    whole = tensor(start, device="cpu", requires_grad=True)
+    opt = make_optimizer(optimizer, [whole], 1e-2)
+    for g in grads:
+        whole.grad = tensor(g, device="cpu")
+        opt.step()
+
+    keys = state_keys(optimizer)
+    block = SharedArrays.create(state_spec(size, keys))
+    try:
+        block["params"][0] = start
+        read, version = 0, 0
+        steps = [ShardStep(optimizer, block, keys) for _ in range(3)]
+        for k, g in enumerate(grads):
+            bounds = shard_bounds(size, 2 if k < 3 else 3)
+            for step, shard in zip(steps, bounds, strict=False):
+                step.apply(shard, [(g, 1.0)], version, read, 1 - read, 1e-2)
+            read, version = 1 - read, version + 1
+        np.testing.assert_array_equal(block["params"][read], whole.detach().numpy())
+    finally:
+        block.unlink()
+
+
+def test_state_keys_of_the_training_optimizers():
+    assert state_keys("adam") == ("exp_avg", "exp_avg_sq")
+    assert state_keys("sgd") == ("momentum_buffer",)
