@@ -22,7 +22,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install -q -e ".[test]"
+.venv/bin/python -m pip install -q -e ".[test,server]"
 if [ "${VKBLAS_WITH_TORCH:-0}" = 1 ]; then
   # the CPU build, as a reference in tests and benchmarks (a plain "torch" would pull a CUDA build of several GB)
   .venv/bin/python -m pip install -q "torch==2.13.0" || echo "setup: torch 2.13.0 not installable here;" \

@@ -411,3 +411,15 @@ def test_run_metrics_counts_and_serialises():
     assert "w0" in m.postfix()
     with pytest.raises(ValueError, match="unknown outcome"):
         w.count("lost")
+
+
+def test_rate_meter_state_round_trip():
+    m = RateMeter(alpha=0.5, calibration=2)
+    assert RateMeter.from_state(m.state()).rate is None
+    for samples, seconds in [(100, 1.0), (300, 1.0), (1000, 1.0)]:
+        m.observe(samples, seconds)
+        restored = RateMeter.from_state(m.state())
+        assert (restored.rate, restored.observations, restored.calibrated) == (m.rate, m.observations, m.calibrated)
+    restored.observe(100, 1.0)
+    m.observe(100, 1.0)
+    assert restored.rate == m.rate

@@ -1,0 +1,108 @@
+"""What the coordinator serves as content-addressed shards, for both of its sides: the model's weights (one shard
+per tensor) and the dataset, and the samples of a work unit.
+
+A model shard is a safetensors file holding one tensor and no version, so a tensor that did not change between two
+versions keeps its name and is never downloaded twice.
+
+The coordinator cuts the training split into shards of ``SHARD_SAMPLES`` raw images (uint8) and labels, each a
+safetensors file named by its sha256; a volunteer downloads the shards its units name (or builds them from its own
+copy of the dataset, used only if the hashes match). A unit names its samples by ``(shard, seed, offset,
+samples)``: positions ``offset .. offset + samples`` of the permutation of the shard drawn from ``seed``
+(:func:`unit_indices`), so anyone holding the shard can recompute exactly the same batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from .codec import CodecError, from_payload, to_payload
+
+SHARD_SAMPLES = 10_000
+FORMAT = "vkblas-data-shard/1"
+MODEL_FORMAT = "vkblas-model-shard/1"
+MAX_SHARD_BYTES = 256 << 20
+
+
+def model_shard(name: str, value: np.ndarray) -> bytes:
+    """One float32 tensor of the model as a shard."""
+    return to_payload({name: np.ascontiguousarray(value, np.float32)}, {"format": MODEL_FORMAT})
+
+
+def parse_model_shard(data: bytes, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """The tensor ``name`` of a model shard's bytes (of ``shape`` when given); :class:`CodecError` otherwise."""
+    tensors, meta = from_payload(data, max_bytes=MAX_SHARD_BYTES)
+    if meta.get("format") != MODEL_FORMAT or list(tensors) != [name]:
+        raise CodecError(f"not the model shard of {name!r} (format {meta.get('format')!r}, tensors {list(tensors)})")
+    arr = tensors[name]
+    if arr.dtype != np.float32 or (shape is not None and arr.shape != tuple(shape)):
+        raise CodecError(f"model shard {name!r}: {arr.dtype} {arr.shape}, expected float32 {shape}")
+    return arr
+
+
+def raw_split(dataset: str, train: bool, data: str | None = None, limit: int | None = None) -> tuple:
+    """(uint8 images [N, H, W], int32 labels [N]) of a split, the first ``limit`` only, as ``vkblas train`` reads
+    them (``training.fit.load_dataset``) but before the transform."""
+    from ..training.fit import load_dataset
+
+    ds = load_dataset(dataset, train, data, limit)
+    base = getattr(ds, "dataset", ds)  # a Subset when limited
+    n = len(ds)
+    return np.ascontiguousarray(base.data[:n]), np.ascontiguousarray(base.targets[:n], dtype=np.int32)
+
+
+def build_shards(dataset: str, images: np.ndarray, labels: np.ndarray, per_shard: int = SHARD_SAMPLES) -> list[bytes]:
+    """The shards (safetensors bytes) of a split, in order; the same input gives the same bytes."""
+    if per_shard < 1:
+        raise ValueError(f"per_shard must be >= 1, got {per_shard}")
+    out = []
+    for start in range(0, len(labels), per_shard):
+        tensors = {"images": images[start : start + per_shard], "labels": labels[start : start + per_shard]}
+        out.append(to_payload(tensors, {"format": FORMAT, "dataset": dataset}))
+    return out
+
+
+def parse_shard(data: bytes, dataset: str) -> tuple[np.ndarray, np.ndarray]:
+    """(images, labels) of a shard's bytes; :class:`CodecError` for anything that is not a shard of ``dataset``."""
+    tensors, meta = from_payload(data, max_bytes=MAX_SHARD_BYTES)
+    if meta.get("format") != FORMAT or meta.get("dataset") != dataset:
+        raise CodecError(f"not a {dataset} data shard (format {meta.get('format')!r}, dataset {meta.get('dataset')!r})")
+    images, labels = tensors.get("images"), tensors.get("labels")
+    if images is None or labels is None or set(tensors) != {"images", "labels"}:
+        raise CodecError(f"a data shard holds images and labels, not {sorted(tensors)}")
+    if images.dtype != np.uint8 or labels.dtype != np.int32 or images.ndim != 3 or labels.shape != images.shape[:1]:
+        raise CodecError(f"data shard: images {images.dtype} {images.shape}, labels {labels.dtype} {labels.shape}")
+    return images, labels
+
+
+def unit_seed(run_seed: int, epoch: int, shard: int) -> int:
+    """The permutation seed of one shard in one epoch."""
+    return int(np.random.SeedSequence([run_seed, epoch, shard]).generate_state(1)[0])
+
+
+def shard_order(run_seed: int, epoch: int, n_shards: int) -> list[int]:
+    """The order in which an epoch visits the shards."""
+    return [int(i) for i in np.random.default_rng([run_seed, epoch, 1 << 20]).permutation(n_shards)]
+
+
+def unit_indices(shard_samples: int, seed: int, offset: int, samples: int) -> np.ndarray:
+    """Positions of a unit's samples in its shard."""
+    if not 0 <= offset < offset + samples <= shard_samples:
+        raise ValueError(f"unit [{offset}, {offset + samples}) lies outside a shard of {shard_samples} samples")
+    return np.random.default_rng(seed).permutation(shard_samples)[offset : offset + samples]
+
+
+def normalise(dataset: str, images: np.ndarray) -> np.ndarray:
+    """uint8 images -> the float32 ``[N, 1, H, W]`` input ``vkblas train`` feeds the model."""
+    from ..data.transforms import Compose, Normalize, ToTensor
+    from ..training.fit import DATASETS
+
+    source = DATASETS[dataset].source
+    return Compose([ToTensor(), Normalize((source.mean,), (source.std,))])(images)
+
+
+def batches(x: np.ndarray, y: np.ndarray, batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Consecutive batches of at most ``batch_size``."""
+    for start in range(0, len(y), batch_size):
+        yield x[start : start + batch_size], y[start : start + batch_size]
