@@ -423,3 +423,21 @@ def test_rate_meter_state_round_trip():
     restored.observe(100, 1.0)
     m.observe(100, 1.0)
     assert restored.rate == m.rate
+
+
+def test_payload_keeps_scalars_scalar():
+    tensors, _ = from_payload(to_payload({"v": np.array(3, np.int64), "m": np.ones((2, 3), np.float32)[:, ::2]}))
+    assert tensors["v"].shape == () and int(tensors["v"]) == 3
+    assert tensors["m"].shape == (2, 2)
+
+
+def test_global_model_state_survives_a_payload_round_trip():
+    g = GlobalModel(_params(), "async", "adam", 1e-2)
+    g.apply_gradient(_params(1))
+    restored = GlobalModel(_params(), "async", "adam", 1e-2)
+    restored.load_state_dict(from_payload(to_payload(g.state_dict()))[0])
+    assert restored.version == 1
+    g.apply_gradient(_params(2))
+    restored.apply_gradient(_params(2))
+    for k, v in g.params().items():
+        np.testing.assert_array_equal(restored.params()[k], v)
