@@ -264,8 +264,8 @@ class Applier:
                         .where(Worker.id == d.worker_id)
                         .values(
                             credit=Worker.credit + credit,
-                            accepted=Worker.accepted + (d.status == "applied"),
-                            stale=Worker.stale + (d.status == "stale"),
+                            accepted=Worker.accepted + int(d.status == "applied"),
+                            stale=Worker.stale + int(d.status == "stale"),
                         )
                     )
                 run.version, run.samples_applied = model.version, self.samples_applied

@@ -215,8 +215,9 @@ def current_lr(spec: RunSpec, applied: int, total: int) -> float:
     return spec.learning_rate * 0.5 * (1 + math.cos(math.pi * frac))
 
 
-def _own_lease(s: Session, worker: Worker, lease_id: str, now: float) -> Lease:
-    row = s.get(Lease, lease_id, with_for_update=True) if len(lease_id) <= 32 else None
+def own_lease(s: Session, *, worker: Worker, lease_id: str, now: float, lock: bool = True) -> Lease:
+    """``worker``'s active lease ``lease_id`` (locked for this transaction), or the error saying why not."""
+    row = s.get(Lease, lease_id, with_for_update=lock) if len(lease_id) <= 32 else None
     if row is None:
         raise ApiError("unknown-lease", f"no lease {lease_id[:40]!r}")
     if row.worker_id != worker.id:
@@ -231,7 +232,7 @@ def _own_lease(s: Session, worker: Worker, lease_id: str, now: float) -> Lease:
 
 
 def heartbeat(s: Session, *, worker: Worker, lease_id: str, hb: Heartbeat, spec: RunSpec, now: float) -> float:
-    row = _own_lease(s, worker, lease_id, now)
+    row = own_lease(s, worker=worker, lease_id=lease_id, now=now)
     row.expires_at = now + spec.lease_seconds
     _report(worker, hb, now)
     return spec.lease_seconds
@@ -239,7 +240,7 @@ def heartbeat(s: Session, *, worker: Worker, lease_id: str, hb: Heartbeat, spec:
 
 def return_lease(s: Session, *, worker: Worker, lease_id: str, now: float) -> None:
     """The worker gives the unit back (it is stopping): the unit is open again at once."""
-    row = _own_lease(s, worker, lease_id, now)
+    row = own_lease(s, worker=worker, lease_id=lease_id, now=now)
     row.status = "returned"
     s.execute(update(Unit).where(Unit.id == row.unit_id).values(status="open"))
 
@@ -266,7 +267,7 @@ def record_upload(
     now: float,
 ) -> Update:
     """Record a validated upload (its payload already in the store): the lease and its unit are done."""
-    row = _own_lease(s, worker, lease_id, now)
+    row = own_lease(s, worker=worker, lease_id=lease_id, now=now)
     if meta.samples != row.samples:
         raise ApiError(
             "invalid-payload", f"the upload reports {meta.samples} samples; lease {lease_id} has {row.samples}"

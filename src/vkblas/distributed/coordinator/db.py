@@ -82,11 +82,15 @@ def alembic_config(connection=None):  # type: ignore[no-untyped-def]
 
 
 def migrate(db: Database, revision: str = "head") -> None:
-    """Apply the migrations up to ``revision`` (idempotent: an up-to-date database is left as is)."""
+    """Apply the migrations up to ``revision`` (idempotent: an up-to-date database is left as is); ``"base"``
+    undoes them all."""
     from alembic import command
 
     with db.engine.connect() as conn:
-        command.upgrade(alembic_config(conn), revision)
+        if revision == "base":
+            command.downgrade(alembic_config(conn), revision)
+        else:
+            command.upgrade(alembic_config(conn), revision)
         conn.commit()
 
 

@@ -162,7 +162,7 @@ class Client:
                     raise _server_error(r)
                 resume = r.status_code == 206 and r.headers.get("content-range", "").startswith(f"bytes {have}-")
                 with open(part, "ab" if resume else "wb") as f:
-                    for chunk in r.iter_bytes(256 * 1024):
+                    for chunk in r.iter_bytes():  # as they arrive: a break keeps all received
                         f.write(chunk)
                         got += len(chunk)
         except httpx.TransportError:

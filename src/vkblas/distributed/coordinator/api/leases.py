@@ -82,10 +82,13 @@ def _upload(ctx: Context, lease_id: str, key: str, digest: str, body: bytes, aut
             if previous.payload_sha256 != digest or previous.lease_id != lease_id:
                 raise ApiError("idempotency-conflict", f"idempotency key {key} was used for another upload")
             return crud.upload_reply(previous, worker)
+        samples = crud.own_lease(s, worker=worker, lease_id=lease_id, now=now(), lock=False).samples
     sha = sha256_hex(body)
     if sha != digest:
         raise ApiError("checksum-mismatch", f"body hashes to {sha}, X-Content-SHA256 says {digest}")
     meta, update, norm = _validate(ctx, lease_id, body, wid)
+    if meta.samples != samples:
+        raise ApiError("invalid-payload", f"the upload reports {meta.samples} samples; lease {lease_id} has {samples}")
     ctx.store.put(body)  # the file first: a crash before the commit leaves an orphan for the GC, never a dangling row
     try:
         with ctx.db.session() as s:
