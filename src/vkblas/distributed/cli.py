@@ -49,6 +49,7 @@ def add_commands(sub: Any, positive_int: Any, positive_float: Any, device: Any) 
     serve.add_argument("--round-seconds", type=positive_float, default=None, help="sync/diloco: round deadline")
     serve.add_argument("--lease-seconds", type=positive_float, default=30.0, help="a lease without heartbeat expires")
     serve.add_argument("--eval-seconds", type=positive_float, default=10.0, help="evaluate at most this often")
+    serve.add_argument("--shard-samples", type=positive_int, default=10_000, help="samples per data shard")
     serve.add_argument("--max-norm", type=positive_float, default=None, help="refuse updates of a larger L2 norm")
     serve.add_argument("--db", default="coordinator.db", help="a SQLite file (default) or postgresql://...")
     serve.add_argument("--store", default="coordinator-store", help="directory of the content-addressed shards")
@@ -84,7 +85,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     names = (
         "model epochs samples batch_size lr optimizer seed limit algorithm max_staleness inner_steps outer_lr "
-        "outer_momentum codec block unit_seconds quorum round_seconds lease_seconds eval_seconds max_norm"
+        "outer_momentum codec block unit_seconds quorum round_seconds lease_seconds eval_seconds max_norm shard_samples"
     ).split()
     spec = RunSpec(dataset=args.dataset, **{k: getattr(args, k) for k in names})
     settings = ServeSettings(

@@ -54,6 +54,7 @@ class Decision:
     samples: int
     status: str  # applied | stale
     staleness: int
+    version: int  # the version that applying it made (its round's, for sync/diloco)
 
 
 class Applier:
@@ -197,7 +198,8 @@ class Applier:
                 model.set_lr(current_lr(self.spec, self.samples_applied, total))
                 model.apply_gradient(self._payload(u), lr_scale=j.scale)
                 self.samples_applied += u.samples
-            out.append(Decision(u.seq, u.worker_id, u.samples, "applied" if j.accepted else "stale", j.staleness))
+            status = "applied" if j.accepted else "stale"
+            out.append(Decision(u.seq, u.worker_id, u.samples, status, j.staleness, model.version))
         return out
 
     def _apply_round(self, batch: list[Update], total: int) -> list[Decision]:
@@ -218,7 +220,7 @@ class Applier:
                 model.apply_gradient(mean, lr_scale=scale)
             self.samples_applied += sum(u.samples for u, _ in used)
         return [
-            Decision(u.seq, u.worker_id, u.samples, "applied" if j.accepted else "stale", j.staleness)
+            Decision(u.seq, u.worker_id, u.samples, "applied" if j.accepted else "stale", j.staleness, model.version)
             for u, j in judged
         ]
 
@@ -252,7 +254,7 @@ class Applier:
                         )
                     )
                 for d in decisions:
-                    applied_version = model.version if d.status == "applied" else None
+                    applied_version = d.version if d.status == "applied" else None
                     s.execute(
                         update(Update)
                         .where(Update.seq == d.seq, Update.status == "recorded")
