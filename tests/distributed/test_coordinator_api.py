@@ -9,9 +9,9 @@ import uuid
 
 import numpy as np
 import pytest
-from conftest import InProcess, needs_data
 from sqlalchemy import select, update
 
+from conftest import InProcess, needs_data
 from vkblas.distributed.codec import encode, to_payload
 from vkblas.distributed.coordinator.models import Lease, Update
 from vkblas.distributed.protocol import UPLOAD_META_KEY

@@ -14,9 +14,9 @@ import sys
 
 import httpx
 import pytest
-from conftest import REPO, Procs, _env, needs_data
 from sqlalchemy import func, select
 
+from conftest import REPO, Procs, _env, needs_data
 from vkblas.distributed.coordinator.config import normalise_db_url
 from vkblas.distributed.coordinator.db import Database
 from vkblas.distributed.coordinator.models import Lease, Update, Worker
