@@ -203,6 +203,8 @@ class WorkerStatus(Strict):
     accepted: int
     stale: int
     rejected: int
+    bytes_sent: int  # as the worker's transport counted them (request and response heads and bodies)
+    bytes_received: int
     online: bool
 
 
@@ -232,7 +234,7 @@ class RunStatus(Strict):
     test: Evaluation | None
     evaluations: list[Evaluation]
     workers: list[WorkerStatus]
-    bytes_in: int
-    bytes_out: int
+    bytes_in: int  # upload payloads recorded
+    bytes_out: int  # what workers report having received
     apply_cpu_s_per_update: float
     spec: dict[str, str | int | float | bool | None]

@@ -1,8 +1,8 @@
 """What the coordinator serves as content-addressed shards, for both of its sides: the model's weights (one shard
 per tensor) and the dataset, and the samples of a work unit.
 
-A model shard is a safetensors file holding one tensor and no version, so a tensor that did not change between two
-versions keeps its name and is never downloaded twice.
+A model shard is a safetensors file holding some of the model's tensors and no version, so a shard whose tensors did
+not change between two versions keeps its name and is never downloaded twice.
 
 The coordinator cuts the training split into shards of ``SHARD_SAMPLES`` raw images (uint8) and labels, each a
 safetensors file named by its sha256; a volunteer downloads the shards its units name (or builds them from its own
@@ -23,22 +23,34 @@ SHARD_SAMPLES = 10_000
 FORMAT = "vkblas-data-shard/1"
 MODEL_FORMAT = "vkblas-model-shard/1"
 MAX_SHARD_BYTES = 256 << 20
+MODEL_SHARD_BYTES = 16 << 20
 
 
-def model_shard(name: str, value: np.ndarray) -> bytes:
-    """One float32 tensor of the model as a shard."""
-    return to_payload({name: np.ascontiguousarray(value, np.float32)}, {"format": MODEL_FORMAT})
+def model_shards(params: dict[str, np.ndarray], max_bytes: int = MODEL_SHARD_BYTES) -> list[bytes]:
+    """The model's float32 tensors, in order, grouped into shards of about ``max_bytes`` (a larger tensor is a
+    shard of its own): few requests for a small model, resumable pieces of bounded size for a large one."""
+    out, group, size = [], {}, 0
+    for name, value in params.items():
+        arr = np.ascontiguousarray(value, np.float32)
+        if group and size + arr.nbytes > max_bytes:
+            out.append(to_payload(group, {"format": MODEL_FORMAT}))
+            group, size = {}, 0
+        group[name] = arr
+        size += arr.nbytes
+    if group:
+        out.append(to_payload(group, {"format": MODEL_FORMAT}))
+    return out
 
 
-def parse_model_shard(data: bytes, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
-    """The tensor ``name`` of a model shard's bytes (of ``shape`` when given); :class:`CodecError` otherwise."""
+def parse_model_shard(data: bytes) -> dict[str, np.ndarray]:
+    """The tensors of a model shard's bytes; :class:`CodecError` for anything else."""
     tensors, meta = from_payload(data, max_bytes=MAX_SHARD_BYTES)
-    if meta.get("format") != MODEL_FORMAT or list(tensors) != [name]:
-        raise CodecError(f"not the model shard of {name!r} (format {meta.get('format')!r}, tensors {list(tensors)})")
-    arr = tensors[name]
-    if arr.dtype != np.float32 or (shape is not None and arr.shape != tuple(shape)):
-        raise CodecError(f"model shard {name!r}: {arr.dtype} {arr.shape}, expected float32 {shape}")
-    return arr
+    if meta.get("format") != MODEL_FORMAT or not tensors:
+        raise CodecError(f"not a model shard (format {meta.get('format')!r}, {len(tensors)} tensors)")
+    bad = [f"{k} {v.dtype}" for k, v in tensors.items() if v.dtype != np.float32]
+    if bad:
+        raise CodecError(f"model shard tensors must be float32: {bad}")
+    return tensors
 
 
 def raw_split(dataset: str, train: bool, data: str | None = None, limit: int | None = None) -> tuple:

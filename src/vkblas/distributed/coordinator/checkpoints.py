@@ -1,5 +1,5 @@
-"""Model versions in the store: the global model (``algorithms.GlobalModel``) written as one shard per weight
-tensor (what workers download) plus one file of everything else in its ``state_dict`` (optimizer state, version),
+"""Model versions in the store: the global model (``algorithms.GlobalModel``) written as shards of its weight
+tensors (what workers download) plus one file of everything else in its ``state_dict`` (optimizer state, version),
 and read back by a (re)starting applier."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from ...training.compare import initial_state
 from ..algorithms import GlobalModel
 from ..codec import from_payload, to_payload
 from ..protocol import ModelManifest, ShardRef
-from ..shards import model_shard, parse_model_shard
+from ..shards import model_shards, parse_model_shard
 from .config import RunSpec
 from .store import Store
 
@@ -34,16 +34,19 @@ def new_model(spec: RunSpec, params: dict[str, np.ndarray] | None = None) -> Glo
 def write(store: Store, model: GlobalModel) -> tuple[ModelManifest, str]:
     """Store the model; return (its manifest, the sha256 of its state file)."""
     state = model.state_dict()
+    params = {name: state.pop(name) for name in model.names}
     shards = []
-    for name in model.names:
-        data = model_shard(name, state.pop(name))
-        shards.append(ShardRef(name=name, sha256=store.put(data), bytes=len(data)))
+    for i, data in enumerate(model_shards(params)):
+        shards.append(ShardRef(name=f"model-{i:04d}", sha256=store.put(data), bytes=len(data)))
     state_sha = store.put(to_payload(state, {"format": STATE_FORMAT}))
     return ModelManifest(version=model.version, shards=shards), state_sha
 
 
 def read_params(store: Store, manifest: ModelManifest) -> dict[str, np.ndarray]:
-    return {ref.name: parse_model_shard(store.get(ref.sha256), ref.name) for ref in manifest.shards}
+    out: dict[str, np.ndarray] = {}
+    for ref in manifest.shards:
+        out.update(parse_model_shard(store.get(ref.sha256)))
+    return out
 
 
 def read(store: Store, spec: RunSpec, manifest: ModelManifest, state_sha: str) -> GlobalModel:

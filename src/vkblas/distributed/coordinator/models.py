@@ -23,6 +23,7 @@ class Run(Base):
     __tablename__ = "runs"
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    uid: Mapped[str] = mapped_column(String(32))  # random, names the run to workers (their cache directories)
     spec: Mapped[str] = mapped_column(Text)  # RunSpec as JSON
     data_manifest: Mapped[str] = mapped_column(Text)  # [DataShardRef] as JSON
     state: Mapped[str] = mapped_column(String(16))  # running | finished

@@ -28,7 +28,7 @@ def run_status(s: Session, *, spec: RunSpec, now: float | None = None) -> RunSta
         for e in evals
     ]
     return RunStatus(
-        run_id=run.id,
+        run_id=run.uid,
         state=run.state,  # type: ignore[arg-type]
         algorithm=spec.algorithm,
         dataset=spec.dataset,
@@ -56,6 +56,8 @@ def run_status(s: Session, *, spec: RunSpec, now: float | None = None) -> RunSta
                 accepted=w.accepted,
                 stale=w.stale,
                 rejected=w.rejected,
+                bytes_sent=w.bytes_sent,
+                bytes_received=w.bytes_received,
                 online=now - w.last_seen < spec.lease_seconds,
             )
             for w in workers

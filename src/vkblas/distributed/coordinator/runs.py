@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 
 from sqlalchemy import select
 
@@ -43,6 +44,7 @@ def create_or_resume(db: Database, store: Store, spec: RunSpec, data: str | None
         s.add(
             Run(
                 id=RUN_ID,
+                uid=uuid.uuid4().hex[:16],
                 spec=spec.model_dump_json(),
                 data_manifest=json.dumps([r.model_dump() for r in refs]),
                 state="running",

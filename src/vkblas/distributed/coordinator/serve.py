@@ -29,6 +29,7 @@ def serve(settings: ServeSettings, spec: RunSpec) -> int:
     from .app import SETTINGS_ENV, app_from_env, create_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s[%(process)d] %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     created = prepare(settings, spec)
     where = settings.db.split("@")[-1]  # no password in the log
     print(

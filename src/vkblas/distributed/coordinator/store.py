@@ -31,9 +31,10 @@ class Store:
             raise ValueError(f"not a sha256 name: {sha[:80]!r}")
         return self.blobs / sha[:2] / sha
 
-    def put(self, data: bytes) -> str:
-        """Store ``data``; return its sha256 (already there: nothing is written)."""
-        sha = sha256_hex(data)
+    def put(self, data: bytes, sha: str | None = None) -> str:
+        """Store ``data``; return its sha256 (already there: nothing is written). ``sha``: the caller has just
+        computed it (an upload's checksum), so it is not computed again."""
+        sha = sha or sha256_hex(data)
         target = self.path(sha)
         if target.is_file():
             return sha

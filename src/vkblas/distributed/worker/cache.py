@@ -17,15 +17,15 @@ from .client import Client
 class ModelCache:
     def __init__(self, client: Client, directory: Path) -> None:
         self.client, self.directory = client, directory / "model"
-        self.arrays: dict[str, np.ndarray] = {}  # sha256 -> tensor
+        self.arrays: dict[str, dict[str, np.ndarray]] = {}  # sha256 -> the shard's tensors
 
     def params(self, manifest: ModelManifest) -> dict[str, np.ndarray]:
-        out = {}
+        out: dict[str, np.ndarray] = {}
         for ref in manifest.shards:
             if ref.sha256 not in self.arrays:
                 path = self.client.download(ref.sha256, self.directory)
-                self.arrays[ref.sha256] = parse_model_shard(path.read_bytes(), ref.name)
-            out[ref.name] = self.arrays[ref.sha256]
+                self.arrays[ref.sha256] = parse_model_shard(path.read_bytes())
+            out.update(self.arrays[ref.sha256])
         keep = {ref.sha256 for ref in manifest.shards}
         for sha in [s for s in self.arrays if s not in keep]:  # a superseded tensor is never needed again
             del self.arrays[sha]

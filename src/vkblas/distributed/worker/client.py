@@ -13,7 +13,8 @@ import hashlib
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -132,19 +133,22 @@ class Client:
         )
 
     # ------------------------------------------------------------------ downloads
-    def download(self, sha: str, directory: Path) -> Path:
-        """The shard named ``sha`` as a verified file in ``directory`` (kept: a name never changes its bytes)."""
+    def download(self, sha: str, directory: Path, attempts: int = 3) -> Path:
+        """The shard named ``sha`` as a verified file in ``directory`` (kept: a name never changes its bytes).
+        Several workers may share ``directory``: a lock file makes one download while the others wait for it."""
         directory.mkdir(parents=True, exist_ok=True)
         final, part = directory / sha, directory / f"{sha}.part"
-        if final.is_file():
-            return final
-        self._retrying(f"GET shard {sha[:12]}", lambda: self._fetch(sha, part))
-        digest = _sha256_file(part)
-        if digest != sha:
-            part.unlink()
-            raise IntegrityError(f"shard {sha} downloaded as bytes hashing to {digest}; deleted, will fetch again")
-        os.replace(part, final)
-        return final
+        with _locked(directory / f"{sha}.lock"):
+            for _ in range(attempts):
+                if final.is_file():
+                    return final
+                self._retrying(f"GET shard {sha[:12]}", lambda: self._fetch(sha, part))
+                digest = _sha256_file(part)
+                if digest == sha:
+                    os.replace(part, final)
+                    return final
+                part.unlink()  # damaged or glued bytes: never used; fetch it whole again
+        raise IntegrityError(f"shard {sha} downloaded {attempts} times as bytes hashing to {digest}")
 
     def _fetch(self, sha: str, part: Path) -> None:
         have = part.stat().st_size if part.exists() else 0
@@ -185,6 +189,23 @@ def _server_error(r: httpx.Response) -> ServerError:
         return ServerError(r.status_code, str(err["code"]), str(err["message"]))
     except (ValueError, KeyError, TypeError):
         return ServerError(r.status_code, "http", r.text[:200] or r.reason_phrase)
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``path`` (POSIX ``flock``; where there is none, e.g. Windows, the lock is the
+    process's own and two processes sharing a cache directory may download the same shard twice, each verified)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _sha256_file(path: Path) -> str:

@@ -24,7 +24,7 @@ def run_info(request: Request) -> RunInfo:
         assert run is not None
         spec = ctx.spec
         return RunInfo(
-            run_id=run.id,
+            run_id=run.uid,
             dataset=spec.dataset,
             model=spec.model,
             algorithm=spec.algorithm,

@@ -89,7 +89,8 @@ def _upload(ctx: Context, lease_id: str, key: str, digest: str, body: bytes, aut
     meta, update, norm = _validate(ctx, lease_id, body, wid)
     if meta.samples != samples:
         raise ApiError("invalid-payload", f"the upload reports {meta.samples} samples; lease {lease_id} has {samples}")
-    ctx.store.put(body)  # the file first: a crash before the commit leaves an orphan for the GC, never a dangling row
+    # the file first: a crash before the commit leaves an orphan for the GC, never a row without its payload
+    ctx.store.put(body, sha)
     try:
         with ctx.db.session() as s:
             worker = crud.authenticate(s, authorization=auth)

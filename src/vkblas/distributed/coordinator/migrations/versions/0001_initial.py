@@ -20,6 +20,7 @@ def upgrade() -> None:
     op.create_table(
         "runs",
         sa.Column("id", sa.String(32), primary_key=True),
+        sa.Column("uid", sa.String(32), nullable=False),
         sa.Column("spec", sa.Text(), nullable=False),
         sa.Column("data_manifest", sa.Text(), nullable=False),
         sa.Column("state", sa.String(16), nullable=False),
