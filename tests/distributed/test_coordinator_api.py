@@ -327,3 +327,21 @@ def test_rounds_close_on_quorum_and_weigh_late_results(db_url, tmp_path, algorit
         assert [tuple(r) for r in rows] == [(0, "applied"), (1, "applied"), (0, "applied")]
     finally:
         c.close()
+
+
+def test_worker_uses_a_local_copy_whose_hashes_match(coord: InProcess, tmp_path):
+    from conftest import DATA
+
+    from vkblas.distributed.protocol import DataSlice, RunInfo
+    from vkblas.distributed.worker.cache import DataCache
+
+    info = RunInfo.model_validate(coord.tc.get("/v1/run").json())
+
+    class NoNetwork:
+        def download(self, *a: object) -> None:
+            raise AssertionError("a matching local copy needs no download")
+
+    cache = DataCache(NoNetwork(), info, tmp_path, local=str(DATA))  # type: ignore[arg-type]
+    assert sorted(cache.local) == list(range(len(info.data_shards)))
+    x, y = cache.slice(DataSlice(shard=1, seed=7, offset=3, samples=10))
+    assert x.shape == (10, 1, 28, 28) and x.dtype == np.float32 and y.shape == (10,)

@@ -71,15 +71,16 @@ def build_shards(dataset: str, images: np.ndarray, labels: np.ndarray, per_shard
     out = []
     for start in range(0, len(labels), per_shard):
         tensors = {"images": images[start : start + per_shard], "labels": labels[start : start + per_shard]}
-        out.append(to_payload(tensors, {"format": FORMAT, "dataset": dataset}))
+        # one metadata entry: safetensors writes several in hash-map order, so the bytes (the name) would vary
+        out.append(to_payload(tensors, {"format": f"{FORMAT}:{dataset}"}))
     return out
 
 
 def parse_shard(data: bytes, dataset: str) -> tuple[np.ndarray, np.ndarray]:
     """(images, labels) of a shard's bytes; :class:`CodecError` for anything that is not a shard of ``dataset``."""
     tensors, meta = from_payload(data, max_bytes=MAX_SHARD_BYTES)
-    if meta.get("format") != FORMAT or meta.get("dataset") != dataset:
-        raise CodecError(f"not a {dataset} data shard (format {meta.get('format')!r}, dataset {meta.get('dataset')!r})")
+    if meta.get("format") != f"{FORMAT}:{dataset}":
+        raise CodecError(f"not a {dataset} data shard (format {meta.get('format')!r})")
     images, labels = tensors.get("images"), tensors.get("labels")
     if images is None or labels is None or set(tensors) != {"images", "labels"}:
         raise CodecError(f"a data shard holds images and labels, not {sorted(tensors)}")
