@@ -345,3 +345,33 @@ def test_worker_uses_a_local_copy_whose_hashes_match(coord: InProcess, tmp_path)
     assert sorted(cache.local) == list(range(len(info.data_shards)))
     x, y = cache.slice(DataSlice(shard=1, seed=7, offset=3, samples=10))
     assert x.shape == (10, 1, 28, 28) and x.dtype == np.float32 and y.shape == (10,)
+
+
+@pytest.mark.parametrize("codec", ["int8", "fp16"])
+def test_diloco_compressed_uploads_with_error_feedback(db_url, tmp_path, codec):
+    """A whole small DiLoCo run through the real worker loop (in process): compressed results, error feedback on
+    the worker, the applier in its own thread; every unit applied, the uploads a fraction of fp32's size."""
+    import threading
+
+    from vkblas.distributed.worker.join import JoinOptions, Worker
+
+    c = InProcess(db_url, tmp_path, algorithm="diloco", codec=codec, block=64, inner_steps=4, eval_seconds=0.2)
+    stop = threading.Event()
+    applier = threading.Thread(target=c.applier().run, args=(stop, 0.02))
+    applier.start()
+    try:
+        opts = JoinOptions(
+            server="http://testserver", progress=False, cache=str(tmp_path / "cache"), error_feedback=True
+        )
+        worker = Worker(opts, client=c.client())
+        summary = worker.run()
+        assert worker.trainer.feedback is not None and worker.trainer.feedback.residual
+    finally:
+        stop.set()
+        applier.join()
+    st = c.tc.get("/v1/status").json()
+    assert st["state"] == "finished" and st["samples_applied"] == 600 and st["rejected"] == 0
+    model_bytes = sum(int(np.prod(shape)) * 4 for shape, _ in c.ctx.signature.values())
+    assert st["bytes_in"] / st["accepted"] < (0.3 if codec == "int8" else 0.55) * model_bytes
+    assert summary.units == st["accepted"] and summary.credit == 600
+    c.close()

@@ -205,7 +205,9 @@ class Worker:
         cache = Path(opts.cache) if opts.cache else Path.home() / ".cache" / "vkblas" / "worker"
         cache = cache / info.run_id
         self.models, self.data = ModelCache(self.client, cache), DataCache(self.client, info, cache, opts.data)
-        trainer = Trainer(info, opts.device, error_feedback=opts.error_feedback, delay_per_sample=opts.delay_per_sample)
+        self.trainer = trainer = Trainer(
+            info, opts.device, error_feedback=opts.error_feedback, delay_per_sample=opts.delay_per_sample
+        )
         self.beats = Heartbeats(self.client, self.report)
         pipelined = info.algorithm == "async"
         bar = tqdm(desc=f"{name} ({opts.device})", unit="unit", disable=not opts.progress, dynamic_ncols=True)
