@@ -87,7 +87,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "model epochs samples batch_size lr optimizer seed limit algorithm max_staleness inner_steps outer_lr "
         "outer_momentum codec block unit_seconds quorum round_seconds lease_seconds eval_seconds max_norm shard_samples"
     ).split()
-    spec = RunSpec(dataset=args.dataset, **{k: getattr(args, k) for k in names})
+    from pydantic import ValidationError
+
+    try:
+        spec = RunSpec(dataset=args.dataset, **{k: getattr(args, k) for k in names})
+    except ValidationError as e:  # one line naming the option, as argparse's own errors do
+        bad = "; ".join(
+            f"--{'-'.join(str(p) for p in err['loc']).replace('_', '-')}: {err['msg']}" for err in e.errors()
+        )
+        raise ValueError(bad) from None
     settings = ServeSettings(
         db=args.db, store=args.store, host=args.host, port=args.port, workers=args.workers, data=args.data
     )

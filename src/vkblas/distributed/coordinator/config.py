@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ...training.fit import DATASETS, DEFAULT_LR, OPTIMIZERS
 from ...training.models import MODELS
@@ -45,18 +45,12 @@ class RunSpec(BaseModel):
     max_norm: float | None = Field(default=None, gt=0)
     shard_samples: int = Field(default=10_000, ge=1, le=1_000_000)
 
-    @field_validator("dataset")
+    @field_validator("dataset", "model")
     @classmethod
-    def _dataset(cls, v: str) -> str:
-        if v not in DATASETS:
-            raise ValueError(f"unknown dataset {v!r}: choose from {', '.join(DATASETS)}")
-        return v
-
-    @field_validator("model")
-    @classmethod
-    def _model(cls, v: str) -> str:
-        if v not in MODELS:
-            raise ValueError(f"unknown model {v!r}: choose from {', '.join(MODELS)}")
+    def _known(cls, v: str, info: ValidationInfo) -> str:
+        choices = DATASETS if info.field_name == "dataset" else MODELS
+        if v not in choices:
+            raise ValueError(f"unknown {info.field_name} {v!r}: choose from {', '.join(choices)}")
         return v
 
     @model_validator(mode="after")

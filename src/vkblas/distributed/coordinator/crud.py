@@ -163,6 +163,14 @@ def lease(s: Session, *, worker: Worker, spec: RunSpec, now: float) -> LeaseRepl
     if spec.algorithm == "async":
         if s.scalar(mine.where(Lease.status == "active")) >= MAX_ACTIVE_ASYNC:
             return _wait(worker, f"worker already holds {MAX_ACTIVE_ASYNC} active leases")
+        # a unit handed out now is applied after everything in flight: do not make work the staleness bound will
+        # throw away (prime-rl's rule: no episode older than the bound is produced, rather than dropped)
+        in_flight = s.scalar(select(func.count()).select_from(Lease).where(Lease.status == "active"))
+        in_flight += s.scalar(select(func.count()).select_from(Update).where(Update.status == "recorded"))
+        if in_flight > spec.staleness_bound:
+            return _wait(
+                worker, f"{in_flight} results in flight; more would exceed --max-staleness {spec.staleness_bound}"
+            )
     elif s.scalar(mine.where(Lease.base_version == run.version, Lease.status.in_(("active", "done")))):
         return _wait(worker, f"round {run.version} is waiting for the others' results")
     meter = RateMeter.from_state(json.loads(worker.rate))
