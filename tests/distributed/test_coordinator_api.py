@@ -138,13 +138,20 @@ def test_interrupted_download_resumes_and_is_verified(coord: InProcess, tmp_path
     path = client.download(ref["sha256"], tmp_path / "dl")
     assert hashlib.sha256(path.read_bytes()).hexdigest() == ref["sha256"]
     assert calls[1]["range"] == "bytes=1000-" and calls[1]["if-range"] == f'"{ref["sha256"]}"'
-    # a .part that does not hash to its name is thrown away, never used
+    # a .part whose resumed whole does not hash to its name is thrown away and fetched again whole
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / f"{ref['sha256']}.part").write_bytes(b"\0" * (ref["bytes"] - 10))
-    with pytest.raises(IntegrityError):
-        coord.client().download(ref["sha256"], bad)
+    path = coord.client().download(ref["sha256"], bad)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == ref["sha256"]
     assert not (bad / f"{ref['sha256']}.part").exists()
+
+    class Liar(httpx.BaseTransport):  # a server (or proxy) that sends other bytes every time
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            return httpx.Response(200, content=b"not the shard")
+
+    with pytest.raises(IntegrityError, match="downloaded 3 times"):
+        coord.client(Liar()).download(ref["sha256"], tmp_path / "liar")
 
 
 # ------------------------------------------------------------------------------------------------ leases
