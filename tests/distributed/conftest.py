@@ -180,7 +180,14 @@ class InProcess:
         from vkblas.distributed.coordinator.config import RunSpec, ServeSettings
         from vkblas.distributed.coordinator.serve import prepare
 
-        opts = {"limit": 600, "shard_samples": 250, "epochs": 1, "batch_size": 64, "unit_seconds": 0.5}
+        opts = {
+            "limit": 600,
+            "shard_samples": 250,
+            "epochs": 1,
+            "batch_size": 64,
+            "unit_seconds": 0.5,
+            "algorithm": "async",
+        }
         opts.update(spec)
         self.settings = ServeSettings(db=db, store=str(tmp / "store"), applier=False, data=str(DATA))
         self.spec = RunSpec(**opts)  # type: ignore[arg-type]

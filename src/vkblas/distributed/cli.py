@@ -37,7 +37,9 @@ def add_commands(sub: Any, positive_int: Any, positive_float: Any, device: Any) 
     serve.add_argument("--optimizer", choices=OPTIMIZERS, default="adam", help="sync/async: the run's optimizer")
     serve.add_argument("--seed", type=int, default=0)
     serve.add_argument("--limit", type=positive_int, default=None, help="use the first N images of each split")
-    serve.add_argument("--algorithm", choices=("async", "sync", "diloco"), default="async")
+    serve.add_argument(
+        "--algorithm", choices=("diloco", "async", "sync"), default="diloco", help="how updates are combined"
+    )
     serve.add_argument("--max-staleness", type=int, default=None, help="versions (async) or rounds (sync/diloco)")
     serve.add_argument("--inner-steps", type=positive_int, default=50, help="diloco: the most inner steps per unit")
     serve.add_argument("--outer-lr", type=positive_float, default=0.7, help="diloco: outer Nesterov SGD rate")

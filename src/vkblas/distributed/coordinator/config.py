@@ -30,7 +30,7 @@ class RunSpec(BaseModel):
     optimizer: Literal["adam", "adamw", "sgd"] = "adam"
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
     limit: int | None = Field(default=None, ge=1)
-    algorithm: Literal["sync", "async", "diloco"] = "async"
+    algorithm: Literal["sync", "async", "diloco"] = "diloco"  # volunteers: the least traffic (PROTOCOL.md)
     max_staleness: int | None = Field(default=None, ge=0, le=10_000)
     inner_steps: int = Field(default=50, ge=1, le=100_000, description="diloco: the most inner steps of a unit")
     outer_lr: float = Field(default=0.7, gt=0, le=10)
