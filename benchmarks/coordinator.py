@@ -183,9 +183,9 @@ def dropout(args: argparse.Namespace, results: dict[str, Any]) -> None:
 
 
 def traffic(args: argparse.Namespace, results: dict[str, Any]) -> None:
-    cases = [("sync fp32 (per step)", ["--algorithm", "sync"]),
-             ("diloco fp32", ["--algorithm", "diloco", "--inner-steps", str(args.inner_steps)]),
-             ("diloco int8", ["--algorithm", "diloco", "--inner-steps", str(args.inner_steps), "--codec", "int8"])]  # fmt: skip
+    diloco = ["--algorithm", "diloco", "--inner-steps", str(args.inner_steps)]
+    cases = [("sync fp32 (per step)", ["--algorithm", "sync"]), ("diloco fp32", diloco),
+             ("diloco int8", [*diloco, "--codec", "int8"])]  # fmt: skip
     rows = []
     for label, extra in cases:
         row: list[Any] = [label]
@@ -216,7 +216,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sections", default="scaling,dropout,traffic")
     p.add_argument("--workers", default="1,2,3,4", help="worker counts of the scaling section")
-    p.add_argument("--algorithms", default="async", help="algorithms of the scaling section (first: dropout too)")
+    p.add_argument("--algorithms", default="diloco,async", help="algorithms of the scaling section (first: dropout)")
     p.add_argument("--devices", default="cpu", help="comma-separated devices, cycled over the workers")
     p.add_argument("--threads", type=int, default=None, help="BLAS/OpenMP threads per worker")
     p.add_argument("--limit", type=int, default=10_000, help="images per split (0: all)")

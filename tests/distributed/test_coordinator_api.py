@@ -338,7 +338,6 @@ def test_rounds_close_on_quorum_and_weigh_late_results(db_url, tmp_path, algorit
 
 def test_worker_uses_a_local_copy_whose_hashes_match(coord: InProcess, tmp_path):
     from conftest import DATA
-
     from vkblas.distributed.protocol import DataSlice, RunInfo
     from vkblas.distributed.worker.cache import DataCache
 

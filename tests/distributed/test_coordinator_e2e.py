@@ -22,8 +22,8 @@ from vkblas.distributed.coordinator.db import Database
 from vkblas.distributed.coordinator.models import Lease, Update, Worker
 
 pytestmark = [needs_data, pytest.mark.timeout(600)]
-RUN = ["--algorithm", "async", "--limit", "2000", "--shard-samples", "500", "--batch-size", "64", "--lease-seconds", "4",
-       "--eval-seconds", "1", "--unit-seconds", "0.5"]  # fmt: skip
+RUN = ["--algorithm", "async", "--limit", "2000", "--shard-samples", "500", "--batch-size", "64",
+       "--lease-seconds", "4", "--eval-seconds", "1", "--unit-seconds", "0.5"]  # fmt: skip
 
 
 def finished(st: dict) -> bool:
