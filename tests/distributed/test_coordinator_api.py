@@ -306,9 +306,15 @@ def test_one_applier_at_a_time_and_takeover(coord: InProcess):
     assert second.step() == 0  # the first one holds the lead
     import time
 
-    assert second.step(now=time.time() + 60) == 1  # the first one's lease ran out: the second takes over
-    assert first.step() == 0  # and the first one (alive again) stays out until that lease runs out
+    later = time.time() + 60
+    assert second.step(now=later) == 1  # the first one's lease ran out: the second takes over
     assert coord.tc.get("/v1/status").json()["version"] == 2
+    _record(coord, auth, 1)
+    first.step()  # the first one still believes it leads (a paused process): it applies, but its commit is fenced
+    st = coord.tc.get("/v1/status").json()
+    assert (st["version"], st["pending"]) == (2, 1) and first.model is None
+    assert second.step(now=later + 0.1) == 1
+    assert coord.tc.get("/v1/status").json()["version"] == 3
 
 
 # ------------------------------------------------------------------------------------------------ rounds

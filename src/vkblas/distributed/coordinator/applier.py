@@ -44,6 +44,7 @@ LEADER = "applier"
 LEADER_TTL_S = 10.0
 MAX_PER_PASS = 64  # async: at most this many updates per checkpoint, so versions keep flowing to the workers
 GC_EVERY_S = 30.0
+EXPIRE_EVERY_S = 1.0  # leasing expires leases too; this pass is for when nobody asks
 GC_GRACE_S = 120.0  # a superseded blob stays this long (a worker may still be downloading it)
 
 
@@ -77,6 +78,7 @@ class Applier:
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         self.model: GlobalModel | None = None
         self.published = -1
+        self._lead_until = 0.0  # when this process's leader lease runs out, as far as it knows
         self.last_seq = 0
         self.samples_applied = 0
         self.filter = StalenessFilter(spec.staleness_bound)
@@ -84,20 +86,25 @@ class Applier:
         self._evaluator = None
         self._last_eval = (-1, 0.0)  # (version, time)
         self._last_gc = time.time()
+        self._last_expiry = 0.0
 
     # ------------------------------------------------------------------ leadership
     def _hold(self, now: float) -> bool:
+        if now < self._lead_until - self.leader_ttl / 2:
+            return True  # renewed recently: no write transaction every tick (the commit is fenced anyway)
         with self.db.session() as s:
             row = s.get(Leader, LEADER, with_for_update=True)
             if row is None:
                 s.add(Leader(name=LEADER, holder=self.holder, expires_at=now + self.leader_ttl))
-                return True
-            if row.holder == self.holder or row.expires_at < now:
+            elif row.holder == self.holder or row.expires_at < now:
                 if row.holder != self.holder:
                     log.info("applier: %s takes over from %s", self.holder, row.holder)
                 row.holder, row.expires_at = self.holder, now + self.leader_ttl
-                return True
-            return False
+            else:
+                self._lead_until = 0.0
+                return False
+        self._lead_until = now + self.leader_ttl
+        return True
 
     def release(self) -> None:
         with self.db.session() as s:
@@ -110,9 +117,11 @@ class Applier:
         if not self._hold(now):
             self.model = None
             return 0
-        with self.db.session() as s:
-            s.get(Run, RUN_ID, with_for_update=True)  # leasing reads the units expiry changes
-            expire_leases(s, now=now)
+        if now - self._last_expiry >= EXPIRE_EVERY_S:
+            self._last_expiry = now
+            with self.db.session() as s:
+                s.get(Run, RUN_ID, with_for_update=True)  # leasing reads the units expiry changes
+                expire_leases(s, now=now)
         if self.model is None:
             self._load()
         decided = self._apply_pending(now)
@@ -276,7 +285,7 @@ class Applier:
                 run.updates_applied += len(applied)
         except _LostLeadError:
             log.warning("applier: lost the leader lease; dropping this pass")
-            self.model = None
+            self.model, self._lead_until = None, 0.0
             return
         self.last_seq = max(d.seq for d in decisions)
         self.published = model.version

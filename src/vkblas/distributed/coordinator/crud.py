@@ -66,7 +66,7 @@ def authenticate(s: Session, *, authorization: str | None) -> Worker:
         raise ApiError("missing-token", "this endpoint needs a worker token: 'Authorization: Bearer <token>'")
     scheme, _, token = authorization.partition(" ")
     wid, _, secret = token.strip().partition(".")
-    if scheme.lower() != "bearer" or not wid.isdigit() or not secret or len(token) > 200:
+    if scheme.lower() != "bearer" or not (wid.isdigit() and len(wid) <= 15) or not secret or len(token) > 200:
         raise ApiError("bad-token", "the Authorization header must be 'Bearer <worker_id>.<secret>'")
     w = s.get(Worker, int(wid))
     # the comparison of hashes is constant-time; an unknown id compares against a dummy so both take as long

@@ -114,7 +114,7 @@ def _validate(ctx: Context, lease_id: str, body: bytes, worker_id: int) -> tuple
             raise CodecError(f"payload codec {meta.get('codec')!r}; this run's is {ctx.spec.codec!r}")
         info = UploadMeta.model_validate(json.loads(meta.pop(UPLOAD_META_KEY, "null")))
         update = decode(tensors, meta)
-    except (CodecError, ValidationError, ValueError, TypeError) as e:
+    except (CodecError, ValidationError, ValueError, TypeError, RecursionError) as e:  # RecursionError: nested JSON
         raise ApiError("invalid-payload", f"unreadable upload: {_short(e)}") from e
     if info.lease_id != lease_id:
         raise ApiError("invalid-payload", f"payload names lease {info.lease_id!r}, the URL {lease_id!r}")
