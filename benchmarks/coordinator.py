@@ -107,7 +107,9 @@ class Run:
     def follow(self, *, stop_at: float | None = None, kill_half_at: float | None = None) -> dict[str, Any]:
         """Poll until the run finishes, reaches accuracy ``stop_at`` or the time cap; a timeline of
         (seconds, bytes sent by workers, bytes received, test accuracy)."""
-        t0, timeline, killed = time.monotonic(), [], False
+        while self.status()["samples_leased"] == 0:  # the clock starts with the first unit handed out
+            time.sleep(0.05)
+        t0, cpu0, timeline, killed = time.monotonic(), cpu_seconds(self.server.pid), [], False
         while True:
             st = self.status()
             t = time.monotonic() - t0
@@ -120,7 +122,7 @@ class Run:
                 killed = True
             if st["state"] == "finished" or (stop_at is not None and acc >= stop_at) or t > self.args.time_cap:
                 st["wall_s"], st["timeline"] = t, timeline
-                st["coordinator_cpu_s"] = cpu_seconds(self.server.pid)
+                st["coordinator_cpu_s"] = cpu_seconds(self.server.pid) - cpu0
                 return st
             time.sleep(0.5)
 
@@ -134,8 +136,8 @@ class Run:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def run_args(args: argparse.Namespace, *extra: str) -> list[str]:
-    base = ["--epochs", str(args.epochs), "--eval-seconds", str(args.eval_seconds), "--unit-seconds",
+def run_args(args: argparse.Namespace, *extra: str, epochs: int | None = None) -> list[str]:
+    base = ["--epochs", str(epochs or args.epochs), "--eval-seconds", str(args.eval_seconds), "--unit-seconds",
             str(args.unit_seconds)]  # fmt: skip
     if args.limit:
         base += ["--limit", str(args.limit), "--shard-samples", str(min(10_000, args.limit))]
@@ -190,7 +192,7 @@ def traffic(args: argparse.Namespace, results: dict[str, Any]) -> None:
     for label, extra in cases:
         row: list[Any] = [label]
         for uplink in (None, args.uplink_mbit):
-            r = Run(args, run_args(args, *extra), args.traffic_workers, uplink=uplink)
+            r = Run(args, run_args(args, *extra, epochs=args.traffic_epochs), args.traffic_workers, uplink=uplink)
             try:
                 st = r.follow(stop_at=args.target)
             finally:
@@ -219,13 +221,14 @@ def main() -> int:
     p.add_argument("--algorithms", default="diloco,async", help="algorithms of the scaling section (first: dropout)")
     p.add_argument("--devices", default="cpu", help="comma-separated devices, cycled over the workers")
     p.add_argument("--threads", type=int, default=None, help="BLAS/OpenMP threads per worker")
-    p.add_argument("--limit", type=int, default=10_000, help="images per split (0: all)")
-    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--limit", type=int, default=0, help="images per split (0: all)")
+    p.add_argument("--epochs", type=int, default=1, help="of the scaling and dropout runs")
+    p.add_argument("--traffic-epochs", type=int, default=3, help="the most epochs of a traffic run")
     p.add_argument("--unit-seconds", type=float, default=2.0)
     p.add_argument("--eval-seconds", type=float, default=2.0)
     p.add_argument("--inner-steps", type=int, default=20)
     p.add_argument("--traffic-workers", type=int, default=4)
-    p.add_argument("--target", type=float, default=0.90, help="test accuracy of the traffic section (0-1)")
+    p.add_argument("--target", type=float, default=0.95, help="test accuracy of the traffic section (0-1)")
     p.add_argument("--uplink-mbit", type=float, default=20.0)
     p.add_argument("--time-cap", type=float, default=300.0, help="seconds a single run may take")
     p.add_argument("--data", default=None, help="dataset directory (else $VKBLAS_DATA)")

@@ -171,7 +171,9 @@ def test_lease_upload_apply_and_idempotent_retry(coord: InProcess):
     assert _error(_put(coord, auth, lease, other, key=key)) == "idempotency-conflict"
     assert _error(_put(coord, auth, lease, other)) == "lease-finished"
     assert coord.tc.get("/v1/status").json()["pending"] == 1
-    assert coord.applier().step() == 1
+    applier = coord.applier()
+    assert applier.step() == 1
+    applier.release()  # waits for the evaluation it started (in its own thread)
     st = coord.tc.get("/v1/status").json()
     assert (st["version"], st["accepted"], st["pending"], st["samples_applied"]) == (1, 1, 0, 64)
     assert st["test"] is not None and 0 <= st["test"]["accuracy"] <= 1

@@ -24,6 +24,7 @@ import os
 import socket
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,6 +85,8 @@ class Applier:
         self.filter = StalenessFilter(spec.staleness_bound)
         self.evaluate_enabled = evaluate
         self._evaluator = None
+        self._eval_pool = ThreadPoolExecutor(1, thread_name_prefix="evaluate")
+        self._eval_job: Future | None = None
         self._last_eval = (-1, 0.0)  # (version, time)
         self._last_gc = time.time()
         self._last_expiry = 0.0
@@ -107,6 +110,8 @@ class Applier:
         return True
 
     def release(self) -> None:
+        """Stop: wait for an evaluation under way, and give up the leader lease (another process takes over at once)."""
+        self._eval_pool.shutdown(wait=True)
         with self.db.session() as s:
             s.execute(update(Leader).where(Leader.name == LEADER, Leader.holder == self.holder).values(expires_at=0.0))
 
@@ -292,28 +297,34 @@ class Applier:
 
     # ------------------------------------------------------------------ evaluation, end, garbage
     def _maybe_evaluate(self, now: float, force: bool = False) -> None:
+        """Evaluate the current version at most every ``eval_seconds``, in a thread of its own, so that closing
+        rounds and applying updates never wait for the test set (``force``: now, and wait for it)."""
         if not self.evaluate_enabled or self.model is None:
             return
+        running = self._eval_job is not None and not self._eval_job.done()
         version, when = self._last_eval
-        if not force and (version == self.model.version or now - when < self.spec.eval_seconds):
+        if not force and (running or version == self.model.version or now - when < self.spec.eval_seconds):
             return
-        if self._evaluator is None:
-            from .evaluate import Evaluator
-
-            self._evaluator = Evaluator(self.spec, self.data)
-        loss, acc = self._evaluator(self.model.params())
+        if running:
+            self._eval_job.result()  # type: ignore[union-attr]
         self._last_eval = (self.model.version, now)
-        with self.db.session() as s:
-            s.add(
-                Evaluation(
-                    version=self.model.version,
-                    samples=self.samples_applied,
-                    accuracy=acc,
-                    loss=loss,
-                    created_at=now,
-                )
-            )
-        log.info("applier: version %d test accuracy %.2f%%", self.model.version, 100 * acc)
+        job = (self.model.params(), self.model.version, self.samples_applied, now)
+        self._eval_job = self._eval_pool.submit(self._evaluate, *job)
+        if force:
+            self._eval_job.result()
+
+    def _evaluate(self, params: dict[str, np.ndarray], version: int, samples: int, now: float) -> None:
+        try:
+            if self._evaluator is None:
+                from .evaluate import Evaluator
+
+                self._evaluator = Evaluator(self.spec, self.data)
+            loss, acc = self._evaluator(params)
+            with self.db.session() as s:
+                s.add(Evaluation(version=version, samples=samples, accuracy=acc, loss=loss, created_at=now))
+            log.info("applier: version %d test accuracy %.2f%%", version, 100 * acc)
+        except Exception:  # an evaluation that failed is logged; training goes on
+            log.exception("applier: evaluation of version %d failed", version)
 
     def _maybe_finish(self, now: float) -> None:
         with self.db.read_session() as s:
