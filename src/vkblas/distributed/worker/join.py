@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +74,6 @@ class Summary:
     wall_s: float = 0.0
     idle_s: float = 0.0
     stopped_by: str = "done"
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Heartbeats:
