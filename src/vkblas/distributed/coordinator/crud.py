@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import secrets
 
 from sqlalchemy import func, select, update
@@ -217,8 +218,6 @@ def _wait(worker: Worker, reason: str) -> LeaseReply:
 def current_lr(spec: RunSpec, applied: int, total: int) -> float:
     """The learning rate after ``applied`` of ``total`` samples: ``vkblas train``'s cosine decay, driven by samples
     instead of epochs (the inner rate for DiLoCo; the outer rate stays constant, as published)."""
-    import math
-
     frac = min(1.0, applied / total) if total else 1.0
     return spec.learning_rate * 0.5 * (1 + math.cos(math.pi * frac))
 
