@@ -389,3 +389,13 @@ def test_diloco_compressed_uploads_with_error_feedback(db_url, tmp_path, codec):
     assert st["bytes_in"] / st["accepted"] < (0.3 if codec == "int8" else 0.55) * model_bytes
     assert summary.units == st["accepted"] and summary.credit == 600
     c.close()
+
+
+def test_restart_with_other_options_is_refused(coord: InProcess):
+    from vkblas.distributed.coordinator.config import RunSpec
+    from vkblas.distributed.coordinator.serve import prepare
+
+    assert prepare(coord.settings, coord.spec) is False  # the same options: resumed, nothing created
+    other = RunSpec(**{**coord.spec.model_dump(), "lr": 0.5, "epochs": 2})
+    with pytest.raises(ValueError, match=r"other options .*epochs: 1 vs 2.*lr: None vs 0.5"):
+        prepare(coord.settings, other)
