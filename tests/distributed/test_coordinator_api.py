@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 from sqlalchemy import select, update
 
-from conftest import InProcess, needs_data
 from vkblas.distributed.codec import encode, to_payload
 from vkblas.distributed.coordinator.models import Lease, Update
 from vkblas.distributed.protocol import UPLOAD_META_KEY
+
+from .conftest import InProcess, needs_data
 
 pytestmark = [needs_data, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -345,9 +346,10 @@ def test_rounds_close_on_quorum_and_weigh_late_results(db_url, tmp_path, algorit
 
 
 def test_worker_uses_a_local_copy_whose_hashes_match(coord: InProcess, tmp_path):
-    from conftest import DATA
     from vkblas.distributed.protocol import DataSlice, RunInfo
     from vkblas.distributed.worker.cache import DataCache
+
+    from .conftest import DATA
 
     info = RunInfo.model_validate(coord.tc.get("/v1/run").json())
 

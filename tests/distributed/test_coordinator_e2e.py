@@ -16,10 +16,11 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from conftest import REPO, Procs, _env, needs_data
 from vkblas.distributed.coordinator.config import normalise_db_url
 from vkblas.distributed.coordinator.db import Database
 from vkblas.distributed.coordinator.models import Lease, Update, Worker
+
+from .conftest import REPO, Procs, _env, needs_data
 
 pytestmark = [needs_data, pytest.mark.timeout(600)]
 RUN = ["--algorithm", "async", "--limit", "2000", "--shard-samples", "500", "--batch-size", "64",

@@ -1,1 +1,0 @@
-"""Alembic migrations of the coordinator's database (applied by ``db.migrate`` at start)."""
