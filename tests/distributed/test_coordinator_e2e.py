@@ -56,6 +56,15 @@ def test_full_run_status_and_ctrl_c(db_url: str, procs: Procs):
     procs.wait(lambda st: any(w["name"] == "quitter" and w["units_done"] >= 1 for w in st["workers"]))
     quitter.send_signal(signal.SIGINT)  # once: finish the unit, give back a prefetched one, stop
     assert quitter.wait(timeout=120) == 130, quitter.log.read_text()[-2000:]  # type: ignore[attr-defined]
+    db = Database(normalise_db_url(db_url))
+    try:  # it left nothing behind: its units were uploaded or given back, none waits to expire
+        with db.read_session() as s:
+            left = s.scalars(
+                select(Lease.status).join(Worker, Worker.id == Lease.worker_id).where(Worker.name == "quitter")
+            ).all()
+    finally:
+        db.dispose()
+    assert left and set(left) <= {"done", "returned"}, left
     st = procs.wait(finished)
     for p in workers:
         assert p.wait(timeout=120) == 0, p.log.read_text()[-2000:]  # type: ignore[attr-defined]
