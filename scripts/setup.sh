@@ -22,7 +22,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install -q -e ".[test]"
+.venv/bin/python -m pip install -q -e ".[test,server]"
 if [ "${VKBLAS_WITH_TORCH:-0}" = 1 ]; then
   # the CPU build, as a reference in tests and benchmarks (a plain "torch" would pull a CUDA build of several GB).
   # VKBLAS_WITH_TORCH=1 promises the comparisons: a failed install fails here, and the tests fail rather than skip

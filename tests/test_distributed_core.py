@@ -487,3 +487,33 @@ def test_split_for_time_leaves_out_a_worker_too_slow_to_help_unless_a_minimum_is
         split_for_time(1, [fast, fast], minimum=1)
     with pytest.raises(ValueError, match="at least one worker"):
         split_for_time(1, [])
+
+
+def test_rate_meter_state_round_trip():
+    m = RateMeter(alpha=0.5, calibration=2)
+    assert RateMeter.from_state(m.state()).rate is None
+    for samples, seconds in [(100, 1.0), (300, 1.0), (1000, 1.0)]:
+        m.observe(samples, seconds)
+        restored = RateMeter.from_state(m.state())
+        assert (restored.rate, restored.observations, restored.calibrated) == (m.rate, m.observations, m.calibrated)
+    restored.observe(100, 1.0)
+    m.observe(100, 1.0)
+    assert restored.rate == m.rate
+
+
+def test_payload_keeps_scalars_scalar():
+    tensors, _ = from_payload(to_payload({"v": np.array(3, np.int64), "m": np.ones((2, 3), np.float32)[:, ::2]}))
+    assert tensors["v"].shape == () and int(tensors["v"]) == 3
+    assert tensors["m"].shape == (2, 2)
+
+
+def test_global_model_state_survives_a_payload_round_trip():
+    g = GlobalModel(_params(), "async", "adam", 1e-2)
+    g.apply_gradient(_params(1))
+    restored = GlobalModel(_params(), "async", "adam", 1e-2)
+    restored.load_state_dict(from_payload(to_payload(g.state_dict()))[0])
+    assert restored.version == 1
+    g.apply_gradient(_params(2))
+    restored.apply_gradient(_params(2))
+    for k, v in g.params().items():
+        np.testing.assert_array_equal(restored.params()[k], v)

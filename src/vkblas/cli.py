@@ -1,5 +1,5 @@
-"""The ``vkblas`` command: ``info``, ``train``, ``eval``, ``sample``, ``run`` and ``bench``. Run ``vkblas COMMAND
---help``.
+"""The ``vkblas`` command: ``info``, ``train``, ``eval``, ``sample``, ``run``, ``bench`` and ``distributed``. Run
+``vkblas COMMAND --help``.
 
 Bad arguments exit with code 2 and one line on stderr; failures (data not found, device errors) with code 1 and one
 line (set ``VKBLAS_DEBUG=1`` for the traceback).
@@ -427,6 +427,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("what", choices=("gemm", "conv", "train"))
     bench.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the benchmark")
     bench.set_defaults(func=cmd_bench)
+
+    from .distributed.cli import add_commands
+
+    add_commands(sub, _positive_int, _positive_float, _device)
     return parser
 
 

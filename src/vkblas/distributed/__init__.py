@@ -10,6 +10,13 @@ The pure pieces (no transport, no I/O), used by every runner:
 * :mod:`.codec`: what travels (fp32, fp16, int8 with per-block scales, error feedback) as safetensors payloads.
 * :mod:`.metrics`: per-worker and per-run counters (samples/s, idle fraction, accepted / stale / rejected updates,
   a staleness histogram) for ``metrics.json`` and progress bars.
+
+Over the network (``vkblas distributed serve | join | status``, :mod:`.cli`; docs/PROTOCOL.md):
+
+* :mod:`.protocol`: the ``/v1`` messages, limits and error codes, shared by both sides; :mod:`.shards`: model and
+  data shards and the samples of a work unit.
+* :mod:`.coordinator`: the ASGI app, its database, migrations, shard store and the applier (server extra).
+* :mod:`.worker`: the volunteer's client (httpx only).
 """
 
 from .algorithms import ALGORITHMS, GlobalModel, Judgement, StalenessFilter, pseudo_gradient, weighted_mean

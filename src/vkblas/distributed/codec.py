@@ -144,7 +144,10 @@ def to_payload(tensors: Mapping[str, np.ndarray], meta: Mapping[str, str] | None
     """Tensors and string metadata as the bytes of a safetensors file."""
     from safetensors.numpy import save
 
-    return save({k: np.ascontiguousarray(v) for k, v in tensors.items()}, metadata=dict(meta or {}))
+    # np.ascontiguousarray makes a 0-d array 1-d; reshape keeps scalars (a version, a step count) scalars
+    return save(
+        {k: np.ascontiguousarray(v).reshape(np.shape(v)) for k, v in tensors.items()}, metadata=dict(meta or {})
+    )
 
 
 def from_payload(data: bytes, max_bytes: int | None = None, max_header: int = 1 << 20) -> tuple[Params, dict]:

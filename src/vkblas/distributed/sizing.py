@@ -57,6 +57,32 @@ class RateMeter:
     def calibrated(self) -> bool:
         return self.observations >= self.calibration
 
+    def state(self) -> dict[str, float]:
+        """Everything the meter knows, as plain numbers (the coordinator keeps it in its database, so any of its
+        processes can size a worker's next unit)."""
+        return {
+            "alpha": self.alpha,
+            "calibration": self.calibration,
+            "observations": self.observations,
+            "samples": self._samples,
+            "seconds": self._seconds,
+            "rate": -1.0 if self._rate is None else self._rate,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, float]) -> RateMeter:
+        """The meter :meth:`state` described.
+
+        >>> m = RateMeter(); m.observe(100, 0.5)
+        >>> RateMeter.from_state(m.state()).rate
+        200.0
+        """
+        m = cls(float(state["alpha"]), int(state["calibration"]))
+        m.observations = int(state["observations"])
+        m._samples, m._seconds = float(state["samples"]), float(state["seconds"])
+        m._rate = None if state["rate"] < 0 else float(state["rate"])
+        return m
+
 
 def split_batch(total: int, rates: Sequence[float | None], minimum: int = 1) -> list[int]:
     """Shares of ``total`` samples proportional to ``rates`` (largest remainders; every share at least

@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from ... import __version__, nn
+from ... import nn
 from ...data import DataLoader
 from ...training import checkpoint, report
 from ...training.fit import EVAL_BATCH, _epoch_line, load_dataset
 from ...training.loop import evaluate
+from ...version import __version__
 from .config import LocalConfig
 from .context import build_model
 from .holder import Holder

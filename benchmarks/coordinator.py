@@ -1,0 +1,251 @@
+"""The coordinator on loopback: a real ``vkblas distributed serve`` and ``join`` processes (BENCHMARKS.md).
+
+Sections (``--sections``, all by default):
+
+* ``scaling``: 1, 2, 3, 4 workers (``--workers``) on the same run: samples/s, speedup over one worker, idle % of
+  each worker, bytes on the wire per accepted sample (both ways, counted in each worker's transport), and the
+  coordinator's CPU time per applied update (its applier thread alone, and the whole serving process).
+* ``dropout``: the same run twice with the most workers, once clean and once with half of them ``kill -9``-ed
+  when a third of the samples are handed out: final test accuracy side by side.
+* ``traffic``: per-step ``sync`` fp32 vs ``diloco`` fp32 vs ``diloco`` int8 with ``--traffic-workers`` workers:
+  the bytes each worker sent until the test accuracy first reached ``--target`` (the same accuracy for all), and
+  the wall time to it, on plain loopback and through a simulated ``--uplink-mbit`` uplink (a token bucket in each
+  worker's transport). A run stops at the target, the end of its samples or ``--time-cap`` seconds.
+
+Workers are cpu processes by default; ``--devices cpu,vulkan:0`` cycles through a list (worker i gets device i mod
+len), and ``--threads`` sets each worker's BLAS/OpenMP threads. Example (the H200 machine)::
+
+    PYTHONPATH=src python benchmarks/coordinator.py --devices vulkan:0,cpu,cpu,cpu --threads 4 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import print_table  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process and its children that were waited for (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
+
+
+class Run:
+    """One coordinator and its workers in a temporary directory; everything is killed at the end."""
+
+    def __init__(self, args: argparse.Namespace, serve_args: list[str], n: int, *, uplink: float | None = None) -> None:
+        self.args, self.n = args, n
+        self.tmp = Path(tempfile.mkdtemp(prefix="vkblas-coord-bench-"))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = dict(os.environ, PYTHONPATH=str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        if args.data:
+            self.env["VKBLAS_DATA"] = args.data
+        self.procs: list[subprocess.Popen] = []
+        serve = ["distributed", "serve", "mnist", "--db", str(self.tmp / "c.db"), "--store", str(self.tmp / "store"),
+                 "--port", str(self.port), *serve_args]  # fmt: skip
+        self.server = self._start(serve, "serve.log", self.env)
+        self._ready()
+        self.workers = []
+        for i in range(n):
+            env = dict(self.env)
+            if args.threads:
+                for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+                    env[k] = str(args.threads)
+            device = args.devices[i % len(args.devices)]
+            cmd = ["distributed", "join", "--server", self.url, "--name", f"w{i}", "--device", device, "--quiet",
+                   "--cache", str(self.tmp / f"cache{i}")]  # fmt: skip
+            if uplink:
+                cmd += ["--uplink-mbit", str(uplink)]
+            self.workers.append(self._start(cmd, f"w{i}.log", env))
+
+    def _start(self, args: list[str], log: str, env: dict[str, str]) -> subprocess.Popen:
+        out = open(self.tmp / log, "ab")  # noqa: SIM115 - the process owns it
+        p = subprocess.Popen([sys.executable, "-m", "vkblas", *args], stdout=out, stderr=subprocess.STDOUT, env=env,
+                             start_new_session=True)  # fmt: skip
+        self.procs.append(p)
+        return p
+
+    def _ready(self) -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.server.poll() is not None:
+                raise RuntimeError(f"coordinator exited: {(self.tmp / 'serve.log').read_text()[-2000:]}")
+            try:
+                httpx.get(f"{self.url}/v1/status", timeout=2).raise_for_status()
+                return
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        raise RuntimeError("coordinator did not start")
+
+    def status(self) -> dict[str, Any]:
+        return httpx.get(f"{self.url}/v1/status", timeout=30).json()
+
+    def follow(self, *, stop_at: float | None = None, kill_half_at: float | None = None) -> dict[str, Any]:
+        """Poll until the run finishes, reaches accuracy ``stop_at`` or the time cap; a timeline of
+        (seconds, bytes sent by workers, bytes received, test accuracy)."""
+        while self.status()["samples_leased"] == 0:  # the clock starts with the first unit handed out
+            time.sleep(0.05)
+        t0, cpu0, timeline, killed = time.monotonic(), cpu_seconds(self.server.pid), [], False
+        while True:
+            st = self.status()
+            t = time.monotonic() - t0
+            acc = st["test"]["accuracy"] if st["test"] else 0.0
+            sent, received = (sum(w[k] for w in st["workers"]) for k in ("bytes_sent", "bytes_received"))
+            timeline.append((t, sent, received, acc))
+            if kill_half_at is not None and not killed and st["samples_leased"] >= kill_half_at * st["samples_total"]:
+                for p in self.workers[: self.n // 2]:
+                    os.killpg(p.pid, signal.SIGKILL)
+                killed = True
+            if st["state"] == "finished" or (stop_at is not None and acc >= stop_at) or t > self.args.time_cap:
+                st["wall_s"], st["timeline"] = t, timeline
+                st["coordinator_cpu_s"] = cpu_seconds(self.server.pid) - cpu0
+                return st
+            time.sleep(0.5)
+
+    def close(self) -> None:
+        for p in self.procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def run_args(args: argparse.Namespace, *extra: str, epochs: int | None = None) -> list[str]:
+    base = ["--epochs", str(epochs or args.epochs), "--eval-seconds", str(args.eval_seconds), "--unit-seconds",
+            str(args.unit_seconds)]  # fmt: skip
+    if args.limit:
+        base += ["--limit", str(args.limit), "--shard-samples", str(min(10_000, args.limit))]
+    return base + list(extra)
+
+
+def scaling(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    rows = []
+    for algorithm in args.algorithms:
+        base = None
+        for n in args.workers:
+            r = Run(args, run_args(args, "--algorithm", algorithm), n)
+            try:
+                st = r.follow()
+            finally:
+                r.close()
+            rate = st["samples_applied"] / st["wall_s"]
+            base = base or rate
+            upd = max(st["accepted"], 1)
+            wire = sum(w["bytes_sent"] + w["bytes_received"] for w in st["workers"]) / max(st["samples_applied"], 1)
+            idle = " ".join(f"{100 * w['idle_fraction']:.0f}" for w in st["workers"])
+            rows.append([algorithm, n, f"{rate:,.0f}", f"{rate / base:.2f}x", idle, f"{wire / 1e3:.1f}",
+                         f"{1e3 * st['apply_cpu_s_per_update']:.1f}", f"{1e3 * st['coordinator_cpu_s'] / upd:.1f}",
+                         f"{100 * st['test']['accuracy']:.2f}"])  # fmt: skip
+            results.setdefault("scaling", []).append({k: v for k, v in st.items() if k != "evaluations"})
+    header = ["algorithm", "workers", "samples/s", "speedup", "idle % per worker", "wire kB/sample",
+              "applier ms/update", "coordinator CPU ms/update", "test acc %"]  # fmt: skip
+    results["tables"].append(print_table("scaling (loopback)", header, rows))
+
+
+def dropout(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    n, rows = max(args.workers), []
+    for label, kill in (("clean", None), ("50% killed at 1/3", 1 / 3)):
+        r = Run(args, run_args(args, "--algorithm", args.algorithms[0], "--lease-seconds", "5"), n)
+        try:
+            st = r.follow(kill_half_at=kill)
+        finally:
+            r.close()
+        rows.append(
+            [label, n, f"{100 * st['test']['accuracy']:.2f}", st["accepted"], st["stale"], f"{st['wall_s']:.0f}"]
+        )
+        results.setdefault("dropout", []).append({k: v for k, v in st.items() if k != "evaluations"})
+    header = ["run", "workers", "final test acc %", "accepted", "stale", "wall s"]
+    results["tables"].append(print_table(f"dropout ({args.algorithms[0]})", header, rows))
+
+
+def traffic(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    diloco = ["--algorithm", "diloco", "--inner-steps", str(args.inner_steps)]
+    cases = [("sync fp32 (per step)", ["--algorithm", "sync"]), ("diloco fp32", diloco),
+             ("diloco int8", [*diloco, "--codec", "int8"])]  # fmt: skip
+    rows = []
+    for label, extra in cases:
+        row: list[Any] = [label]
+        for uplink in (None, args.uplink_mbit):
+            r = Run(args, run_args(args, *extra, epochs=args.traffic_epochs), args.traffic_workers, uplink=uplink)
+            try:
+                st = r.follow(stop_at=args.target)
+            finally:
+                r.close()
+            reached = next(((t, sent, got) for t, sent, got, a in st["timeline"] if a >= args.target), None)
+            acc = max(a for *_, a in st["timeline"])
+            if uplink is None:
+                per_worker = reached[1] / args.traffic_workers if reached else None
+                row += ["-" if per_worker is None else f"{per_worker / 1e6:.2f}", f"{100 * acc:.2f}"]
+            row.append(f"{reached[0]:.0f}" if reached else f">{st['wall_s']:.0f}")
+            results.setdefault("traffic", []).append({"case": label, "uplink_mbit": uplink, "reached": reached,
+                                                      "best_accuracy": acc, "timeline": st["timeline"]})  # fmt: skip
+        rows.append(row)
+    base = next((float(r[1]) for r in rows if r[1] != "-"), None)
+    for r in rows:
+        r.insert(2, "-" if r[1] == "-" or base is None else f"{base / float(r[1]):.0f}x")
+    header = ["algorithm", f"MB sent per worker to {100 * args.target:g}%", "less than sync", "best acc %",
+              "s to target (loopback)", f"s to target ({args.uplink_mbit:g} Mbit/s up)"]  # fmt: skip
+    results["tables"].append(print_table(f"traffic ({args.traffic_workers} workers)", header, rows))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sections", default="scaling,dropout,traffic")
+    p.add_argument("--workers", default="1,2,3,4", help="worker counts of the scaling section")
+    p.add_argument("--algorithms", default="diloco,async", help="algorithms of the scaling section (first: dropout)")
+    p.add_argument("--devices", default="cpu", help="comma-separated devices, cycled over the workers")
+    p.add_argument("--threads", type=int, default=None, help="BLAS/OpenMP threads per worker")
+    p.add_argument("--limit", type=int, default=0, help="images per split (0: all)")
+    p.add_argument("--epochs", type=int, default=1, help="of the scaling and dropout runs")
+    p.add_argument("--traffic-epochs", type=int, default=3, help="the most epochs of a traffic run")
+    p.add_argument("--unit-seconds", type=float, default=2.0)
+    p.add_argument("--eval-seconds", type=float, default=2.0)
+    p.add_argument("--inner-steps", type=int, default=20)
+    p.add_argument("--traffic-workers", type=int, default=4)
+    p.add_argument("--target", type=float, default=0.95, help="test accuracy of the traffic section (0-1)")
+    p.add_argument("--uplink-mbit", type=float, default=20.0)
+    p.add_argument("--time-cap", type=float, default=300.0, help="seconds a single run may take")
+    p.add_argument("--data", default=None, help="dataset directory (else $VKBLAS_DATA)")
+    p.add_argument("--json", default=None, metavar="PATH")
+    args = p.parse_args()
+    args.workers = [int(x) for x in args.workers.split(",")]
+    args.algorithms = args.algorithms.split(",")
+    args.devices = args.devices.split(",")
+    args.limit = args.limit or None
+    results: dict[str, Any] = {"args": vars(args), "tables": [], "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    sections = {"scaling": scaling, "dropout": dropout, "traffic": traffic}
+    for name in args.sections.split(","):
+        sections[name](args, results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

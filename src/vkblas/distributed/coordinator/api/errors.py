@@ -1,0 +1,89 @@
+"""Errors as JSON (``{"error": {"code", "message"}}``) and the body-size limit, for every route.
+
+The limit is enforced before a route runs: :class:`BodyLimit` reads the request body (refusing a
+``Content-Length`` or a chunked stream beyond the route's limit with 413) and hands the route the buffered bytes.
+Routes then parse them with strict models; anything they raise as :class:`ApiError` becomes its 4xx."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ...protocol import ERROR_CODES, MAX_JSON_BODY
+from ..errors import ApiError
+
+
+def error_response(code: str, message: str, status: int | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status or ERROR_CODES[code])
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api(_: Request, e: ApiError) -> JSONResponse:
+        return error_response(e.code, e.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        parts = []
+        for err in e.errors()[:5]:
+            where = ".".join(str(p) for p in err.get("loc", ()))
+            parts.append(f"{where}: {err.get('msg', 'invalid')}")
+        return error_response("invalid-body", "; ".join(parts) or "invalid request")
+
+    @app.exception_handler(HTTPException)
+    async def _http(_: Request, e: HTTPException) -> JSONResponse:
+        code = "not-found" if e.status_code == 404 else "invalid-body"
+        return error_response(code, str(e.detail), e.status_code)
+
+
+class BodyLimit:
+    """ASGI middleware: a request body larger than ``limit_for(scope)`` bytes is refused with 413 before the app
+    sees it; otherwise the whole body is read here and replayed to the app in one message."""
+
+    def __init__(self, app: ASGIApp, limit_for: Callable[[Scope], int] | None = None) -> None:
+        self.app = app
+        self.limit_for = limit_for or (lambda scope: MAX_JSON_BODY)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.limit_for(scope)
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            await self._too_large(scope, receive, send, limit, length.decode("latin-1")[:20])
+            return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await self._too_large(scope, receive, send, limit, f"more than {limit}")
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    @staticmethod
+    async def _too_large(scope: Scope, receive: Receive, send: Send, limit: int, got: str) -> None:
+        response = error_response("too-large", f"request body of {got} bytes is above this endpoint's {limit}")
+        await response(scope, receive, send)

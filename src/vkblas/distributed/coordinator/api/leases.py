@@ -1,0 +1,132 @@
+"""``/v1/leases``: leasing work, heartbeats, results, giving a unit back. All need the worker token, and a lease
+can only be touched by the worker that holds it.
+
+An upload is validated completely before anything is stored: size (by the body limit), checksum, idempotency key,
+safetensors structure, metadata, codec, and then the decoded update against the model's signature (names, shapes,
+dtype, finiteness, norm). Only then is its payload put into the store and the update recorded."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, Depends, Header, Path, Request
+from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError
+from starlette.concurrency import run_in_threadpool
+
+from ...codec import CodecError, decode, from_payload
+from ...protocol import KEY_PATTERN, UPLOAD_META_KEY, Heartbeat, HeartbeatReply, LeaseReply, UploadMeta, UploadReply
+from ...validation import RejectedUpdateError, check_update
+from .. import crud
+from ..errors import ApiError
+from ..store import sha256_hex
+from .auth import authorization
+from .deps import Context, now
+
+router = APIRouter(prefix="/v1/leases", tags=["leases"])
+LeaseId = Path(pattern=r"^[0-9a-f]{32}$", description="a lease id from POST /v1/leases")
+
+
+@router.post("", response_model=LeaseReply, summary="Lease a unit of work (worker token)")
+def lease(request: Request, auth: str | None = Depends(authorization)) -> LeaseReply:
+    ctx = Context.of(request)
+    with ctx.db.session() as s:
+        worker = crud.authenticate(s, authorization=auth)
+        return crud.lease(s, worker=worker, spec=ctx.spec, now=now())
+
+
+@router.post("/{lease_id}/heartbeat", response_model=HeartbeatReply, summary="Keep a lease alive (worker token)")
+def heartbeat(
+    body: Heartbeat, request: Request, lease_id: str = LeaseId, auth: str | None = Depends(authorization)
+) -> HeartbeatReply:
+    ctx = Context.of(request)
+    with ctx.db.session() as s:
+        worker = crud.authenticate(s, authorization=auth)
+        left = crud.heartbeat(s, worker=worker, lease_id=lease_id, hb=body, spec=ctx.spec, now=now())
+    return HeartbeatReply(lease_id=lease_id, expires_in_s=left)
+
+
+@router.post("/{lease_id}/return", status_code=204, summary="Give a unit back, unfinished (worker token)")
+def give_back(request: Request, lease_id: str = LeaseId, auth: str | None = Depends(authorization)) -> None:
+    ctx = Context.of(request)
+    with ctx.db.session() as s:
+        worker = crud.authenticate(s, authorization=auth)
+        crud.return_lease(s, worker=worker, lease_id=lease_id, now=now())
+
+
+@router.put(
+    "/{lease_id}/result",
+    response_model=UploadReply,
+    summary="Upload a unit's result: a safetensors payload (worker token)",
+    openapi_extra={"requestBody": {"content": {"application/octet-stream": {"schema": {"type": "string"}}}}},
+)
+async def upload(
+    request: Request,
+    lease_id: str = LeaseId,
+    idempotency_key: str = Header(pattern=KEY_PATTERN, description="the same key for every retry of one upload"),
+    x_content_sha256: str = Header(pattern=r"^[0-9a-f]{64}$", description="sha256 of the body, hex"),
+    auth: str | None = Depends(authorization),
+) -> UploadReply:
+    body = await request.body()  # already bounded by the BodyLimit middleware
+    return await run_in_threadpool(
+        _upload, Context.of(request), lease_id, idempotency_key, x_content_sha256, body, auth
+    )
+
+
+def _upload(ctx: Context, lease_id: str, key: str, digest: str, body: bytes, auth: str | None) -> UploadReply:
+    with ctx.db.read_session() as s:
+        worker = crud.authenticate(s, authorization=auth)
+        wid = worker.id
+        previous = crud.find_upload(s, worker=worker, key=key)
+        if previous is not None:  # a retry of an upload that was recorded: the same answer, nothing new
+            if previous.payload_sha256 != digest or previous.lease_id != lease_id:
+                raise ApiError("idempotency-conflict", f"idempotency key {key} was used for another upload")
+            return crud.upload_reply(previous, worker)
+        samples = crud.own_lease(s, worker=worker, lease_id=lease_id, now=now(), lock=False).samples
+    sha = sha256_hex(body)
+    if sha != digest:
+        raise ApiError("checksum-mismatch", f"body hashes to {sha}, X-Content-SHA256 says {digest}")
+    meta, update, norm = _validate(ctx, lease_id, body, wid)
+    if meta.samples != samples:
+        raise ApiError("invalid-payload", f"the upload reports {meta.samples} samples; lease {lease_id} has {samples}")
+    # the file first: a crash before the commit leaves an orphan for the GC, never a row without its payload
+    ctx.store.put(body, sha)
+    try:
+        with ctx.db.session() as s:
+            worker = crud.authenticate(s, authorization=auth)
+            u = crud.record_upload(
+                s, worker=worker, lease_id=lease_id, key=key, sha=sha, nbytes=len(body), meta=meta, norm=norm, now=now()
+            )
+            return crud.upload_reply(u, worker)
+    except IntegrityError:  # the same upload raced itself (two retries at once): answer as the winner did
+        with ctx.db.read_session() as s:
+            worker = crud.authenticate(s, authorization=auth)
+            previous = crud.find_upload(s, worker=worker, key=key)
+            if previous is None or previous.payload_sha256 != digest:
+                raise ApiError("lease-finished", f"lease {lease_id} already has a result") from None
+            return crud.upload_reply(previous, worker)
+
+
+def _validate(ctx: Context, lease_id: str, body: bytes, worker_id: int) -> tuple[UploadMeta, dict, float]:
+    try:
+        tensors, meta = from_payload(body, max_bytes=ctx.upload_limit)
+        if meta.get("codec") != ctx.spec.codec:
+            raise CodecError(f"payload codec {meta.get('codec')!r}; this run's is {ctx.spec.codec!r}")
+        info = UploadMeta.model_validate(json.loads(meta.pop(UPLOAD_META_KEY, "null")))
+        update = decode(tensors, meta)
+    except (CodecError, ValidationError, ValueError, TypeError, RecursionError) as e:  # RecursionError: nested JSON
+        raise ApiError("invalid-payload", f"unreadable upload: {_short(e)}") from e
+    if info.lease_id != lease_id:
+        raise ApiError("invalid-payload", f"payload names lease {info.lease_id!r}, the URL {lease_id!r}")
+    try:
+        norm = check_update(update, ctx.signature, max_norm=ctx.spec.max_norm, what="upload")
+    except RejectedUpdateError as e:
+        with ctx.db.session() as s:
+            crud.count_rejected(s, worker_id=worker_id)
+        raise ApiError("rejected-update", str(e)) from e
+    return info, update, norm
+
+
+def _short(e: Exception) -> str:
+    text = str(e).replace("\n", " ")
+    return text if len(text) < 300 else text[:300] + "..."

@@ -1,0 +1,97 @@
+"""The coordinator's ASGI app: :func:`create_app` (one per process; uvicorn's worker processes each call
+:func:`app_from_env`). Its lifespan opens the database and the store, reads the run from the database, and starts
+this process's :class:`~.applier.Applier` loop in a thread (only one process's loop works at a time)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import numpy as np
+from fastapi import FastAPI
+from sqlalchemy import select
+from starlette.types import Scope
+
+from ...version import __version__
+from ..protocol import MAX_JSON_BODY, UPLOAD_SLACK, ModelManifest
+from ..validation import signature_of
+from . import checkpoints
+from .api import files, leases, status, workers
+from .api.deps import Context
+from .api.errors import BodyLimit, install
+from .applier import Applier
+from .config import ServeSettings
+from .db import Database
+from .models import Checkpoint
+from .runs import load_spec
+from .store import Store
+
+SETTINGS_ENV = "VKBLAS_COORDINATOR_SETTINGS"
+log = logging.getLogger("vkblas.coordinator")
+
+
+def _context(settings: ServeSettings) -> Context:
+    db, store = Database(settings.db), Store(settings.store)
+    spec = load_spec(db)
+    with db.read_session() as s:
+        cp = s.scalars(select(Checkpoint).order_by(Checkpoint.version.desc()).limit(1)).one()
+        params = checkpoints.read_params(store, ModelManifest.model_validate_json(cp.manifest))
+    model_bytes = sum(int(np.asarray(v).nbytes) for v in params.values())
+    # fp32 is the largest codec; int8 with tiny blocks adds up to 4 bytes of scale per value: twice covers both
+    return Context(
+        db=db, store=store, spec=spec, signature=signature_of(params), upload_limit=2 * model_bytes + UPLOAD_SLACK
+    )
+
+
+def create_app(settings: ServeSettings) -> FastAPI:
+    holder: dict[str, Context] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        ctx = holder["ctx"] = app.state.ctx = _context(settings)
+        stop, thread = threading.Event(), None
+        if settings.applier:
+            applier = Applier(
+                ctx.db, ctx.store, ctx.spec, data=settings.data, keep_checkpoints=settings.keep_checkpoints
+            )
+            thread = threading.Thread(
+                target=applier.run, args=(stop, settings.tick_seconds), name="applier", daemon=True
+            )
+            thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            if thread is not None:
+                thread.join(timeout=30)
+                applier.release()
+            ctx.db.dispose()
+
+    app = FastAPI(
+        title="vkblas coordinator",
+        version=__version__,
+        summary="Training one model on volunteers' GPUs: protocol v1 (see docs/PROTOCOL.md)",
+        lifespan=lifespan,
+    )
+    install(app)
+    for module in (workers, leases, files, status):
+        app.include_router(module.router)
+
+    def limit_for(scope: Scope) -> int:
+        ctx = holder.get("ctx")
+        if scope.get("method") == "PUT" and scope.get("path", "").endswith("/result") and ctx is not None:
+            return ctx.upload_limit
+        return MAX_JSON_BODY
+
+    app.add_middleware(BodyLimit, limit_for=limit_for)
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """The app of a uvicorn worker process: settings from ``$VKBLAS_COORDINATOR_SETTINGS`` (JSON)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s[%(process)d] %(message)s")
+    return create_app(ServeSettings.model_validate(json.loads(os.environ[SETTINGS_ENV])))

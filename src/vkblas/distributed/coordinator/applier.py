@@ -1,0 +1,370 @@
+"""The applier: the one job that changes the model, run by one coordinator process at a time.
+
+Every process runs an :class:`Applier` loop; the ``leaders`` row ``applier`` says which one works (a lease it
+renews every pass; when its holder dies, another takes over after ``LEADER_TTL_S``). Its pass:
+
+1. expire leases whose heartbeats stopped (their units are open again);
+2. read the *recorded* updates (uploads that passed validation, payloads in the store), in sequence order;
+3. decide and **apply** them to the in-memory model with the run's rule (``async``: each on its own, judged by
+   the staleness filter; ``sync``/``diloco``: a round's contributions together once the round closes);
+4. **checkpoint**: write the new version to the store, then, in one transaction, insert the checkpoint row, mark
+   those updates applied or stale, credit their workers, publish the version, and renew the leader lease (if
+   another process took the lease meanwhile, the transaction is rolled back and nothing of this pass counts).
+
+An update is therefore applied in exactly one committed checkpoint. After a crash (``kill -9``) the next applier
+loads the latest checkpoint and finds the updates it had not yet included still *recorded*: it applies them then
+(the replay). Nothing recorded is lost, nothing is applied twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy import func, select, update
+
+from ..algorithms import GlobalModel, StalenessFilter, weighted_mean
+from ..codec import decode, from_payload
+from ..protocol import ModelManifest
+from . import checkpoints
+from .config import RunSpec
+from .crud import current_lr, expire_leases
+from .db import Database
+from .models import RUN_ID, Checkpoint, Evaluation, Leader, Lease, Run, Unit, Update, Worker
+from .store import Store
+
+log = logging.getLogger("vkblas.coordinator")
+LEADER = "applier"
+LEADER_TTL_S = 10.0
+MAX_PER_PASS = 64  # async: at most this many updates per checkpoint, so versions keep flowing to the workers
+GC_EVERY_S = 30.0
+EXPIRE_EVERY_S = 1.0  # leasing expires leases too; this pass is for when nobody asks
+GC_GRACE_S = 120.0  # a superseded blob stays this long (a worker may still be downloading it)
+
+
+@dataclass
+class Decision:
+    seq: int
+    worker_id: int
+    samples: int
+    status: str  # applied | stale
+    staleness: int
+    version: int  # the version that applying it made (its round's, for sync/diloco)
+
+
+class Applier:
+    """One process's applier loop (see the module docstring). ``step()`` is one pass (a test hook, as BOINC's
+    daemons have ``--one_pass``)."""
+
+    def __init__(
+        self,
+        db: Database,
+        store: Store,
+        spec: RunSpec,
+        *,
+        data: str | None = None,
+        keep_checkpoints: int = 3,
+        leader_ttl: float = LEADER_TTL_S,
+        evaluate: bool = True,
+    ) -> None:
+        self.db, self.store, self.spec = db, store, spec
+        self.data, self.keep, self.leader_ttl = data, keep_checkpoints, leader_ttl
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        self.model: GlobalModel | None = None
+        self.published = -1
+        self._lead_until = 0.0  # when this process's leader lease runs out, as far as it knows
+        self.last_seq = 0
+        self.samples_applied = 0
+        self.filter = StalenessFilter(spec.staleness_bound)
+        self.evaluate_enabled = evaluate
+        self._evaluator = None
+        self._eval_pool = ThreadPoolExecutor(1, thread_name_prefix="evaluate")
+        self._eval_job: Future | None = None
+        self._last_eval = (-1, 0.0)  # (version, time)
+        self._last_gc = time.time()
+        self._last_expiry = 0.0
+
+    # ------------------------------------------------------------------ leadership
+    def _hold(self, now: float) -> bool:
+        if now < self._lead_until - self.leader_ttl / 2:
+            return True  # renewed recently: no write transaction every tick (the commit is fenced anyway)
+        with self.db.session() as s:
+            row = s.get(Leader, LEADER, with_for_update=True)
+            if row is None:
+                s.add(Leader(name=LEADER, holder=self.holder, expires_at=now + self.leader_ttl))
+            elif row.holder == self.holder or row.expires_at < now:
+                if row.holder != self.holder:
+                    log.info("applier: %s takes over from %s", self.holder, row.holder)
+                row.holder, row.expires_at = self.holder, now + self.leader_ttl
+            else:
+                self._lead_until = 0.0
+                return False
+        self._lead_until = now + self.leader_ttl
+        return True
+
+    def release(self) -> None:
+        """Stop: wait for an evaluation under way, and give up the leader lease (another process takes over at once)."""
+        self._eval_pool.shutdown(wait=True)
+        with self.db.session() as s:
+            s.execute(update(Leader).where(Leader.name == LEADER, Leader.holder == self.holder).values(expires_at=0.0))
+
+    # ------------------------------------------------------------------ the pass
+    def step(self, now: float | None = None) -> int:
+        """One pass; returns how many updates it decided (applied or dropped)."""
+        now = time.time() if now is None else now
+        if not self._hold(now):
+            self.model = None
+            return 0
+        if now - self._last_expiry >= EXPIRE_EVERY_S:
+            self._last_expiry = now
+            with self.db.session() as s:
+                s.get(Run, RUN_ID, with_for_update=True)  # leasing reads the units expiry changes
+                expire_leases(s, now=now)
+        if self.model is None:
+            self._load()
+        decided = self._apply_pending(now)
+        self._maybe_evaluate(now)
+        self._maybe_finish(now)
+        if now - self._last_gc > GC_EVERY_S:
+            self._last_gc = now
+            self.gc(now)
+        return decided
+
+    def run(self, stop: threading.Event, tick: float) -> None:
+        while not stop.is_set():
+            try:
+                busy = self.step()
+            except Exception:  # a failed pass must not end the loop; its transaction was rolled back
+                log.exception("applier pass failed; retrying")
+                self.model, busy = None, 0
+                stop.wait(1.0)
+            if not busy:
+                stop.wait(tick)
+
+    def _load(self) -> None:
+        with self.db.read_session() as s:
+            cp = s.scalars(select(Checkpoint).order_by(Checkpoint.version.desc()).limit(1)).one()
+            manifest = ModelManifest.model_validate_json(cp.manifest)
+            self.last_seq, self.samples_applied = cp.last_seq, cp.samples_applied
+            pending = s.scalar(select(func.count()).select_from(Update).where(Update.status == "recorded"))
+        self.model = checkpoints.read(self.store, self.spec, manifest, cp.state_sha256)
+        self.published = self.model.version
+        log.info("applier: loaded version %d (%d recorded updates to apply)", self.model.version, pending)
+
+    # ------------------------------------------------------------------ deciding and applying
+    def _apply_pending(self, now: float) -> int:
+        assert self.model is not None
+        with self.db.read_session() as s:
+            run = s.get(Run, RUN_ID)
+            assert run is not None
+            pending = s.scalars(select(Update).where(Update.status == "recorded").order_by(Update.seq)).all()
+            if not pending:
+                return 0
+            if self.spec.algorithm == "async":
+                batch = list(pending[:MAX_PER_PASS])
+            else:
+                batch = self._closed_round(s, run, list(pending), now)
+            total = run.samples_total
+        if not batch:
+            return 0
+        cpu0 = time.thread_time()
+        decisions = (
+            self._apply_async(batch, total) if self.spec.algorithm == "async" else self._apply_round(batch, total)
+        )
+        cpu = time.thread_time() - cpu0
+        self._checkpoint(decisions, now, cpu)
+        return len(decisions)
+
+    def _closed_round(self, s, run: Run, pending: list[Update], now: float) -> list[Update]:  # type: ignore[no-untyped-def]
+        """sync/diloco: the contributions of the current round once it closes, else nothing. The round of version
+        v closes when its fresh results (computed from v) cover ``quorum`` of the samples leased from v, or no
+        lease from v is still running, or the round is ``round_seconds`` old, or the run's last unit is in."""
+        v = self.model.version  # type: ignore[union-attr]
+        fresh = sum(u.samples for u in pending if u.base_version == v)
+        leased_q = select(func.coalesce(func.sum(Lease.samples), 0)).where(Lease.base_version == v)
+        leased = s.scalar(leased_q.where(Lease.status.in_(("active", "done"))))
+        active_v = s.scalar(leased_q.where(Lease.status == "active"))
+        active = s.scalar(select(func.count()).select_from(Lease).where(Lease.status == "active"))
+        close = (
+            (fresh > 0 and (fresh >= self.spec.round_quorum * leased or active_v == 0))
+            or now - run.round_opened_at >= self.spec.round_deadline
+            or (run.samples_leased >= run.samples_total and active == 0)
+        )
+        return pending if close else []
+
+    def _payload(self, u: Update) -> dict[str, np.ndarray]:
+        tensors, meta = from_payload(self.store.get(u.payload_sha256))
+        return decode(tensors, meta)  # validated at upload; the store's hash check guards the bytes since
+
+    def _apply_async(self, batch: list[Update], total: int) -> list[Decision]:
+        model, out = self.model, []
+        assert model is not None
+        for u in batch:
+            j = self.filter.judge(u.base_version, model.version)
+            if j.accepted:
+                model.set_lr(current_lr(self.spec, self.samples_applied, total))
+                model.apply_gradient(self._payload(u), lr_scale=j.scale)
+                self.samples_applied += u.samples
+            status = "applied" if j.accepted else "stale"
+            out.append(Decision(u.seq, u.worker_id, u.samples, status, j.staleness, model.version))
+        return out
+
+    def _apply_round(self, batch: list[Update], total: int) -> list[Decision]:
+        """One round: the sample-weighted mean of its contributions; a late one (computed from an older version)
+        counts with weight ``samples / (1 + s)`` if its staleness ``s`` is within the bound, else is dropped; the
+        step's rate is scaled by the mean of those factors, so a round of late results alone moves the model less."""
+        model = self.model
+        assert model is not None
+        judged = [(u, self.filter.judge(u.base_version, model.version)) for u in batch]
+        used = [(u, j) for u, j in judged if j.accepted]
+        if used:
+            mean = weighted_mean([(self._payload(u), u.samples * j.scale) for u, j in used])
+            scale = sum(u.samples * j.scale for u, j in used) / sum(u.samples for u, _ in used)
+            if self.spec.algorithm == "diloco":
+                model.apply_pseudo_gradient(mean, lr_scale=scale)
+            else:
+                model.set_lr(current_lr(self.spec, self.samples_applied, total))
+                model.apply_gradient(mean, lr_scale=scale)
+            self.samples_applied += sum(u.samples for u, _ in used)
+        return [
+            Decision(u.seq, u.worker_id, u.samples, "applied" if j.accepted else "stale", j.staleness, model.version)
+            for u, j in judged
+        ]
+
+    def _checkpoint(self, decisions: list[Decision], now: float, cpu: float) -> None:
+        model = self.model
+        assert model is not None
+        applied = [d for d in decisions if d.status == "applied"]
+        stepped = model.version != self.published  # all dropped: no new version, only the decisions to commit
+        if stepped:
+            manifest, state_sha = checkpoints.write(self.store, model)
+        try:
+            with self.db.session() as s:
+                lead = s.execute(
+                    update(Leader)
+                    .where(Leader.name == LEADER, Leader.holder == self.holder)
+                    .values(expires_at=now + self.leader_ttl)
+                )
+                if lead.rowcount != 1:
+                    raise _LostLeadError()
+                run = s.get(Run, RUN_ID, with_for_update=True)
+                assert run is not None
+                if stepped:
+                    s.add(
+                        Checkpoint(
+                            version=model.version,
+                            manifest=manifest.model_dump_json(),
+                            state_sha256=state_sha,
+                            last_seq=max(d.seq for d in decisions),
+                            samples_applied=self.samples_applied,
+                            created_at=now,
+                        )
+                    )
+                for d in decisions:
+                    applied_version = d.version if d.status == "applied" else None
+                    s.execute(
+                        update(Update)
+                        .where(Update.seq == d.seq, Update.status == "recorded")
+                        .values(status=d.status, staleness=d.staleness, applied_version=applied_version)
+                    )
+                    credit = d.samples if d.status == "applied" else 0
+                    s.execute(
+                        update(Worker)
+                        .where(Worker.id == d.worker_id)
+                        .values(
+                            credit=Worker.credit + credit,
+                            accepted=Worker.accepted + int(d.status == "applied"),
+                            stale=Worker.stale + int(d.status == "stale"),
+                        )
+                    )
+                run.version, run.samples_applied = model.version, self.samples_applied
+                run.round_opened_at = now
+                run.apply_cpu_s += cpu
+                run.updates_applied += len(applied)
+        except _LostLeadError:
+            log.warning("applier: lost the leader lease; dropping this pass")
+            self.model, self._lead_until = None, 0.0
+            return
+        self.last_seq = max(d.seq for d in decisions)
+        self.published = model.version
+
+    # ------------------------------------------------------------------ evaluation, end, garbage
+    def _maybe_evaluate(self, now: float, force: bool = False) -> None:
+        """Evaluate the current version at most every ``eval_seconds``, in a thread of its own, so that closing
+        rounds and applying updates never wait for the test set (``force``: now, and wait for it)."""
+        if not self.evaluate_enabled or self.model is None:
+            return
+        running = self._eval_job is not None and not self._eval_job.done()
+        version, when = self._last_eval
+        if not force and (running or version == self.model.version or now - when < self.spec.eval_seconds):
+            return
+        if running:
+            self._eval_job.result()  # type: ignore[union-attr]
+        self._last_eval = (self.model.version, now)
+        job = (self.model.params(), self.model.version, self.samples_applied, now)
+        self._eval_job = self._eval_pool.submit(self._evaluate, *job)
+        if force:
+            self._eval_job.result()
+
+    def _evaluate(self, params: dict[str, np.ndarray], version: int, samples: int, now: float) -> None:
+        try:
+            if self._evaluator is None:
+                from .evaluate import Evaluator
+
+                self._evaluator = Evaluator(self.spec, self.data)
+            loss, acc = self._evaluator(params)
+            with self.db.session() as s:
+                s.add(Evaluation(version=version, samples=samples, accuracy=acc, loss=loss, created_at=now))
+            log.info("applier: version %d test accuracy %.2f%%", version, 100 * acc)
+        except Exception:  # an evaluation that failed is logged; training goes on
+            log.exception("applier: evaluation of version %d failed", version)
+
+    def _maybe_finish(self, now: float) -> None:
+        with self.db.read_session() as s:
+            run = s.get(Run, RUN_ID)
+            assert run is not None
+            if run.state == "finished" or run.samples_leased < run.samples_total:
+                return
+            unfinished = s.scalar(select(func.count()).select_from(Unit).where(Unit.status != "done"))
+            pending = s.scalar(select(func.count()).select_from(Update).where(Update.status == "recorded"))
+        if unfinished or pending:
+            return
+        self._maybe_evaluate(now, force=self._last_eval[0] != self.model.version)  # type: ignore[union-attr]
+        with self.db.session() as s:
+            s.execute(update(Run).where(Run.id == RUN_ID).values(state="finished"))
+        log.info("applier: the run is finished")
+
+    def gc(self, now: float) -> int:
+        """Delete store files nothing needs any more: not a data shard, not in the newest ``keep`` checkpoints, not
+        the payload of an update still to apply, and older than ``GC_GRACE_S``."""
+        with self.db.read_session() as s:
+            run = s.get(Run, RUN_ID)
+            assert run is not None
+            keep = {r["sha256"] for r in json.loads(run.data_manifest)}
+            for cp in s.scalars(select(Checkpoint).order_by(Checkpoint.version.desc()).limit(self.keep)):
+                keep.add(cp.state_sha256)
+                keep.update(ref.sha256 for ref in ModelManifest.model_validate_json(cp.manifest).shards)
+            keep.update(s.scalars(select(Update.payload_sha256).where(Update.status == "recorded")))
+        removed = 0
+        for sha in self.store.all():
+            if sha in keep:
+                continue
+            try:
+                if now - self.store.path(sha).stat().st_mtime < GC_GRACE_S:
+                    continue
+            except FileNotFoundError:
+                continue
+            self.store.delete(sha)
+            removed += 1
+        return removed
+
+
+class _LostLeadError(Exception):
+    pass

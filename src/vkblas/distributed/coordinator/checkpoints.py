@@ -1,0 +1,62 @@
+"""Model versions in the store: the global model (``algorithms.GlobalModel``) written as shards of its weight
+tensors (what workers download) plus one file of everything else in its ``state_dict`` (optimizer state, version),
+and read back by a (re)starting applier."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...training.compare import initial_state
+from ..algorithms import GlobalModel
+from ..codec import from_payload, to_payload
+from ..protocol import ModelManifest, ShardRef
+from ..shards import model_shards, parse_model_shard
+from .config import RunSpec
+from .store import Store
+
+STATE_FORMAT = "vkblas-model-state/1"
+
+
+def new_model(spec: RunSpec, params: dict[str, np.ndarray] | None = None) -> GlobalModel:
+    """The run's global model: the initial weights ``vkblas train`` would start from (same seed), or ``params``."""
+    if params is None:
+        params = initial_state(spec.model, spec.seed)
+    return GlobalModel(
+        params,
+        spec.algorithm,
+        spec.optimizer,
+        spec.learning_rate,
+        outer_lr=spec.outer_lr,
+        outer_momentum=spec.outer_momentum,
+    )
+
+
+def write(store: Store, model: GlobalModel) -> tuple[ModelManifest, str]:
+    """Store the model; return (its manifest, the sha256 of its state file)."""
+    state = model.state_dict()
+    params = {name: state.pop(name) for name in model.names}
+    shards = []
+    for i, data in enumerate(model_shards(params)):
+        shards.append(ShardRef(name=f"model-{i:04d}", sha256=store.put(data), bytes=len(data)))
+    state_sha = store.put(to_payload(state, {"format": STATE_FORMAT}))
+    return ModelManifest(version=model.version, shards=shards), state_sha
+
+
+def read_params(store: Store, manifest: ModelManifest) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for ref in manifest.shards:
+        out.update(parse_model_shard(store.get(ref.sha256)))
+    return out
+
+
+def read(store: Store, spec: RunSpec, manifest: ModelManifest, state_sha: str) -> GlobalModel:
+    """The global model of a stored version (weights, optimizer state, version)."""
+    params = read_params(store, manifest)
+    state, meta = from_payload(store.get(state_sha))
+    if meta.get("format") != STATE_FORMAT:
+        raise OSError(f"store file {state_sha} is not a model state (format {meta.get('format')!r})")
+    model = new_model(spec, params)
+    model.load_state_dict({**params, **state})
+    if model.version != manifest.version:
+        raise OSError(f"state file {state_sha} is of version {model.version}, its manifest of {manifest.version}")
+    return model

@@ -1,0 +1,101 @@
+"""The database: an engine for SQLite (a file in WAL mode, the embedded default) or PostgreSQL (by URL), sessions,
+and the Alembic migrations applied at start.
+
+SQLite with several writers (threads or uvicorn processes) fails with "database is locked" when a transaction that
+began as a reader tries to write (a read-to-write upgrade fails at once, whatever busy_timeout says). So every
+writing transaction here starts with ``BEGIN IMMEDIATE`` (it takes the write lock up front and waits for it up to
+the busy timeout), and read-only sessions (:func:`read_session`) start a plain deferred ``BEGIN``, which WAL lets
+run beside a writer. On PostgreSQL transactions are READ COMMITTED; the few read-modify-write sequences that must
+not interleave lock their row (``SELECT ... FOR UPDATE``) or are single conditional UPDATEs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+SQLITE_BUSY_TIMEOUT_S = 60.0
+HEAD = "0001"
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url`` (already normalised by ``config.normalise_db_url``)."""
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+            dbapi_conn.isolation_level = None  # let the BEGIN below be the only one pysqlite sends
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a crashed process loses nothing committed
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn) -> None:  # type: ignore[no-untyped-def]
+            conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("readonly") else "BEGIN IMMEDIATE")
+
+        return engine
+    if url.startswith("postgresql"):
+        return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+    raise ValueError(f"unsupported database URL {url!r}: use a SQLite path/URL or postgresql://...")
+
+
+class Database:
+    """An engine and its session factories."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self.dialect = self.engine.dialect.name
+        self._writer = sessionmaker(self.engine, expire_on_commit=False)
+        self._reader = sessionmaker(self.engine.execution_options(readonly=True), expire_on_commit=False)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A writing transaction: committed on success, rolled back on an exception."""
+        with self._writer.begin() as s:
+            yield s
+
+    @contextmanager
+    def read_session(self) -> Iterator[Session]:
+        """A read-only transaction (never blocks a writer on SQLite's WAL)."""
+        with self._reader() as s, s.begin():
+            yield s
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def alembic_config(connection=None):  # type: ignore[no-untyped-def]
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def migrate(db: Database, revision: str = "head") -> None:
+    """Apply the migrations up to ``revision`` (idempotent: an up-to-date database is left as is); ``"base"``
+    undoes them all."""
+    from alembic import command
+
+    with db.engine.connect() as conn:
+        if revision == "base":
+            command.downgrade(alembic_config(conn), revision)
+        else:
+            command.upgrade(alembic_config(conn), revision)
+        conn.commit()
+
+
+def current_revision(db: Database) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    with db.engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()

@@ -1,0 +1,70 @@
+"""The store directory: files named by the sha256 of their bytes (model shards, optimizer state, data shards and
+recorded update payloads), written atomically (a temporary file, then ``os.replace``), so a reader sees a whole
+file or none, and a name can never point at other bytes: caches keyed by it are never stale (huggingface_hub's
+rule), and the hash is the HTTP ETag."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class Store:
+    """``root/blobs/ab/abcdef...``: one file per distinct content."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.blobs = self.root / "blobs"
+        self.blobs.mkdir(parents=True, exist_ok=True)
+
+    def path(self, sha: str) -> Path:
+        if not _SHA.match(sha):  # names come from URLs: nothing but 64 hex digits reaches the file system
+            raise ValueError(f"not a sha256 name: {sha[:80]!r}")
+        return self.blobs / sha[:2] / sha
+
+    def put(self, data: bytes, sha: str | None = None) -> str:
+        """Store ``data``; return its sha256 (already there: nothing is written). ``sha``: the caller has just
+        computed it (an upload's checksum), so it is not computed again."""
+        sha = sha or sha256_hex(data)
+        target = self.path(sha)
+        if target.is_file():
+            return sha
+        target.parent.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, target)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return sha
+
+    def get(self, sha: str) -> bytes:
+        """The bytes named ``sha``, checked against the name (a damaged file raises rather than being used)."""
+        data = self.path(sha).read_bytes()
+        if sha256_hex(data) != sha:
+            raise OSError(f"store file {sha} is damaged (its content hashes differently)")
+        return data
+
+    def has(self, sha: str) -> bool:
+        return self.path(sha).is_file()
+
+    def delete(self, sha: str) -> None:
+        try:
+            self.path(sha).unlink()
+        except FileNotFoundError:
+            pass
+
+    def all(self) -> list[str]:
+        return [p.name for p in self.blobs.glob("*/*") if _SHA.match(p.name)]

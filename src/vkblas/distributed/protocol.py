@@ -1,0 +1,240 @@
+"""The coordinator's wire protocol, version 1 (``/v1/...``): every request and response body as a strict pydantic
+model, the size limits, and the error codes. Shared by the coordinator (``coordinator/``) and the volunteer's
+client (``worker/``), so both sides parse with the same rules. ``docs/PROTOCOL.md`` describes the messages, the
+state machine of a lease and what each error code means.
+
+Fields are bounded (``Field(ge=..., le=...)``) and unknown fields are refused (``extra="forbid"``): a body from an
+untrusted peer either parses into exactly these shapes or is a 4xx with a message.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+API = "/v1"
+PROTOCOL_VERSION = 1
+
+# size limits (bytes); the coordinator refuses larger bodies with 413 before reading them whole
+MAX_JSON_BODY = 16 * 1024
+MAX_NAME = 64
+#: an upload is at most this many times the size of the model in fp32 (the int8 scales add a little), plus slack
+UPLOAD_FACTOR = 1.1
+UPLOAD_SLACK = 64 * 1024
+MAX_IDEMPOTENCY_KEY = 64
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$"
+KEY_PATTERN = r"^[A-Za-z0-9_-]{8,64}$"
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+
+#: error codes: the ``error.code`` of every 4xx body (meaning in docs/PROTOCOL.md)
+ERROR_CODES = {
+    "invalid-body": 422,
+    "invalid-payload": 400,
+    "checksum-mismatch": 400,
+    "rejected-update": 422,
+    "missing-token": 401,
+    "bad-token": 401,
+    "not-your-lease": 403,
+    "unknown-lease": 404,
+    "unknown-shard": 404,
+    "unknown-version": 404,
+    "not-found": 404,
+    "lease-expired": 409,
+    "lease-finished": 409,
+    "idempotency-conflict": 409,
+    "too-large": 413,
+    "bad-range": 416,
+    "run-finished": 409,
+}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ErrorBody(Strict):
+    code: str
+    message: str
+
+
+class ErrorReply(Strict):
+    error: ErrorBody
+
+
+# ------------------------------------------------------------------------------------------------ workers
+class RegisterRequest(Strict):
+    name: str = Field(min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN)
+    device: str = Field(min_length=1, max_length=MAX_NAME)
+    client_version: str = Field(default="", max_length=MAX_NAME)
+
+
+class RegisterReply(Strict):
+    worker_id: int
+    #: ``<worker_id>.<secret>``; the coordinator keeps only a hash of the secret. Send as ``Authorization: Bearer``
+    token: str
+
+
+class WorkerSelf(Strict):
+    worker_id: int
+    name: str
+    device: str
+    units_done: int
+    credit: int  # accepted samples
+    accepted: int
+    stale: int
+    rejected: int
+
+
+# ------------------------------------------------------------------------------------------------ run
+class ShardRef(Strict):
+    name: str
+    sha256: str = Field(pattern=SHA256_PATTERN)
+    bytes: int = Field(ge=0)
+
+
+class DataShardRef(ShardRef):
+    samples: int = Field(ge=1)
+
+
+class ModelManifest(Strict):
+    version: int = Field(ge=0)
+    shards: list[ShardRef]
+
+
+class RunInfo(Strict):
+    """What a worker needs to know about the run (the full spec is in ``status``)."""
+
+    run_id: str
+    dataset: str
+    model: str
+    algorithm: Literal["sync", "async", "diloco"]
+    codec: Literal["fp32", "fp16", "int8"]
+    block: int
+    batch_size: int
+    limit: int | None  # the run uses the first ``limit`` images of the split (a worker's local copy must too)
+    shard_samples: int
+    data_shards: list[DataShardRef]
+
+
+# ------------------------------------------------------------------------------------------------ leases
+class DataSlice(Strict):
+    """The samples of a unit: positions ``offset .. offset + samples`` of the permutation of data shard
+    ``shard`` drawn from ``seed`` (:func:`datashards.unit_indices`), so anyone can recompute the unit."""
+
+    shard: int = Field(ge=0)
+    seed: int = Field(ge=0)
+    offset: int = Field(ge=0)
+    samples: int = Field(ge=1)
+
+
+class Lease(Strict):
+    lease_id: str
+    unit_id: int
+    base_version: int
+    model: ModelManifest
+    data: DataSlice
+    batch_size: int = Field(ge=1)
+    #: ``gradient`` (sync/async: one gradient of the mean loss over the unit's samples) or ``inner-steps``
+    #: (diloco: ceil(samples / batch_size) AdamW steps from the model, returning start - end)
+    kind: Literal["gradient", "inner-steps"]
+    lr: float  # the inner learning rate (diloco); informative for gradients
+    seed: int  # dropout randomness of the unit
+    codec: Literal["fp32", "fp16", "int8"]
+    block: int
+    lease_seconds: float  # the lease expires this long after the last heartbeat
+    heartbeat_seconds: float
+
+
+class LeaseReply(Strict):
+    #: ``work``: here is a lease; ``wait``: nothing to do now, ask again after ``retry_after_s`` (a sync/diloco
+    #: round is waiting for others); ``done``: the run is finished
+    status: Literal["work", "wait", "done"]
+    lease: Lease | None = None
+    retry_after_s: float = 0.0
+    reason: str = ""
+    credit: int = 0
+
+
+class Heartbeat(Strict):
+    """What a worker reports about itself (for ``status``): wall and idle seconds since it started, and the bytes
+    its transport moved (request and response bodies and headers); all optional."""
+
+    wall_s: float = Field(default=0.0, ge=0, le=1e9)
+    idle_s: float = Field(default=0.0, ge=0, le=1e9)
+    bytes_sent: int = Field(default=0, ge=0, le=1 << 60)
+    bytes_received: int = Field(default=0, ge=0, le=1 << 60)
+
+
+class HeartbeatReply(Strict):
+    lease_id: str
+    expires_in_s: float
+
+
+class UploadMeta(Heartbeat):
+    """The entry ``UPLOAD_META_KEY`` of an uploaded safetensors payload's ``__metadata__`` (JSON), besides the
+    codec's own entries."""
+
+    lease_id: str = Field(max_length=MAX_NAME)
+    samples: int = Field(ge=1, le=1 << 40)
+    compute_s: float = Field(gt=0, le=1e6)
+    loss: float = Field(allow_inf_nan=False)
+
+
+UPLOAD_META_KEY = "vkblas"
+
+
+class UploadReply(Strict):
+    update_id: int
+    status: Literal["recorded"]
+    bytes: int
+    credit: int
+
+
+# ------------------------------------------------------------------------------------------------ status
+class WorkerStatus(Strict):
+    worker_id: int
+    name: str
+    device: str
+    samples_per_s: float
+    idle_fraction: float
+    units_done: int
+    credit: int
+    accepted: int
+    stale: int
+    rejected: int
+    bytes_sent: int  # as the worker's transport counted them (request and response heads and bodies)
+    bytes_received: int
+    online: bool
+
+
+class Evaluation(Strict):
+    version: int
+    samples: int
+    accuracy: float
+    loss: float
+    at: float
+
+
+class RunStatus(Strict):
+    run_id: str
+    state: Literal["running", "finished"]
+    algorithm: str
+    dataset: str
+    model: str
+    version: int
+    samples_total: int
+    samples_leased: int
+    samples_applied: int
+    progress: float
+    accepted: int
+    stale: int
+    rejected: int
+    pending: int
+    test: Evaluation | None
+    evaluations: list[Evaluation]
+    workers: list[WorkerStatus]
+    bytes_in: int  # upload payloads recorded
+    bytes_out: int  # what workers report having received
+    apply_cpu_s_per_update: float
+    spec: dict[str, str | int | float | bool | None]

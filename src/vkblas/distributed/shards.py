@@ -1,0 +1,121 @@
+"""What the coordinator serves as content-addressed shards, for both of its sides: the model's weights (one shard
+per tensor) and the dataset, and the samples of a work unit.
+
+A model shard is a safetensors file holding some of the model's tensors and no version, so a shard whose tensors did
+not change between two versions keeps its name and is never downloaded twice.
+
+The coordinator cuts the training split into shards of ``SHARD_SAMPLES`` raw images (uint8) and labels, each a
+safetensors file named by its sha256; a volunteer downloads the shards its units name (or builds them from its own
+copy of the dataset, used only if the hashes match). A unit names its samples by ``(shard, seed, offset,
+samples)``: positions ``offset .. offset + samples`` of the permutation of the shard drawn from ``seed``
+(:func:`unit_indices`), so anyone holding the shard can recompute exactly the same batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from .codec import CodecError, from_payload, to_payload
+
+SHARD_SAMPLES = 10_000
+FORMAT = "vkblas-data-shard/1"
+MODEL_FORMAT = "vkblas-model-shard/1"
+MAX_SHARD_BYTES = 256 << 20
+MODEL_SHARD_BYTES = 16 << 20
+
+
+def model_shards(params: dict[str, np.ndarray], max_bytes: int = MODEL_SHARD_BYTES) -> list[bytes]:
+    """The model's float32 tensors, in order, grouped into shards of about ``max_bytes`` (a larger tensor is a
+    shard of its own): few requests for a small model, resumable pieces of bounded size for a large one."""
+    out, group, size = [], {}, 0
+    for name, value in params.items():
+        arr = np.ascontiguousarray(value, np.float32)
+        if group and size + arr.nbytes > max_bytes:
+            out.append(to_payload(group, {"format": MODEL_FORMAT}))
+            group, size = {}, 0
+        group[name] = arr
+        size += arr.nbytes
+    if group:
+        out.append(to_payload(group, {"format": MODEL_FORMAT}))
+    return out
+
+
+def parse_model_shard(data: bytes) -> dict[str, np.ndarray]:
+    """The tensors of a model shard's bytes; :class:`CodecError` for anything else."""
+    tensors, meta = from_payload(data, max_bytes=MAX_SHARD_BYTES)
+    if meta.get("format") != MODEL_FORMAT or not tensors:
+        raise CodecError(f"not a model shard (format {meta.get('format')!r}, {len(tensors)} tensors)")
+    bad = [f"{k} {v.dtype}" for k, v in tensors.items() if v.dtype != np.float32]
+    if bad:
+        raise CodecError(f"model shard tensors must be float32: {bad}")
+    return tensors
+
+
+def raw_split(dataset: str, train: bool, data: str | None = None, limit: int | None = None) -> tuple:
+    """(uint8 images [N, H, W], int32 labels [N]) of a split, the first ``limit`` only, as ``vkblas train`` reads
+    them (``training.fit.load_dataset``) but before the transform."""
+    from ..training.fit import load_dataset
+
+    ds = load_dataset(dataset, train, data, limit)
+    base = getattr(ds, "dataset", ds)  # a Subset when limited
+    n = len(ds)
+    return np.ascontiguousarray(base.data[:n]), np.ascontiguousarray(base.targets[:n], dtype=np.int32)
+
+
+def build_shards(dataset: str, images: np.ndarray, labels: np.ndarray, per_shard: int = SHARD_SAMPLES) -> list[bytes]:
+    """The shards (safetensors bytes) of a split, in order; the same input gives the same bytes."""
+    if per_shard < 1:
+        raise ValueError(f"per_shard must be >= 1, got {per_shard}")
+    out = []
+    for start in range(0, len(labels), per_shard):
+        tensors = {"images": images[start : start + per_shard], "labels": labels[start : start + per_shard]}
+        # one metadata entry: safetensors writes several in hash-map order, so the bytes (the name) would vary
+        out.append(to_payload(tensors, {"format": f"{FORMAT}:{dataset}"}))
+    return out
+
+
+def parse_shard(data: bytes, dataset: str) -> tuple[np.ndarray, np.ndarray]:
+    """(images, labels) of a shard's bytes; :class:`CodecError` for anything that is not a shard of ``dataset``."""
+    tensors, meta = from_payload(data, max_bytes=MAX_SHARD_BYTES)
+    if meta.get("format") != f"{FORMAT}:{dataset}":
+        raise CodecError(f"not a {dataset} data shard (format {meta.get('format')!r})")
+    images, labels = tensors.get("images"), tensors.get("labels")
+    if images is None or labels is None or set(tensors) != {"images", "labels"}:
+        raise CodecError(f"a data shard holds images and labels, not {sorted(tensors)}")
+    if images.dtype != np.uint8 or labels.dtype != np.int32 or images.ndim != 3 or labels.shape != images.shape[:1]:
+        raise CodecError(f"data shard: images {images.dtype} {images.shape}, labels {labels.dtype} {labels.shape}")
+    return images, labels
+
+
+def unit_seed(run_seed: int, epoch: int, shard: int) -> int:
+    """The permutation seed of one shard in one epoch."""
+    return int(np.random.SeedSequence([run_seed, epoch, shard]).generate_state(1)[0])
+
+
+def shard_order(run_seed: int, epoch: int, n_shards: int) -> list[int]:
+    """The order in which an epoch visits the shards."""
+    return [int(i) for i in np.random.default_rng([run_seed, epoch, 1 << 20]).permutation(n_shards)]
+
+
+def unit_indices(shard_samples: int, seed: int, offset: int, samples: int) -> np.ndarray:
+    """Positions of a unit's samples in its shard."""
+    if not 0 <= offset < offset + samples <= shard_samples:
+        raise ValueError(f"unit [{offset}, {offset + samples}) lies outside a shard of {shard_samples} samples")
+    return np.random.default_rng(seed).permutation(shard_samples)[offset : offset + samples]
+
+
+def normalise(dataset: str, images: np.ndarray) -> np.ndarray:
+    """uint8 images -> the float32 ``[N, 1, H, W]`` input ``vkblas train`` feeds the model."""
+    from ..data.transforms import Compose, Normalize, ToTensor
+    from ..training.fit import DATASETS
+
+    source = DATASETS[dataset].source
+    return Compose([ToTensor(), Normalize((source.mean,), (source.std,))])(images)
+
+
+def batches(x: np.ndarray, y: np.ndarray, batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Consecutive batches of at most ``batch_size``."""
+    for start in range(0, len(y), batch_size):
+        yield x[start : start + batch_size], y[start : start + batch_size]

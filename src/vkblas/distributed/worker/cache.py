@@ -1,0 +1,67 @@
+"""Shards on the worker, by content hash: the model's weights of the version a lease names (only the tensors that
+changed are downloaded) and the data shards (downloaded once, or taken from a local copy of the dataset when it
+cuts into the very same bytes)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from ..protocol import DataSlice, ModelManifest, RunInfo
+from ..shards import build_shards, normalise, parse_model_shard, parse_shard, raw_split, unit_indices
+from .client import Client
+
+
+class ModelCache:
+    def __init__(self, client: Client, directory: Path) -> None:
+        self.client, self.directory = client, directory / "model"
+        self.arrays: dict[str, dict[str, np.ndarray]] = {}  # sha256 -> the shard's tensors
+
+    def params(self, manifest: ModelManifest) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for ref in manifest.shards:
+            if ref.sha256 not in self.arrays:
+                path = self.client.download(ref.sha256, self.directory)
+                self.arrays[ref.sha256] = parse_model_shard(path.read_bytes())
+            out.update(self.arrays[ref.sha256])
+        keep = {ref.sha256 for ref in manifest.shards}
+        for sha in [s for s in self.arrays if s not in keep]:  # a superseded tensor is never needed again
+            del self.arrays[sha]
+            (self.directory / sha).unlink(missing_ok=True)
+        return out
+
+
+class DataCache:
+    def __init__(self, client: Client, info: RunInfo, directory: Path, local: str | None = None) -> None:
+        self.client, self.info, self.directory = client, info, directory / "data"
+        self.local: dict[int, bytes] = {}
+        self.arrays: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        if local is not None:
+            self._use_local(local)
+
+    def _use_local(self, local: str) -> None:
+        """Cut the local copy as the coordinator does; keep the shards whose hashes match the run's."""
+        images, labels = raw_split(self.info.dataset, True, local, self.info.limit)
+        for i, payload in enumerate(build_shards(self.info.dataset, images, labels, self.info.shard_samples)):
+            if (
+                i < len(self.info.data_shards)
+                and hashlib.sha256(payload).hexdigest() == self.info.data_shards[i].sha256
+            ):
+                self.local[i] = payload
+
+    def slice(self, part: DataSlice) -> tuple[np.ndarray, np.ndarray]:
+        """The inputs and labels of a unit."""
+        if not 0 <= part.shard < len(self.info.data_shards):
+            raise ValueError(f"unit names data shard {part.shard}; the run has {len(self.info.data_shards)}")
+        ref = self.info.data_shards[part.shard]
+        if part.shard not in self.arrays:
+            data = self.local.pop(part.shard, None)
+            if data is None:
+                data = self.client.download(ref.sha256, self.directory).read_bytes()
+            images, labels = parse_shard(data, self.info.dataset)
+            self.arrays[part.shard] = (normalise(self.info.dataset, images), labels)
+        x, y = self.arrays[part.shard]
+        idx = unit_indices(len(y), part.seed, part.offset, part.samples)
+        return x[idx], y[idx]

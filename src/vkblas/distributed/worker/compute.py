@@ -1,0 +1,97 @@
+"""One unit of work on the worker's device, and its result as the payload to upload.
+
+* ``gradient`` (sync/async): the gradient of the mean loss over the unit's samples, from the leased weights.
+* ``inner-steps`` (diloco): ``ceil(samples / batch_size)`` AdamW steps from the leased weights; the result is the
+  pseudo-gradient ``start - end``. The AdamW state stays on the worker from one round to the next (DiLoCo keeps
+  inner optimizer state local); only the weights are reset to the global ones at each round.
+
+The result is encoded with the run's codec (optionally with error feedback: what int8/fp16 lost this time is added
+to the next result) and carries the unit's seed-named randomness (``manual_seed(lease.seed)``), so the unit can be
+recomputed by anyone.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...creation import tensor
+from ...random import manual_seed
+from ...training.fit import make_optimizer
+from ...training.models import build
+from ..algorithms import pseudo_gradient
+from ..codec import ErrorFeedback, encode, to_payload
+from ..protocol import UPLOAD_META_KEY, Lease, RunInfo, UploadMeta
+from ..shards import batches
+
+
+@dataclass
+class Result:
+    tensors: dict[str, np.ndarray]
+    meta: dict[str, str]
+    samples: int
+    loss: float
+    compute_s: float
+
+    def payload(self, info: UploadMeta) -> bytes:
+        return to_payload(self.tensors, {**self.meta, UPLOAD_META_KEY: json.dumps(info.model_dump())})
+
+
+class Trainer:
+    def __init__(
+        self, run: RunInfo, device: str, *, error_feedback: bool = False, delay_per_sample: float = 0.0
+    ) -> None:
+        from ... import nn
+
+        self.run, self.device = run, device
+        self.model = build(run.model).to(device)
+        self.names = [k for k, _ in self.model.named_parameters()]
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.inner = None  # diloco's AdamW, made at the first round and kept
+        self.feedback = ErrorFeedback(run.codec, run.block) if error_feedback and run.codec != "fp32" else None
+        self.delay_per_sample = delay_per_sample  # a test and benchmark hook: a slower device
+
+    def __call__(self, lease: Lease, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> Result:
+        t0 = time.perf_counter()
+        self.model.load_state_dict(params)
+        self.model.train()
+        manual_seed(lease.seed)
+        if lease.kind == "gradient":
+            update, loss = self._gradient(x, y)
+        else:
+            update, loss = self._inner_steps(lease, params, x, y)
+        if self.delay_per_sample:
+            time.sleep(self.delay_per_sample * len(y))
+        compute_s = time.perf_counter() - t0
+        if self.feedback is not None:
+            tensors, meta = self.feedback.compress(update)
+        else:
+            tensors, meta = encode(update, lease.codec, lease.block)
+        return Result(tensors, meta, len(y), loss, compute_s)
+
+    def _gradient(self, x: np.ndarray, y: np.ndarray) -> tuple[dict[str, np.ndarray], float]:
+        self.model.zero_grad()
+        loss = self.loss_fn(self.model(tensor(x, device=self.device)), tensor(y, device=self.device))
+        loss.backward()
+        grads = {k: p.grad.numpy() for k, p in self.model.named_parameters()}
+        return grads, float(loss.item())
+
+    def _inner_steps(
+        self, lease: Lease, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray
+    ) -> tuple[dict[str, np.ndarray], float]:
+        if self.inner is None:
+            self.inner = make_optimizer("adamw", self.model.parameters(), lease.lr)
+        for group in self.inner.param_groups:
+            group["lr"] = lease.lr
+        total, n = 0.0, 0
+        for xb, yb in batches(x, y, lease.batch_size):
+            self.inner.zero_grad()
+            loss = self.loss_fn(self.model(tensor(xb, device=self.device)), tensor(yb, device=self.device))
+            loss.backward()
+            self.inner.step()
+            total, n = total + float(loss.item()) * len(yb), n + len(yb)
+        end = {k: p.detach().numpy() for k, p in self.model.named_parameters()}
+        return pseudo_gradient({k: params[k] for k in end}, end), total / max(n, 1)

@@ -1,0 +1,403 @@
+"""The coordinator's HTTP API in process (Starlette's test client), on SQLite and PostgreSQL: every endpoint, its
+error paths, the applier's record -> apply -> checkpoint sequence, crash replay, leader hand-over, lease expiry."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+
+import numpy as np
+import pytest
+from sqlalchemy import select, update
+
+from vkblas.distributed.codec import encode, to_payload
+from vkblas.distributed.coordinator.models import Lease, Update
+from vkblas.distributed.protocol import UPLOAD_META_KEY
+
+from .conftest import InProcess, needs_data
+
+pytestmark = [needs_data, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+
+def _lease(c: InProcess, auth: dict[str, str]) -> dict:
+    r = c.tc.post("/v1/leases", headers=auth)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["status"] == "work", body
+    return body["lease"]
+
+
+def _update(c: InProcess, value: float = 1e-3) -> dict[str, np.ndarray]:
+    return {k: np.full(shape, value, np.float32) for k, (shape, _) in c.ctx.signature.items()}
+
+
+def _payload(lease: dict, update: dict[str, np.ndarray], codec: str = "fp32", **meta: object) -> bytes:
+    tensors, m = encode(update, codec)
+    info = {"lease_id": lease["lease_id"], "samples": lease["data"]["samples"], "compute_s": 0.1, "loss": 1.0}
+    info.update(meta)
+    return to_payload(tensors, {**m, UPLOAD_META_KEY: json.dumps(info)})
+
+
+def _put(c: InProcess, auth: dict, lease: dict, body: bytes, key: str | None = None, digest: str | None = None):  # type: ignore[no-untyped-def]
+    headers = {
+        **auth,
+        "idempotency-key": key or uuid.uuid4().hex,
+        "x-content-sha256": digest or hashlib.sha256(body).hexdigest(),
+    }
+    return c.tc.put(f"/v1/leases/{lease['lease_id']}/result", content=body, headers=headers)
+
+
+def _error(r) -> str:  # type: ignore[no-untyped-def]
+    assert 400 <= r.status_code < 500, (r.status_code, r.text)
+    return r.json()["error"]["code"]
+
+
+# ------------------------------------------------------------------------------------------------ workers
+def test_register_me_and_tokens(coord: InProcess):
+    auth = coord.register("alice")
+    me = coord.tc.get("/v1/workers/me", headers=auth).json()
+    assert me["name"] == "alice" and me["credit"] == 0
+    assert _error(coord.tc.get("/v1/workers/me")) == "missing-token"
+    wid, _, secret = auth["authorization"].split()[1].partition(".")
+    assert _error(coord.tc.get("/v1/workers/me", headers={"authorization": f"Bearer {wid}.x{secret}"})) == "bad-token"
+    assert _error(coord.tc.get("/v1/workers/me", headers={"authorization": "Bearer 999.abc"})) == "bad-token"
+    assert _error(coord.tc.get("/v1/workers/me", headers={"authorization": "Bearer nonsense"})) == "bad-token"
+    with coord.ctx.db.read_session() as s:  # only a hash of the secret is stored
+        from vkblas.distributed.coordinator.models import Worker
+
+        stored = s.get(Worker, int(wid)).token_hash
+    assert stored == hashlib.sha256(secret.encode()).hexdigest() and secret not in stored
+
+
+def test_bodies_are_bounded_and_strict(coord: InProcess):
+    assert _error(coord.tc.post("/v1/workers", content=b"x" * 20_000)) == "too-large"
+    assert _error(coord.tc.post("/v1/workers", json={"name": "a", "device": "cpu", "admin": True})) == "invalid-body"
+    assert _error(coord.tc.post("/v1/workers", json={"name": "../etc", "device": "cpu"})) == "invalid-body"
+    assert _error(coord.tc.post("/v1/workers", content=b"{not json")) == "invalid-body"
+    assert _error(coord.tc.get("/v1/nothing")) == "not-found"
+
+
+def test_openapi_states_the_auth_of_every_endpoint(coord: InProcess):
+    schema = coord.tc.get("/openapi.json").json()
+    paths = schema["paths"]
+    assert {"/v1/workers", "/v1/leases", "/v1/leases/{lease_id}/result", "/v1/shards/{sha256}", "/v1/status"} <= set(
+        paths
+    )
+    needs_token = {(p, m) for p, ops in paths.items() for m, op in ops.items() if op.get("security")}
+    assert ("/v1/leases", "post") in needs_token and ("/v1/leases/{lease_id}/result", "put") in needs_token
+    assert ("/v1/workers", "post") not in needs_token and ("/v1/status", "get") not in needs_token
+
+
+# ------------------------------------------------------------------------------------------------ shards
+def test_shards_etag_range_if_range(coord: InProcess):
+    run = coord.tc.get("/v1/run").json()
+    ref = run["data_shards"][0]
+    url = f"/v1/shards/{ref['sha256']}"
+    whole = coord.tc.get(url)
+    assert whole.status_code == 200 and whole.headers["etag"] == f'"{ref["sha256"]}"'
+    assert hashlib.sha256(whole.content).hexdigest() == ref["sha256"] and len(whole.content) == ref["bytes"]
+    part = coord.tc.get(url, headers={"range": "bytes=100-", "if-range": f'"{ref["sha256"]}"'})
+    assert part.status_code == 206 and part.content == whole.content[100:]
+    stale = coord.tc.get(url, headers={"range": "bytes=100-", "if-range": '"other"'})
+    assert stale.status_code == 200 and stale.content == whole.content  # never other bytes glued on
+    weak = coord.tc.get(url, headers={"range": "bytes=100-", "if-range": f'W/"{ref["sha256"]}"'})
+    assert weak.status_code == 200
+    assert coord.tc.get(url, headers={"range": f"bytes={ref['bytes'] + 5}-"}).status_code == 416
+    assert coord.tc.get(url, headers={"range": "bytes=5-4"}).status_code == 400
+    assert coord.tc.get(url, headers={"if-none-match": f'"{ref["sha256"]}"'}).status_code == 304
+    assert _error(coord.tc.get("/v1/shards/" + "0" * 64)) == "unknown-shard"
+    assert coord.tc.get("/v1/shards/..%2F..%2Fetc%2Fpasswd").status_code in (404, 422)
+
+
+def test_interrupted_download_resumes_and_is_verified(coord: InProcess, tmp_path):
+    import httpx
+
+    from vkblas.distributed.worker.errors import IntegrityError
+
+    ref = coord.tc.get("/v1/run").json()["data_shards"][0]
+    inner, calls = coord.tc._transport, []
+
+    class CutOnce(httpx.BaseTransport):
+        """The first shard response breaks after 1000 bytes (a dropped connection)."""
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            calls.append(dict(request.headers))
+            r = inner.handle_request(request)
+            if "/v1/shards/" in request.url.path and len(calls) == 1:
+                body = r.read()
+
+                class Broken(httpx.SyncByteStream):
+                    def __iter__(self):  # type: ignore[no-untyped-def]
+                        yield body[:1000]
+                        raise httpx.ReadError("connection reset (test)")
+
+                return httpx.Response(r.status_code, headers=r.headers, stream=Broken())
+            return r
+
+    client = coord.client(CutOnce())
+    path = client.download(ref["sha256"], tmp_path / "dl")
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == ref["sha256"]
+    assert calls[1]["range"] == "bytes=1000-" and calls[1]["if-range"] == f'"{ref["sha256"]}"'
+    # a .part whose resumed whole does not hash to its name is thrown away and fetched again whole
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / f"{ref['sha256']}.part").write_bytes(b"\0" * (ref["bytes"] - 10))
+    path = coord.client().download(ref["sha256"], bad)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == ref["sha256"]
+    assert not (bad / f"{ref['sha256']}.part").exists()
+
+    class Liar(httpx.BaseTransport):  # a server (or proxy) that sends other bytes every time
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            return httpx.Response(200, content=b"not the shard")
+
+    with pytest.raises(IntegrityError, match="downloaded 3 times"):
+        coord.client(Liar()).download(ref["sha256"], tmp_path / "liar")
+
+
+# ------------------------------------------------------------------------------------------------ leases
+def test_lease_upload_apply_and_idempotent_retry(coord: InProcess):
+    auth = coord.register()
+    lease = _lease(coord, auth)
+    assert lease["base_version"] == 0 and lease["kind"] == "gradient" and lease["data"]["samples"] == 64
+    hb = coord.tc.post(f"/v1/leases/{lease['lease_id']}/heartbeat", json={"wall_s": 1.0}, headers=auth)
+    assert hb.status_code == 200, hb.text
+    body = _payload(lease, _update(coord))
+    key = uuid.uuid4().hex
+    first = _put(coord, auth, lease, body, key=key)
+    assert first.status_code == 200, first.text
+    again = _put(coord, auth, lease, body, key=key)  # a retry after a lost answer: same reply, nothing new
+    assert again.json() == first.json()
+    other = _payload(lease, _update(coord, 2e-3))
+    assert _error(_put(coord, auth, lease, other, key=key)) == "idempotency-conflict"
+    assert _error(_put(coord, auth, lease, other)) == "lease-finished"
+    assert coord.tc.get("/v1/status").json()["pending"] == 1
+    applier = coord.applier()
+    assert applier.step() == 1
+    applier.release()  # waits for the evaluation it started (in its own thread)
+    st = coord.tc.get("/v1/status").json()
+    assert (st["version"], st["accepted"], st["pending"], st["samples_applied"]) == (1, 1, 0, 64)
+    assert st["test"] is not None and 0 <= st["test"]["accuracy"] <= 1
+    assert coord.tc.get("/v1/workers/me", headers=auth).json()["credit"] == 64
+    assert coord.tc.get("/v1/models/latest").json()["version"] == 1
+
+
+@pytest.mark.parametrize(
+    "case, code",
+    [
+        ("checksum", "checksum-mismatch"),
+        ("garbage", "invalid-payload"),
+        ("truncated", "invalid-payload"),
+        ("shape", "rejected-update"),
+        ("nan", "rejected-update"),
+        ("missing", "rejected-update"),
+        ("codec", "invalid-payload"),
+        ("samples", "invalid-payload"),
+        ("meta", "invalid-payload"),
+        ("too-large", "too-large"),
+    ],
+)
+def test_bad_uploads_are_4xx_and_never_stored(coord: InProcess, case: str, code: str):
+    auth = coord.register()
+    lease = _lease(coord, auth)
+    good = _payload(lease, _update(coord))
+    u = _update(coord)
+    name = next(iter(u))
+    body, digest = good, None
+    if case == "checksum":
+        digest = "0" * 64
+    elif case == "garbage":
+        body = b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}......"
+    elif case == "truncated":
+        body = good[: len(good) // 2]
+    elif case == "shape":
+        u[name] = np.zeros((3,), np.float32)
+        body = _payload(lease, u)
+    elif case == "nan":
+        u[name] = u[name].copy()
+        u[name].flat[0] = np.nan
+        body = _payload(lease, u)
+    elif case == "missing":
+        del u[name]
+        body = _payload(lease, u)
+    elif case == "codec":
+        body = _payload(lease, u, codec="fp16")
+    elif case == "samples":
+        body = _payload(lease, u, samples=5)
+    elif case == "meta":
+        body = _payload(lease, u, compute_s=-1)
+    elif case == "too-large":
+        body = b"\0" * (coord.ctx.upload_limit + 1)
+    blobs = set(coord.ctx.store.all())
+    r = _put(coord, auth, lease, body, digest=digest)
+    assert _error(r) == code, r.text
+    assert r.json()["error"]["message"]
+    assert set(coord.ctx.store.all()) == blobs
+    st = coord.tc.get("/v1/status").json()
+    assert st["pending"] == 0 and st["rejected"] == (1 if code == "rejected-update" else 0)
+    assert _put(coord, auth, lease, good).status_code == 200  # the lease is still usable
+
+
+def test_other_workers_and_unknown_leases(coord: InProcess):
+    alice, bob = coord.register("alice"), coord.register("bob")
+    lease = _lease(coord, alice)
+    body = _payload(lease, _update(coord))
+    assert _error(_put(coord, bob, lease, body)) == "not-your-lease"
+    assert _error(coord.tc.post(f"/v1/leases/{lease['lease_id']}/heartbeat", json={}, headers=bob)) == "not-your-lease"
+    fake = {**lease, "lease_id": "0" * 32}
+    assert _error(_put(coord, alice, fake, body)) == "unknown-lease"
+    assert _error(coord.tc.post("/v1/leases/not-a-lease/return", headers=alice)) == "invalid-body"
+
+
+def test_expired_lease_is_reassigned_and_its_late_upload_refused(coord: InProcess):
+    alice, bob = coord.register("alice"), coord.register("bob")
+    lease = _lease(coord, alice)
+    with coord.ctx.db.session() as s:  # alice's heartbeats stopped long ago
+        s.execute(update(Lease).where(Lease.id == lease["lease_id"]).values(expires_at=0.0))
+    again = _lease(coord, bob)
+    assert again["unit_id"] == lease["unit_id"] and again["data"] == lease["data"]
+    assert _error(_put(coord, alice, lease, _payload(lease, _update(coord)))) == "lease-expired"
+    hb = coord.tc.post(f"/v1/leases/{lease['lease_id']}/heartbeat", json={}, headers=alice)
+    assert _error(hb) == "lease-expired"
+
+
+def test_returned_unit_goes_to_the_next_worker(coord: InProcess):
+    alice, bob = coord.register("alice"), coord.register("bob")
+    lease = _lease(coord, alice)
+    assert coord.tc.post(f"/v1/leases/{lease['lease_id']}/return", headers=alice).status_code == 204
+    assert _error(coord.tc.post(f"/v1/leases/{lease['lease_id']}/return", headers=alice)) == "lease-finished"
+    assert _lease(coord, bob)["unit_id"] == lease["unit_id"]
+
+
+# ------------------------------------------------------------------------------------------------ durability
+def _record(c: InProcess, auth: dict, n: int) -> None:
+    for _ in range(n):
+        lease = _lease(c, auth)
+        assert _put(c, auth, lease, _payload(lease, _update(c))).status_code == 200
+
+
+def test_crash_between_apply_and_checkpoint_replays_exactly_once(coord: InProcess, monkeypatch):
+    auth = coord.register()
+    _record(coord, auth, 2)
+    crashing = coord.applier(evaluate=False)
+
+    def crash(*a, **k):  # the process dies after applying in memory, before the checkpoint commits
+        raise SystemExit("kill -9")
+
+    monkeypatch.setattr(crashing, "_checkpoint", crash)
+    with pytest.raises(SystemExit):
+        crashing.step()
+    assert coord.tc.get("/v1/status").json()["version"] == 0  # nothing of it was published
+    crashing.release()  # (a real crash: its leader lease would expire instead)
+    restarted = coord.applier(evaluate=False)
+    assert restarted.step() == 2
+    _record(coord, auth, 1)
+    assert restarted.step() == 1
+    st = coord.tc.get("/v1/status").json()
+    assert (st["version"], st["accepted"], st["pending"], st["samples_applied"]) == (3, 3, 0, 192)
+    with coord.ctx.db.read_session() as s:
+        versions = s.scalars(select(Update.applied_version).order_by(Update.seq)).all()
+    assert versions == [1, 2, 3]
+
+
+def test_one_applier_at_a_time_and_takeover(coord: InProcess):
+    auth = coord.register()
+    _record(coord, auth, 1)
+    first, second = coord.applier(evaluate=False), coord.applier(evaluate=False, leader_ttl=0.5)
+    assert first.step() == 1
+    _record(coord, auth, 1)
+    assert second.step() == 0  # the first one holds the lead
+    import time
+
+    later = time.time() + 60
+    assert second.step(now=later) == 1  # the first one's lease ran out: the second takes over
+    assert coord.tc.get("/v1/status").json()["version"] == 2
+    _record(coord, auth, 1)
+    first.step()  # the first one still believes it leads (a paused process): it applies, but its commit is fenced
+    st = coord.tc.get("/v1/status").json()
+    assert (st["version"], st["pending"]) == (2, 1) and first.model is None
+    assert second.step(now=later + 0.1) == 1
+    assert coord.tc.get("/v1/status").json()["version"] == 3
+
+
+# ------------------------------------------------------------------------------------------------ rounds
+@pytest.mark.parametrize("algorithm", ["sync", "diloco"])
+def test_rounds_close_on_quorum_and_weigh_late_results(db_url, tmp_path, algorithm):
+    c = InProcess(db_url, tmp_path, algorithm=algorithm, quorum=0.5, round_seconds=3600, max_staleness=1)
+    try:
+        a, b = c.register("a"), c.register("b")
+        la, lb = _lease(c, a), _lease(c, b)
+        assert la["kind"] == ("inner-steps" if algorithm == "diloco" else "gradient")
+        r = c.tc.post("/v1/leases", headers=a).json()
+        assert r["status"] == "wait" and "round 0" in r["reason"]  # one unit per worker per round
+        ap = c.applier(evaluate=False)
+        assert _put(c, a, la, _payload(la, _update(c))).status_code == 200
+        assert ap.step() == 1  # a alone holds half of round 0's leased samples: the quorum
+        assert _put(c, b, lb, _payload(lb, _update(c))).status_code == 200  # b is late (computed from version 0)
+        la2 = _lease(c, a)
+        assert la2["base_version"] == 1
+        assert _put(c, a, la2, _payload(la2, _update(c))).status_code == 200
+        assert ap.step() == 2  # round 1: a's fresh result and b's late one (staleness 1, weight halved)
+        with c.ctx.db.read_session() as s:
+            rows = s.execute(select(Update.staleness, Update.status).order_by(Update.seq)).all()
+        assert [tuple(r) for r in rows] == [(0, "applied"), (1, "applied"), (0, "applied")]
+    finally:
+        c.close()
+
+
+def test_worker_uses_a_local_copy_whose_hashes_match(coord: InProcess, tmp_path):
+    from vkblas.distributed.protocol import DataSlice, RunInfo
+    from vkblas.distributed.worker.cache import DataCache
+
+    from .conftest import DATA
+
+    info = RunInfo.model_validate(coord.tc.get("/v1/run").json())
+
+    class NoNetwork:
+        def download(self, *a: object) -> None:
+            raise AssertionError("a matching local copy needs no download")
+
+    cache = DataCache(NoNetwork(), info, tmp_path, local=str(DATA))  # type: ignore[arg-type]
+    assert sorted(cache.local) == list(range(len(info.data_shards)))
+    x, y = cache.slice(DataSlice(shard=1, seed=7, offset=3, samples=10))
+    assert x.shape == (10, 1, 28, 28) and x.dtype == np.float32 and y.shape == (10,)
+
+
+@pytest.mark.parametrize("codec", ["int8", "fp16"])
+def test_diloco_compressed_uploads_with_error_feedback(db_url, tmp_path, codec):
+    """A whole small DiLoCo run through the real worker loop (in process): compressed results, error feedback on
+    the worker, the applier in its own thread; every unit applied, the uploads a fraction of fp32's size."""
+    import threading
+
+    from vkblas.distributed.worker.join import JoinOptions, Worker
+
+    c = InProcess(db_url, tmp_path, algorithm="diloco", codec=codec, block=64, inner_steps=4, eval_seconds=0.2)
+    stop = threading.Event()
+    applier = threading.Thread(target=c.applier().run, args=(stop, 0.02))
+    applier.start()
+    try:
+        opts = JoinOptions(
+            server="http://testserver", progress=False, cache=str(tmp_path / "cache"), error_feedback=True
+        )
+        worker = Worker(opts, client=c.client())
+        summary = worker.run()
+        assert worker.trainer.feedback is not None and worker.trainer.feedback.residual
+    finally:
+        stop.set()
+        applier.join()
+    st = c.tc.get("/v1/status").json()
+    assert st["state"] == "finished" and st["samples_applied"] == 600 and st["rejected"] == 0
+    model_bytes = sum(int(np.prod(shape)) * 4 for shape, _ in c.ctx.signature.values())
+    assert st["bytes_in"] / st["accepted"] < (0.3 if codec == "int8" else 0.55) * model_bytes
+    assert summary.units == st["accepted"] and summary.credit == 600
+    c.close()
+
+
+def test_restart_with_other_options_is_refused(coord: InProcess):
+    from vkblas.distributed.coordinator.config import RunSpec
+    from vkblas.distributed.coordinator.serve import prepare
+
+    assert prepare(coord.settings, coord.spec) is False  # the same options: resumed, nothing created
+    other = RunSpec(**{**coord.spec.model_dump(), "lr": 0.5, "epochs": 2})
+    with pytest.raises(ValueError, match=r"other options .*epochs: 1 vs 2.*lr: None vs 0.5"):
+        prepare(coord.settings, other)

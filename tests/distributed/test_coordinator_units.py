@@ -1,0 +1,117 @@
+"""The coordinator's and worker's small pieces as functions: shards, unit sizing, the run spec, the worker's
+transport (byte counts, uplink bucket) and its retries."""
+
+from __future__ import annotations
+
+import httpx
+import numpy as np
+import pytest
+
+from vkblas.distributed.codec import CodecError
+from vkblas.distributed.coordinator.config import RunSpec, normalise_db_url
+from vkblas.distributed.coordinator.crud import unit_samples
+from vkblas.distributed.shards import (
+    build_shards,
+    model_shards,
+    parse_model_shard,
+    parse_shard,
+    shard_order,
+    unit_indices,
+    unit_seed,
+)
+from vkblas.distributed.worker import transport
+from vkblas.distributed.worker.client import Client
+from vkblas.distributed.worker.errors import ServerError, UnreachableError
+
+
+def test_unit_indices_are_a_seeded_slice_of_one_permutation():
+    seed = unit_seed(0, 1, 2)
+    whole = np.concatenate([unit_indices(100, seed, o, 25) for o in range(0, 100, 25)])
+    assert sorted(whole.tolist()) == list(range(100))  # the units of a shard cover it once
+    np.testing.assert_array_equal(unit_indices(100, seed, 25, 25), whole[25:50])
+    assert unit_seed(0, 1, 2) != unit_seed(0, 2, 2) and sorted(shard_order(0, 3, 6)) == list(range(6))
+    with pytest.raises(ValueError, match="outside a shard of 100"):
+        unit_indices(100, seed, 90, 20)
+
+
+def test_data_shards_round_trip_and_refuse_others():
+    images = np.arange(5 * 4 * 4, dtype=np.uint8).reshape(5, 4, 4)
+    labels = np.arange(5, dtype=np.int32)
+    shards = build_shards("mnist", images, labels, per_shard=2)
+    assert len(shards) == 3 and shards == build_shards("mnist", images, labels, per_shard=2)  # deterministic bytes
+    x, y = parse_shard(shards[2], "mnist")
+    np.testing.assert_array_equal(x, images[4:]) and np.testing.assert_array_equal(y, labels[4:])
+    with pytest.raises(CodecError, match="not a fashion-mnist data shard"):
+        parse_shard(shards[0], "fashion-mnist")
+    with pytest.raises(CodecError):
+        parse_shard(shards[0][:-3], "mnist")
+
+
+def test_model_shards_group_small_tensors_and_keep_names():
+    params = {"a": np.ones((4, 4), np.float32), "b": np.zeros(3, np.float32), "c": np.ones((64, 64), np.float32)}
+    shards = model_shards(params, max_bytes=100)
+    assert [sorted(parse_model_shard(s)) for s in shards] == [["a", "b"], ["c"]]
+    again = model_shards({**params, "c": params["c"] * 2}, max_bytes=100)
+    assert again[0] == shards[0] and again[1] != shards[1]  # an unchanged group keeps its bytes, so its hash
+
+
+def test_unit_sizes_follow_speed_within_their_caps():
+    a = RunSpec(algorithm="async", batch_size=128, unit_seconds=2.0)
+    assert unit_samples(a, None) == 128  # calibration: one batch
+    assert unit_samples(a, 10_000.0) == 128  # a gradient is never more than a batch
+    assert unit_samples(a, 20.0) == 40  # a slow device: about unit_seconds of work
+    d = RunSpec(algorithm="diloco", batch_size=32, unit_seconds=1.0, inner_steps=10)
+    assert unit_samples(d, None) == 32
+    assert unit_samples(d, 100.0) == 96  # 3 whole inner steps
+    assert unit_samples(d, 1e6) == 320  # at most inner_steps
+    assert unit_samples(d, 1.0) == 32
+
+
+def test_run_spec_and_db_urls():
+    with pytest.raises(ValueError, match="unknown dataset 'cifar'"):
+        RunSpec(dataset="cifar")
+    with pytest.raises(ValueError, match="batch_size"):
+        RunSpec(batch_size=0)
+    assert RunSpec(algorithm="diloco").learning_rate == 1e-3 and RunSpec(algorithm="diloco").round_quorum == 0.75
+    assert normalise_db_url("postgresql://u@h/db") == "postgresql+psycopg://u@h/db"
+    assert normalise_db_url("x.db").startswith("sqlite:////")
+
+
+def test_metered_transport_counts_and_throttles(monkeypatch):
+    slept = []
+    clock = [0.0]
+    monkeypatch.setattr(transport.time, "sleep", lambda s: (slept.append(s), clock.__setitem__(0, clock[0] + s)))
+    monkeypatch.setattr(transport.time, "monotonic", lambda: clock[0])
+    inner = httpx.MockTransport(lambda req: httpx.Response(200, content=b"x" * 1000))
+    m = transport.Metered(inner, uplink_bits=8e5)  # 100 kB/s
+    with httpx.Client(transport=m, base_url="http://test") as c:
+        assert c.post("/up", content=b"y" * 50_000).content == b"x" * 1000
+    assert m.sent > 50_000 and m.received > 1000
+    assert sum(slept) == pytest.approx(m.sent / 1e5, rel=0.2)  # the bytes, at the uplink's rate
+
+
+def test_client_retries_then_gives_up_with_one_error():
+    calls = []
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) < 3:
+            raise httpx.ConnectError("refused (test)")
+        if len(calls) == 3:
+            return httpx.Response(503)
+        return httpx.Response(200, json={"error": {"code": "bad-token", "message": "no"}} if len(calls) > 4 else {})
+
+    c = Client("http://test", transport=httpx.MockTransport(flaky), sleep=lambda s: None, retry_for=60)
+    assert c.request("GET", "/x").status_code == 200 and len(calls) == 4
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused (test)")
+
+    down = Client("http://test", transport=httpx.MockTransport(refuse), sleep=lambda s: None, retry_for=0)
+    with pytest.raises(UnreachableError, match="no answer from http://test"):
+        down.request("GET", "/x")
+    refused = Client("http://test", transport=httpx.MockTransport(
+        lambda r: httpx.Response(401, json={"error": {"code": "bad-token", "message": "unknown token"}})))  # fmt: skip
+    with pytest.raises(ServerError) as e:
+        refused.request("GET", "/x")
+    assert (e.value.status, e.value.code) == (401, "bad-token")
