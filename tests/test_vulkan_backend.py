@@ -352,8 +352,29 @@ FORMULA_REFERENCES = {
     "adam_rsqrt_bc": lambda t, beta2: 1 / np.sqrt(1 - beta2**t),
     "adam_apply": lambda p, mom, v, step, rbc, eps, decay: p * decay - step * mom / (np.sqrt(v) * rbc + eps),
 }
+# the parameterised elementwise ops (ops/parametric.py); their params are random too here
+FORMULA_REFERENCES |= {
+    "softplus": lambda a, beta, th: np.where(a * beta > th, a, np.log1p(np.exp(a * beta)) / beta),
+    "softplus_grad": lambda g, x, beta, th: np.where(x * beta > th, g, g / (1 + np.exp(-x * beta))),
+    "elu": lambda a, alpha, scale, s_in: scale * np.where(a > 0, a, alpha * np.expm1(a * s_in)),
+    "elu_grad": lambda g, x, alpha, scale, s_in: g * scale * np.where(x > 0, 1, alpha * s_in * np.exp(x * s_in)),
+    "hardtanh": lambda a, lo, hi: np.minimum(np.maximum(a, lo), hi),
+    "hardtanh_grad": lambda g, x, lo, hi: np.where((x > lo) & (x < hi), g, 0),
+    "isclose": lambda a, b, rtol, atol, eq: (
+        (a == b)
+        | ((np.abs(a - b) <= atol + rtol * np.abs(b)) & np.isfinite(a - b))
+        | ((eq != 0) & np.isnan(a) & np.isnan(b))
+    ),
+}
 # operands that must be in (0, 1): logarithms, square roots, powers of a beta
-_UNIT_OPERANDS = {"log_softmax_out": {2}, "adam_apply": {2, 4, 5}, "adam_step_size": {0, 1, 2}, "adam_rsqrt_bc": {0, 1}}
+_UNIT_OPERANDS = {
+    "softplus": {1},
+    "softplus_grad": {2},
+    "log_softmax_out": {2},
+    "adam_apply": {2, 4, 5},
+    "adam_step_size": {0, 1, 2},
+    "adam_rsqrt_bc": {0, 1},
+}
 
 
 def _covered_by_an_op(name: str) -> bool:

@@ -45,6 +45,7 @@ from .ops.conv import avg_pool2d, conv2d, max_pool2d
 from .ops.elementwise import *  # noqa: F403  (one function per elementwise op record)
 from .ops.indexing import gather, index_select, one_hot, scatter_add
 from .ops.linalg import bmm, matmul, mm
+from .ops.parametric import allclose, isclose, round
 from .ops.pointwise import add, clamp, clip, gelu, leaky_relu, masked_fill, sub, where
 from .ops.reduction import (
     all,
@@ -85,6 +86,7 @@ from .ops.shape import (
     view,
     view_as,
 )
+from .ops.unary_math import *  # noqa: F403  (more records: rounding, trigonometric, erf, selu)
 from .random import Generator, initial_seed, manual_seed
 from .tensor import Tensor
 from .version import __version__

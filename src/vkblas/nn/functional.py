@@ -13,9 +13,12 @@ from ..autograd import no_grad
 from ..dtypes import bool_, float16, float64, int32
 from ..ops.conv import avg_pool2d, conv2d, max_pool2d, pad, unfold
 from ..ops.indexing import check_index, gather_unchecked, one_hot, take_along
+from ..ops.parametric import celu, elu, hardtanh, softplus
 from ..ops.pointwise import gelu, leaky_relu, where
 from ..ops.reduction import log_softmax as _log_softmax
 from ..ops.reduction import softmax as _softmax
+from ..ops.unary_math import _hardsigmoid, _hardswish, _logsigmoid, _mish, _relu6, _softsign
+from ..ops.unary_math import selu as _selu
 from ..tensor import Tensor
 
 __all__ = [
@@ -23,26 +26,37 @@ __all__ = [
     "batch_norm",
     "binary_cross_entropy",
     "binary_cross_entropy_with_logits",
+    "celu",
     "conv2d",
     "cross_entropy",
     "dropout",
+    "elu",
     "embedding",
     "gelu",
+    "hardsigmoid",
+    "hardswish",
+    "hardtanh",
     "l1_loss",
     "layer_norm",
     "leaky_relu",
     "linear",
     "log_softmax",
+    "logsigmoid",
     "max_pool2d",
+    "mish",
     "mse_loss",
     "nll_loss",
     "one_hot",
     "pad",
     "relu",
+    "relu6",
     "rms_norm",
+    "selu",
     "sigmoid",
     "silu",
     "softmax",
+    "softplus",
+    "softsign",
     "tanh",
     "unfold",
 ]
@@ -67,6 +81,35 @@ def silu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
 
 def softmax(input: Tensor, dim: int, dtype: object = None) -> Tensor:  # noqa: A002
     return _softmax(input, dim, dtype)
+
+
+# parameter-free activations of ops/unary_math.py (``inplace`` is accepted and computes out of place)
+def selu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    return _selu(input)
+
+
+def mish(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    return _mish(input)
+
+
+def hardswish(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    return _hardswish(input)
+
+
+def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    return _hardsigmoid(input)
+
+
+def relu6(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    return _relu6(input)
+
+
+def logsigmoid(input: Tensor) -> Tensor:  # noqa: A002
+    return _logsigmoid(input)
+
+
+def softsign(input: Tensor) -> Tensor:  # noqa: A002
+    return _softsign(input)
 
 
 def log_softmax(input: Tensor, dim: int, dtype: object = None) -> Tensor:  # noqa: A002

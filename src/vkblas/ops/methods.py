@@ -14,7 +14,7 @@ from .. import device as _dev
 from ..dtypes import DType, bool_, float16, float32, int32, to_dtype
 from ..tensor import Tensor
 from . import elementwise as ew
-from . import indexing, linalg, pointwise, reduction, shape
+from . import indexing, linalg, parametric, pointwise, reduction, shape, unary_math  # noqa: F401  (unary_math: records)
 from ._core import clone, full
 from .random import bernoulli_, normal_, uniform_
 from .record import RECORDS, inplace_function
@@ -238,6 +238,11 @@ Tensor.lerp_ = pointwise.lerp_
 Tensor.uniform_ = uniform_
 Tensor.normal_ = normal_
 Tensor.bernoulli_ = bernoulli_
+
+# ---------------------------------------------------------------- elementwise ops with parameters (ops/parametric.py)
+Tensor.round = parametric.round
+Tensor.isclose = parametric.isclose
+Tensor.allclose = parametric.allclose
 
 # ---------------------------------------------------------------- the elementwise records' methods
 for _rec in RECORDS.values():

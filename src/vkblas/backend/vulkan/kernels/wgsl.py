@@ -15,6 +15,7 @@ bound with a dynamic offset (see ``queue.py``). ``pu(i)`` / ``pi(i)`` / ``pf(i)`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -55,6 +56,9 @@ def literal(x: Any, ty: str) -> str:
         return "true" if x else "false"
     if ty == "i32":
         return f"i32({int(x)})"
+    if not math.isfinite(x):  # WGSL has no inf/nan literals: their f32 bit patterns
+        bits = "0x7fc00000u" if math.isnan(x) else "0x7f800000u" if x > 0 else "0xff800000u"
+        return f"{ty}(bitcast<f32>({bits}))"
     return f"{ty}({float(x)!r})"
 
 
