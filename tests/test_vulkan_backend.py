@@ -365,9 +365,13 @@ FORMULA_REFERENCES |= {
         | ((np.abs(a - b) <= atol + rtol * np.abs(b)) & np.isfinite(a - b))
         | ((eq != 0) & np.isnan(a) & np.isnan(b))
     ),
+    # multinomial's (ops/sampling.py)
+    "bad_weight": lambda w: (w < 0) | np.isinf(w) | np.isnan(w),
+    "es_key": lambda u, w: np.log(u) / w,
 }
 # operands that must be in (0, 1): logarithms, square roots, powers of a beta
 _UNIT_OPERANDS = {
+    "es_key": {0, 1},
     "softplus": {1},
     "softplus_grad": {2},
     "log_softmax_out": {2},

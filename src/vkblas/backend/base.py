@@ -14,7 +14,14 @@ Primitives (all outputs are views the caller allocated; inputs may be any views,
 ``matmul``             ``out[..., m, n] = sum_k a[..., m, k] * b[..., k, n]``; equal batch shapes (broadcast by
                        strides), ``out`` contiguous.
 ``gather``             ``out[i][j][k] = x[i][index[i][j][k]][k]`` (for ``dim=1``; ``torch.gather`` semantics).
-``scatter_add``        ``out[i][index[i][j][k]][k] += src[i][j][k]`` (accumulates into ``out`` in place).
+``scatter``            ``out[i][index[i][j][k]][k] (op)= src[i][j][k]`` in place, ``op`` one of :data:`SCATTER_OPS`:
+                       ``assign`` (duplicates: one of them wins), ``sum``, ``prod``, ``amax``, ``amin``
+                       (``scatter_add`` is ``scatter("sum", ...)``).
+``scan``               inclusive prefix ``sum`` / ``prod`` of ``x`` along ``axis`` into ``out`` (``x``'s shape).
+``sort``               ``values`` and int32 ``indices`` of ``x`` sorted along its last dim, ascending or
+                       descending; stable (equal values keep their order) and NaN sorts above every number, so
+                       ``indices`` are numpy's ``argsort(kind="stable")`` (PyTorch's stable sort).
+``attention``          fused scaled-dot-product attention and its backward (see :meth:`Backend.attention`).
 ``unfold``             im2col (``torch.nn.functional.unfold``): ``x`` (N, C, H, W) -> ``out`` (N, C*kh*kw, OH*OW),
                        row ``(c, i, j)`` holds ``x[n, c, oh*sh - ph + i*dh, ow*sw - pw + j*dw]`` (``pad_value``
                        outside ``x``). ``out`` may have any strides (conv2d writes a (C*kh*kw, N, L) layout).
@@ -184,7 +191,16 @@ class Backend(ABC):
     def gather(self, out: View, x: View, dim: int, index: View) -> None: ...
 
     @abstractmethod
-    def scatter_add(self, out: View, dim: int, index: View, src: View) -> None: ...
+    def scatter(self, op: str, out: View, dim: int, index: View, src: View) -> None: ...
+
+    def scatter_add(self, out: View, dim: int, index: View, src: View) -> None:
+        self.scatter("sum", out, dim, index, src)
+
+    @abstractmethod
+    def scan(self, op: str, out: View, x: View, axis: int) -> None: ...
+
+    @abstractmethod
+    def sort(self, values: View, indices: View, x: View, descending: bool) -> None: ...
 
     @abstractmethod
     def random(self, out: View, distribution: str, seed: int, counter: int) -> None: ...
@@ -218,8 +234,9 @@ class Backend(ABC):
         sum of the ``cols`` (N, C*kh*kw, OH*OW) entries that ``unfold`` reads from it (0 where none does).
         Deterministic: no atomics, each output pixel gathers its own terms. ``out`` must not overlap ``cols``."""
 
-    def check_range(self, index: View, low: int, high: int, message: str) -> None:
-        """Raise ``IndexError(message.format(bad=value))`` if an index lies outside ``[low, high)``.
+    def check_range(self, index: View, low: int, high: int, message: str, error: type[Exception] = IndexError) -> None:
+        """Raise ``error(message.format(bad=value))`` (IndexError unless told) if an index lies outside
+        ``[low, high)``; value checks that are not about indices (``multinomial``'s weights) name their error.
 
         Synchronous backends check at once. An asynchronous backend may instead record the check on the device and
         raise at its next sync point, as CUDA's device-side asserts do, so a training step needs no host round
@@ -227,7 +244,7 @@ class Backend(ABC):
         a = self.to_numpy(index)
         bad = a[(a < low) | (a >= high)]
         if bad.size:
-            raise IndexError(message.format(bad=int(bad.reshape(-1)[0])))
+            raise error(message.format(bad=int(bad.reshape(-1)[0])))
 
     # -- graph capture (optional: ``can_capture``)
     def _cannot_capture(self) -> UnsupportedError:
@@ -276,6 +293,8 @@ def window_output_size(
 
 
 REDUCE_OPS = ("sum", "max", "min", "argmax", "argmin")
+SCATTER_OPS = ("assign", "sum", "prod", "amax", "amin")
+SCAN_OPS = ("sum", "prod")
 RANDOM_DISTRIBUTIONS = ("uniform", "normal")
 
 # The counter-based generator every backend implements bit for bit (uint32 arithmetic, wrapping):

@@ -109,14 +109,46 @@ class CpuBackend(Backend):
         np.copyto(_np(out), np.matmul(A, B), casting="unsafe")
 
     def gather(self, out: View, x: View, dim: int, index: View) -> None:
-        np.copyto(_np(out), np.take_along_axis(_np(x), _np(index).astype(np.intp), axis=dim))
+        idx = _np(index).astype(np.intp)
+        # torch.gather allows an index smaller than x in the other dims; take_along_axis wants them equal
+        src = _np(x)[tuple(slice(None) if i == dim % idx.ndim else slice(0, n) for i, n in enumerate(idx.shape))]
+        np.copyto(_np(out), np.take_along_axis(src, idx, axis=dim))
 
-    def scatter_add(self, out: View, dim: int, index: View, src: View) -> None:
+    def scatter(self, op: str, out: View, dim: int, index: View, src: View) -> None:
         target = _np(out)
         idx = _np(index).astype(np.intp)
         grids = list(np.indices(idx.shape, sparse=True))
         grids[dim] = idx
-        np.add.at(target, tuple(grids), _np(src))
+        where = tuple(grids)
+        values = _np(src)[tuple(slice(0, n) for n in idx.shape)]
+        if op == "assign":
+            target[where] = values  # duplicates: the last one in C order wins
+        else:  # maximum/minimum: NaN wins, as in PyTorch
+            ufunc = {"sum": np.add, "prod": np.multiply, "amax": np.maximum, "amin": np.minimum}[op]
+            ufunc.at(target, where, values)
+
+    def scan(self, op: str, out: View, x: View, axis: int) -> None:
+        a = _np(x)
+        wide = np.float64 if x.dtype is float64 else np.float32 if x.dtype.is_floating else np.int64
+        fn = np.cumsum if op == "sum" else np.cumprod
+        np.copyto(_np(out), fn(a.astype(wide), axis=axis), casting="unsafe")  # ints wrap to int32 as on the GPU
+
+    def sort(self, values: View, indices: View, x: View, descending: bool) -> None:
+        a = _np(x)
+        order = np.arange(a.shape[-1]) if a.ndim else np.zeros((), np.intp)
+        if a.ndim == 0:
+            idx = np.zeros((), np.int64)
+        elif a.dtype.kind == "f":
+            nan = np.isnan(a)
+            key = np.where(nan, 0, a)
+            # lexsort sorts by its last key first: NaN flag, then the value, then the position (stability)
+            keys = (np.broadcast_to(order, a.shape), -key if descending else key, ~nan if descending else nan)
+            idx = np.lexsort(keys, axis=-1)
+        else:
+            key = a.astype(np.int64)
+            idx = np.lexsort((np.broadcast_to(order, a.shape), -key if descending else key), axis=-1)
+        np.copyto(_np(indices), idx, casting="unsafe")
+        np.copyto(_np(values), np.take_along_axis(a, idx, -1) if a.ndim else a)
 
     def random(self, out: View, distribution: str, seed: int, counter: int) -> None:
         n = out.numel

@@ -14,7 +14,20 @@ from .. import device as _dev
 from ..dtypes import DType, bool_, float16, float32, int32, to_dtype
 from ..tensor import Tensor
 from . import elementwise as ew
-from . import indexing, linalg, parametric, pointwise, reduction, shape, unary_math  # noqa: F401  (unary_math: records)
+from . import (  # noqa: F401  (unary_math: records)
+    indexing,
+    linalg,
+    parametric,
+    pointwise,
+    rearrange,
+    reduction,
+    sampling,
+    scan,
+    scatter,
+    shape,
+    sorting,
+    unary_math,
+)
 from ._core import clone, full
 from .random import bernoulli_, normal_, uniform_
 from .record import RECORDS, inplace_function
@@ -243,6 +256,36 @@ Tensor.bernoulli_ = bernoulli_
 Tensor.round = parametric.round
 Tensor.isclose = parametric.isclose
 Tensor.allclose = parametric.allclose
+
+# ---------------------------------------------------------------- scans, sorting, rearranging, scattering
+Tensor.cumsum = scan.cumsum
+Tensor.cumprod = scan.cumprod
+Tensor.prod = scan.prod
+Tensor.sort = sorting.sort
+Tensor.argsort = sorting.argsort
+Tensor.topk = sorting.topk
+Tensor.multinomial = sampling.multinomial
+Tensor.flip = rearrange.flip
+Tensor.roll = rearrange.roll
+Tensor.tril = rearrange.tril
+Tensor.triu = rearrange.triu
+Tensor.diagonal = rearrange.diagonal
+Tensor.unfold = rearrange.unfold
+Tensor.repeat_interleave = rearrange.repeat_interleave
+Tensor.scatter = scatter.scatter
+Tensor.scatter_reduce = scatter.scatter_reduce
+Tensor.index_add = scatter.index_add
+Tensor.index_copy = scatter.index_copy
+Tensor.index_fill = scatter.index_fill
+Tensor.masked_scatter = scatter.masked_scatter
+Tensor.nonzero = scatter.nonzero
+Tensor.scatter_ = scatter.scatter_
+Tensor.scatter_add_ = scatter.scatter_add_
+Tensor.scatter_reduce_ = scatter.scatter_reduce_
+Tensor.index_add_ = scatter.index_add_
+Tensor.index_copy_ = scatter.index_copy_
+Tensor.index_fill_ = scatter.index_fill_
+Tensor.masked_scatter_ = scatter.masked_scatter_
 
 # ---------------------------------------------------------------- the elementwise records' methods
 for _rec in RECORDS.values():

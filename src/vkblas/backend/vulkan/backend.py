@@ -21,12 +21,23 @@ import numpy as np
 
 from ...dtypes import DType, bool_, float16, float32, int32
 from .. import elementwise as ew
-from ..base import RANDOM_DISTRIBUTIONS, REDUCE_OPS, Backend, BackendError, Capture, Scalar, UnsupportedError, View
+from ..base import (
+    RANDOM_DISTRIBUTIONS,
+    REDUCE_OPS,
+    SCAN_OPS,
+    SCATTER_OPS,
+    Backend,
+    BackendError,
+    Capture,
+    Scalar,
+    UnsupportedError,
+    View,
+)
 from .autotune import startup_check
 from .device import Device
 from .index_checks import IndexChecks
 from .kernels import elementwise as ew_kernels
-from .kernels import indexing, random, reduce, window
+from .kernels import indexing, random, reduce, scan, sort, window
 from .kernels.plan import Plan, out_of_bounds
 from .kernels.random import pcg_host
 from .kernels.reduce import SplitPlan
@@ -152,12 +163,12 @@ class VulkanBackend(Backend):
             self.checks.raise_failed()
 
     # -- index checks: recorded on the device, reported at the next sync point (see index_checks.py)
-    def check_range(self, index: View, low: int, high: int, message: str) -> None:
+    def check_range(self, index: View, low: int, high: int, message: str, error: type[Exception] = IndexError) -> None:
         """Record a check that every value of ``index`` lies in ``[low, high)``: two dispatches and no host round
         trip. A failure raises IndexError at the next ``to_numpy``/``synchronize``; kernels never read out of
         bounds meanwhile (gather reads 0, scatter_add skips)."""
         if index.numel:
-            self.checks.record(index, int(low), int(high), message)
+            self.checks.record(index, int(low), int(high), message, error)
 
     # -- graph capture (the optional interface of backend/base.py; vkblas.graphs drives it)
     def capture_begin(self) -> Recording:
@@ -389,21 +400,65 @@ class VulkanBackend(Backend):
             plan = self._plan(key, "gather", [out, x, index], build)
         self.launch("gather", plan, (out, x, index))
 
-    def scatter_add(self, out: View, dim: int, index: View, src: View) -> None:
-        key = ("scatter_add", dim, out[0].dtype, out[1], out[2], index[0].dtype, index[1], index[2])
+    def scatter(self, op: str, out: View, dim: int, index: View, src: View) -> None:
+        key = ("scatter", op, dim, out[0].dtype, out[1], out[2], index[0].dtype, index[1], index[2])
         key += (src[0].dtype, src[1], src[2])
         plan = self.plans.get(key)
         if plan is None:
 
             def build() -> Plan:
-                d = self._check_index_op("scatter_add", src, out, dim, index)
+                if op not in SCATTER_OPS:
+                    raise ValueError(f"unknown scatter op {op!r}; expected one of {SCATTER_OPS}")
+                d = self._check_index_op("scatter", src, out, dim, index)
                 if out.dtype is not src.dtype:
-                    why = "out and src dtypes differ"
-                    raise self._error(InvalidArgumentError, "scatter_add", [out, index, src], why)
-                return indexing.build(self.dev, "scatter_add", (out, index, src), out, d, index)
+                    raise self._error(InvalidArgumentError, "scatter", [out, index, src], "out and src dtypes differ")
+                return indexing.build(self.dev, "scatter", (out, index, src), out, d, index, op)
 
-            plan = self._plan(key, "scatter_add", [out, index, src], build)
-        self.launch("scatter_add", plan, (out, index, src))
+            plan = self._plan(key, "scatter " + op, [out, index, src], build)
+        self.launch("scatter " + op, plan, (out, index, src))
+
+    def scan(self, op: str, out: View, x: View, axis: int) -> None:
+        key = ("scan", op, axis, out[0].dtype, out[1], out[2], x[0].dtype, x[1], x[2])
+        plan = self.plans.get(key)
+        if plan is None:
+
+            def build() -> Plan:
+                if op not in SCAN_OPS:
+                    raise ValueError(f"unknown scan {op!r}; expected one of {SCAN_OPS}")
+                if not -len(x.shape) <= axis < len(x.shape):
+                    raise ValueError(f"axis {axis} is out of range for shape {x.shape}")
+                return scan.build(self.dev, op, out, x, axis % len(x.shape))
+
+            plan = self._plan(key, "scan " + op, [out, x], build)
+        if x.numel:
+            self.launch("scan " + op, plan, (out, x))
+
+    def sort(self, values: View, indices: View, x: View, descending: bool) -> None:
+        key = ("sort", bool(descending), values[0].dtype, values[1], values[2], indices[0].dtype, indices[2])
+        key += (x[0].dtype, x[1], x[2])
+        plan = self.plans.get(key)
+        if plan is None:
+            if not x.shape:
+                raise self._error(InvalidArgumentError, "sort", [values, indices, x], "sort needs at least one dim")
+            plan = self._plan(
+                key, "sort", [values, indices, x], lambda: sort.build(self.dev, values, indices, x, descending)
+            )
+        if not x.numel:
+            return
+        sp: sort.SortPlan = plan
+        ws = [View(self.alloc(sp.ws_numel or 1, d), (sp.ws_numel or 1,), (1,), 0) for d in (sp.key_dtype, int32)]
+        views = (values, indices, x, *ws)
+        self.launch("sort", sp.first, views, (0,))
+        if sp.global_step is None:
+            return
+        k = 2 * sp.block
+        while k <= sp.n_padded:
+            j = k // 2
+            while j >= sp.block:
+                self.launch("sort", sp.global_step, (values, *ws), (k, j))
+                j //= 2
+            self.launch("sort", sp.last_merge if k == sp.n_padded else sp.merge, views, (k,))
+            k *= 2
 
     def random(self, out: View, distribution: str, seed: int, counter: int) -> None:
         key = ("random", distribution, out[0].dtype, out[1], out[2])
