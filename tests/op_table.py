@@ -754,8 +754,9 @@ OPS: list[OpInfo] = [
 # more entries live in their own modules (this one stays under 1000 lines); they import what is defined above
 from op_table_index import INDEX_OPS  # noqa: E402
 from op_table_math import MATH_OPS  # noqa: E402
+from op_table_nn import NN_OPS  # noqa: E402
 
-OPS += MATH_OPS + INDEX_OPS
+OPS += MATH_OPS + INDEX_OPS + NN_OPS
 
 BY_NAME = {info.name: info for info in OPS}
 assert len(BY_NAME) == len(OPS), "op names must be unique"

@@ -21,7 +21,9 @@ Primitives (all outputs are views the caller allocated; inputs may be any views,
 ``sort``               ``values`` and int32 ``indices`` of ``x`` sorted along its last dim, ascending or
                        descending; stable (equal values keep their order) and NaN sorts above every number, so
                        ``indices`` are numpy's ``argsort(kind="stable")`` (PyTorch's stable sort).
-``attention``          fused scaled-dot-product attention and its backward (see :meth:`Backend.attention`).
+``attention``          fused scaled-dot-product attention and its backward (:meth:`Backend.attention`,
+                       :meth:`Backend.attention_backward`): softmax(q k^T * scale + mask) v, no T x T in memory
+                       on a GPU; the cpu backend may compute it as plain matrices.
 ``unfold``             im2col (``torch.nn.functional.unfold``): ``x`` (N, C, H, W) -> ``out`` (N, C*kh*kw, OH*OW),
                        row ``(c, i, j)`` holds ``x[n, c, oh*sh - ph + i*dh, ow*sw - pw + j*dw]`` (``pad_value``
                        outside ``x``). ``out`` may have any strides (conv2d writes a (C*kh*kw, N, L) layout).
@@ -43,6 +45,7 @@ device, the shapes and the dtypes involved; they never fall back to another devi
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -206,6 +209,53 @@ class Backend(ABC):
     def random(self, out: View, distribution: str, seed: int, counter: int) -> None: ...
 
     @abstractmethod
+    def attention(
+        self,
+        out: View,
+        lse: View,
+        rng: View,
+        q: View,
+        k: View,
+        v: View,
+        mask: View | None,
+        causal: bool,
+        scale: float,
+        dropout_p: float,
+        seed: int,
+        counter: int,
+    ) -> None:
+        """``out = dropout(softmax(q k^T * scale + mask)) v`` over (B, H, L, E) ``q``, (B, H, S, E) ``k``,
+        (B, H, S, Ev) ``v`` (any strides); ``out`` (B, H, L, Ev) and the float32 log-sum-exp ``lse`` (B, H, L) of each
+        score row are contiguous. ``mask`` (B, H, L, S, any strides): bool (False masks) or of q's dtype (added;
+        -inf masks); ``causal`` masks ``j > i``. A fully masked row gives 0 and lse -inf. Dropout keeps element
+        ``e = ((b*H + h)*L + i)*S + j`` when ``bits(e) >> 8 >= dropout_threshold(p)`` (the generator of
+        ``random`` at ``(seed, counter)``), scaling kept ones by ``1 / (1 - p)``; ``rng`` (2 int32) receives
+        ``(pcg(seed), counter)`` for the backward."""
+
+    @abstractmethod
+    def attention_backward(
+        self,
+        dq: View,
+        dk: View,
+        dv: View,
+        q: View,
+        k: View,
+        v: View,
+        out: View,
+        dout: View,
+        lse: View,
+        rng: View,
+        mask: View | None,
+        causal: bool,
+        scale: float,
+        dropout_p: float,
+        dmask: View | None = None,
+    ) -> None:
+        """The gradients (contiguous, of q's, k's and v's full shapes) of :meth:`attention` for the incoming
+        ``dout`` (any strides), from its saved ``out``, ``lse`` and ``rng`` (the same dropout mask); with ``dmask``
+        (contiguous (B, H, L, S)), also the gradient of a float mask."""
+
+    @abstractmethod
     def unfold(
         self,
         out: View,
@@ -303,3 +353,9 @@ RANDOM_DISTRIBUTIONS = ("uniform", "normal")
 #   uniform  = (bits >> 8) * 2**-24                     in [0, 1)
 #   normal   = sqrt(-2 log(u1)) * cos(2 pi u2)          u1 = ((pcg(bits) >> 8) + 1) * 2**-24,  u2 = uniform
 PCG_MUL, PCG_INC, PCG_OUT = 747796405, 2891336453, 277803737
+
+
+def dropout_threshold(p: float) -> int:
+    """Dropout keeps an element when the 24-bit uniform integer ``bits >> 8`` is at least this (u >= p exactly,
+    the same decision on every backend)."""
+    return min(max(math.ceil(p * (1 << 24)), 0), 1 << 24)

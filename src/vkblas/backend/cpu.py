@@ -9,7 +9,7 @@ import numpy as np
 
 from ..dtypes import DType, float64
 from . import elementwise as ew
-from .base import PCG_INC, PCG_MUL, PCG_OUT, Backend, Scalar, Storage, View, window_output_size
+from .base import PCG_INC, PCG_MUL, PCG_OUT, Backend, Scalar, Storage, View, dropout_threshold, window_output_size
 
 
 class CpuStorage(Storage):
@@ -165,6 +165,43 @@ class CpuBackend(Backend):
             raise ValueError(f"unknown distribution {distribution!r}")
         np.copyto(_np(out), vals.reshape(out.shape), casting="unsafe")
 
+    def attention(
+        self,
+        out: View,
+        lse: View,
+        rng: View,
+        q: View,
+        k: View,
+        v: View,
+        mask: View | None,
+        causal: bool,
+        scale: float,
+        dropout_p: float,
+        seed: int,
+        counter: int,
+    ) -> None:
+        cpu_attention(self, out, lse, rng, q, k, v, mask, causal, scale, dropout_p, seed, counter)
+
+    def attention_backward(
+        self,
+        dq: View,
+        dk: View,
+        dv: View,
+        q: View,
+        k: View,
+        v: View,
+        out: View,
+        dout: View,
+        lse: View,
+        rng: View,
+        mask: View | None,
+        causal: bool,
+        scale: float,
+        dropout_p: float,
+        dmask: View | None = None,
+    ) -> None:
+        cpu_attention_backward(self, dq, dk, dv, q, k, v, out, dout, lse, rng, mask, causal, scale, dropout_p, dmask)
+
     def unfold(
         self,
         out: View,
@@ -205,3 +242,109 @@ class CpuBackend(Backend):
                 rows = slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)
                 acc[:, :, rows, j * dw : j * dw + sw * (ow - 1) + 1 : sw] += c6[:, :, i, j]
         np.copyto(_np(out), acc[:, :, ph : ph + h, pw : pw + w], casting="unsafe")
+
+
+# ---------------------------------------------------------------- attention, as plain matrices (the reference)
+def _attention_probs(
+    q: np.ndarray, k: np.ndarray, mask: np.ndarray | None, causal: bool, scale: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(scores, which count, row max) of (B, H, L, S) attention scores; masked entries hold -inf."""
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
+    ok = np.ones(s.shape, bool)
+    if causal:
+        ok &= np.tril(np.ones(s.shape[-2:], bool))
+    if mask is not None:
+        if mask.dtype == np.bool_:
+            ok &= mask
+        else:
+            ok &= ~np.isneginf(mask)
+            s = s + np.where(ok, mask, 0)
+    s = np.where(ok, s, -np.inf)
+    m = np.max(s, -1, keepdims=True, initial=-np.inf)
+    return s, ok, np.where(np.isfinite(m), m, 0.0)
+
+
+def _dropout_keep(rng: np.ndarray, shape: tuple[int, ...], p: float) -> np.ndarray:
+    """The kept elements of the dropout mask (backend/base.py ``attention``), from ``rng`` = (pcg(seed), counter)."""
+    seed_h, counter = np.uint32(rng[0] & 0xFFFFFFFF), np.uint64(rng[1] & 0xFFFFFFFF)
+    e = np.arange(int(np.prod(shape)), dtype=np.uint64)
+    bits = pcg_hash(((counter + e) & np.uint64(0xFFFFFFFF)).astype(np.uint32) ^ seed_h)
+    return ((bits >> np.uint32(8)) >= dropout_threshold(p)).reshape(shape)
+
+
+def _keep_scale(p: float) -> float:
+    return 1.0 / (1.0 - p) if p < 1.0 else 0.0
+
+
+def _wide(view: View) -> np.ndarray:
+    a = _np(view)
+    return a.astype(np.float64 if a.dtype == np.float64 else np.float32)
+
+
+def cpu_attention(
+    backend: CpuBackend,
+    out: View,
+    lse: View,
+    rng: View,
+    q: View,
+    k: View,
+    v: View,
+    mask: View | None,
+    causal: bool,
+    scale: float,
+    dropout_p: float,
+    seed: int,
+    counter: int,
+) -> None:
+    s, ok, m = _attention_probs(_wide(q), _wide(k), None if mask is None else _wide_mask(mask), causal, scale)
+    e = np.where(ok, np.exp(s - m), 0.0)
+    total = e.sum(-1, keepdims=True)
+    probs = np.where(total > 0, e / np.where(total > 0, total, 1.0), 0.0)
+    state = np.array([int(pcg_hash(np.array([seed & 0xFFFFFFFF], np.uint32))[0]), counter & 0xFFFFFFFF], np.int64)
+    np.copyto(_np(rng), state.astype(np.uint32).view(np.int32))
+    if dropout_p > 0:
+        probs = probs * _dropout_keep(state, probs.shape, dropout_p) * _keep_scale(dropout_p)
+    np.copyto(_np(out), np.matmul(probs, _wide(v)), casting="unsafe")
+    with np.errstate(divide="ignore"):
+        np.copyto(_np(lse), np.where(total[..., 0] > 0, np.log(total[..., 0]) + m[..., 0], -np.inf), casting="unsafe")
+
+
+def _wide_mask(mask: View) -> np.ndarray:
+    a = _np(mask)
+    return a if a.dtype == np.bool_ else a.astype(np.float64)
+
+
+def cpu_attention_backward(
+    backend: CpuBackend,
+    dq: View,
+    dk: View,
+    dv: View,
+    q: View,
+    k: View,
+    v: View,
+    out: View,
+    dout: View,
+    lse: View,
+    rng: View,
+    mask: View | None,
+    causal: bool,
+    scale: float,
+    dropout_p: float,
+    dmask: View | None,
+) -> None:
+    Q, K, V, dO = _wide(q), _wide(k), _wide(v), _wide(dout)
+    s, ok, _ = _attention_probs(Q, K, None if mask is None else _wide_mask(mask), causal, scale)
+    row = _np(lse)[..., None].astype(s.dtype)
+    probs = np.where(ok, np.exp(np.where(ok, s, 0) - np.where(np.isfinite(row), row, 0)), 0.0)
+    dp = np.matmul(dO, np.swapaxes(V, -1, -2))
+    kept = probs
+    if dropout_p > 0:
+        keep = _dropout_keep(_np(rng).astype(np.int64) & 0xFFFFFFFF, probs.shape, dropout_p) * _keep_scale(dropout_p)
+        kept, dp = probs * keep, dp * keep
+    delta = (dO * _wide(out)).sum(-1, keepdims=True)
+    ds = probs * (dp - delta)
+    if dmask is not None:
+        np.copyto(_np(dmask), ds, casting="unsafe")
+    np.copyto(_np(dv), np.matmul(np.swapaxes(kept, -1, -2), dO), casting="unsafe")
+    np.copyto(_np(dq), np.matmul(ds, K) * scale, casting="unsafe")
+    np.copyto(_np(dk), np.matmul(np.swapaxes(ds, -1, -2), Q) * scale, casting="unsafe")

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from ..autograd import no_grad
 from ..dtypes import bool_, float16, float64, int32
+from ..ops.attention import scaled_dot_product_attention
 from ..ops.conv import avg_pool2d, conv2d, max_pool2d, pad, unfold
 from ..ops.indexing import check_index, gather_unchecked, one_hot, take_along
 from ..ops.parametric import celu, elu, hardtanh, softplus
@@ -51,6 +52,7 @@ __all__ = [
     "relu",
     "relu6",
     "rms_norm",
+    "scaled_dot_product_attention",
     "selu",
     "sigmoid",
     "silu",

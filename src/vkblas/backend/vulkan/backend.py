@@ -36,9 +36,10 @@ from ..base import (
 from .autotune import startup_check
 from .device import Device
 from .index_checks import IndexChecks
+from .kernels import attention as att
 from .kernels import elementwise as ew_kernels
 from .kernels import indexing, random, reduce, scan, sort, window
-from .kernels.plan import Plan, out_of_bounds
+from .kernels.plan import Plan, out_of_bounds, span
 from .kernels.random import pcg_host
 from .kernels.reduce import SplitPlan
 from .kernels.wgsl import PARAM_WORDS
@@ -198,7 +199,8 @@ class VulkanBackend(Backend):
         blob = rec.blob
         for i, gen, n in rec.randoms:
             seed, counter = gen.take(n)
-            _RANDOM_WORDS.pack_into(blob, i * _WINDOW_BYTES + 4, pcg_host(seed & 0xFFFFFFFF), counter & 0xFFFFFFFF)
+            at = i * _WINDOW_BYTES + 4 * rec.seed_words.get(i, 1)
+            _RANDOM_WORDS.pack_into(blob, at, pcg_host(seed & 0xFFFFFFFF), counter & 0xFFFFFFFF)
         self.rt.replay(rec)
         self.checks.after_replay(rec)
 
@@ -474,6 +476,110 @@ class VulkanBackend(Backend):
                 )
             plan = self._plan(key, "random", [out], lambda: random.build(self.dev, out, distribution))
         self.launch("random", plan, (out,), (random.pcg_host(seed & 0xFFFFFFFF), counter & 0xFFFFFFFF))
+
+    # -- fused attention (kernels/attention.py)
+    def _attention_plan(
+        self, kind: str, views: Sequence[View], strided: Sequence[View], shape: tuple, flags: tuple
+    ) -> Plan:
+        q, v = views[3], views[5]
+        key = (kind, flags, *[(x[0].dtype, x[1], x[2]) for x in views])
+        plan = self.plans.get(key)
+        if plan is None:
+
+            def build() -> Plan:
+                causal, mask_kind, dropout = flags[:3]
+                mask_grad = len(flags) > 3 and flags[3]
+                cfg = att.Config(q.dtype, q.shape[-1], v.shape[-1], causal, mask_kind, dropout, mask_grad)
+                limit = self.dev.limits["max-compute-workgroup-storage-size"]
+                br, bc = att.tiles(kind, cfg, limit, self.dev.limits["max-compute-invocations-per-workgroup"])
+                cfg = att.Config(q.dtype, q.shape[-1], v.shape[-1], causal, mask_kind, dropout, mask_grad, br, bc)
+                fmt, _ = att.params_format(kind, cfg)
+                b, h, n_q, n_k = shape[:4]
+                static = att.static_words(b, h, n_q, n_k, shape[4], shape[5], [x.strides for x in strided])
+                rows = n_q if kind != "dkv" else n_k
+                bh = b * h
+                groups = (-(-rows // br), min(bh, 65535), -(-bh // 65535))
+                spans = tuple(span(x.shape, x.strides) for x in views)
+                return Plan(self.dev.kernel(att.source(kind, cfg), len(views)), fmt, static, groups, spans)
+
+            plan = self._plan(key, "attention", list(views), build)
+        return plan
+
+    def _check_attention(self, q: View, k: View, v: View, mask: View | None, outs: Sequence[View]) -> None:
+        ok = len(q.shape) == 4 and len(k.shape) == 4 and len(v.shape) == 4
+        if ok:
+            b, h, n_q, e = q.shape
+            n_k, ev = k.shape[2], v.shape[3]
+            ok = k.shape == (b, h, n_k, e) and v.shape == (b, h, n_k, ev) and e > 0 and ev > 0
+            ok = ok and q.dtype is k.dtype is v.dtype and q.dtype in (float32, float16)
+            ok = ok and (mask is None or (mask.shape == (b, h, n_q, n_k) and mask.dtype in (bool_, q.dtype)))
+        if not ok:
+            raise self._error(
+                InvalidArgumentError,
+                "attention",
+                [q, k, v, *([mask] if mask is not None else [])],
+                "expected q (B, H, L, E), k (B, H, S, E), v (B, H, S, Ev) of one float dtype, E and Ev > 0, and a "
+                "bool or same-dtype mask (B, H, L, S)",
+            )
+        for o in outs:
+            if not o.is_contiguous():
+                raise self._error(InvalidArgumentError, "attention", [o], "outputs must be contiguous")
+
+    def attention(
+        self,
+        out: View,
+        lse: View,
+        rng: View,
+        q: View,
+        k: View,
+        v: View,
+        mask: View | None,
+        causal: bool,
+        scale: float,
+        dropout_p: float,
+        seed: int,
+        counter: int,
+    ) -> None:
+        self._check_attention(q, k, v, mask, (out, lse, rng))
+        flags = (bool(causal), None if mask is None else "bool" if mask.dtype is bool_ else "float", dropout_p > 0)
+        views = [out, lse, rng, q, k, v] + ([mask] if mask is not None else [])
+        shape = (*q.shape[:3], k.shape[2], float(scale), float(dropout_p))
+        plan = self._attention_plan("forward", views, [q, k, v] + ([mask] if mask is not None else []), shape, flags)
+        self.launch("attention", plan, views, (pcg_host(seed & 0xFFFFFFFF), counter & 0xFFFFFFFF))
+        rec = self.rt.recording
+        if rec is not None:  # a replay re-seeds this dispatch: its seed words follow the views' offsets
+            rec.seed_words[len(rec.ops) - 1] = len(views)
+
+    def attention_backward(
+        self,
+        dq: View,
+        dk: View,
+        dv: View,
+        q: View,
+        k: View,
+        v: View,
+        out: View,
+        dout: View,
+        lse: View,
+        rng: View,
+        mask: View | None,
+        causal: bool,
+        scale: float,
+        dropout_p: float,
+        dmask: View | None = None,
+    ) -> None:
+        self._check_attention(q, k, v, mask, (dq, dk, dv, out, lse) + ((dmask,) if dmask is not None else ()))
+        flags = (bool(causal), None if mask is None else "bool" if mask.dtype is bool_ else "float", dropout_p > 0)
+        b, h, n_q, _ = q.shape
+        delta = View(self.alloc(max(b * h * n_q, 1), float32), (b, h, n_q), (h * n_q, n_q, 1), 0)
+        masks = [mask] if mask is not None else []
+        strided = [q, k, v, dout] + masks
+        shape = (*q.shape[:3], k.shape[2], float(scale), float(dropout_p))
+        views = [dq, delta, rng, q, k, v, out, dout, lse] + masks + ([dmask] if dmask is not None else [])
+        dq_flags = (*flags, dmask is not None)
+        self.launch("attention backward", self._attention_plan("dq", views, strided, shape, dq_flags), views)
+        views = [dk, dv, rng, q, k, v, dout, lse, delta] + masks
+        self.launch("attention backward", self._attention_plan("dkv", views, strided, shape, flags), views)
 
     def unfold(
         self,
