@@ -423,7 +423,7 @@ OPS: list[OpInfo] = [
         _float_ref(lambda x, k, s, p: pool_ref(x, k, s, p, "max")),
         pool_samples,
         dtypes=NUMERIC,
-        error_inputs=errors(((_Z((1, 1, 4, 4)), 2, 2, 0), {"ceil_mode": True}, NotImplementedError, "ceil_mode")),
+        error_inputs=errors(((_Z((1, 1, 4, 4)), 3, 2, 2), {}, ValueError, "at most half of the kernel")),
     ),
     OpInfo(
         "avg_pool2d",

@@ -22,19 +22,27 @@ from .activation import (
     Softsign,
     Tanh,
 )
-from .conv import AvgPool2d, Conv2d, MaxPool2d
+from .conv import AvgPool2d, Conv1d, Conv2d, ConvTranspose2d, MaxPool2d, Upsample
+from .dropout import AlphaDropout, Dropout1d, Dropout2d, Dropout3d, FeatureAlphaDropout
 from .linear import Dropout, Embedding, Flatten, Linear
 from .norm import BatchNorm1d, BatchNorm2d, LayerNorm, RMSNorm
 
 __all__ = [
+    "AlphaDropout",
     "AvgPool2d",
     "BatchNorm1d",
     "BatchNorm2d",
     "CELU",
+    "Conv1d",
     "Conv2d",
+    "ConvTranspose2d",
     "Dropout",
+    "Dropout1d",
+    "Dropout2d",
+    "Dropout3d",
     "ELU",
     "Embedding",
+    "FeatureAlphaDropout",
     "Flatten",
     "GELU",
     "Hardsigmoid",
@@ -58,4 +66,5 @@ __all__ = [
     "Softplus",
     "Softsign",
     "Tanh",
+    "Upsample",
 ]
