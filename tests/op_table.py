@@ -86,8 +86,9 @@ from references import conv_ref, pcg_normal, pcg_uniform, pool_ref
 
 Rng = np.random.Generator
 I32, F16, BOOL = vb.int32, vb.float16, vb.bool
+U8, I8 = vb.uint8, vb.int8
 NUMERIC = (I32, F16)
-ANY = (I32, F16, BOOL)  # movement and indexing: any dtype
+ANY = (I32, F16, BOOL, U8, I8)  # movement and indexing: any dtype, the 8-bit storage ones included
 
 
 @dataclass(frozen=True)

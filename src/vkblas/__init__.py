@@ -36,7 +36,7 @@ from .creation import (
     zeros_like,
 )
 from .device import device, devices, info, synchronize
-from .dtypes import DType, bool_, double, float16, float32, float64, half, int32
+from .dtypes import DType, bool_, double, float16, float32, float64, half, int8, int32, uint8
 from .gradcheck import gradcheck
 
 # the functional ops: vkblas.exp(x), vkblas.matmul(a, b), vkblas.cat([...]), ...

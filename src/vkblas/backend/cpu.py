@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..dtypes import DType, float64
+from ..dtypes import BYTES, DType, float64
 from . import elementwise as ew
 from .base import PCG_INC, PCG_MUL, PCG_OUT, Backend, Scalar, Storage, View, dropout_threshold, window_output_size
 
@@ -77,7 +77,8 @@ class CpuBackend(Backend):
 
     def elementwise(self, op: str, out: View, args: Sequence[View | Scalar]) -> None:
         spec = ew.OPS[op]
-        vals = [_np(a) if isinstance(a, View) else a for a in args]
+        # 8-bit storage computes in int32 (as on the GPU) and wraps when stored
+        vals = [(_np(a).astype(np.int32) if a.dtype in BYTES else _np(a)) if isinstance(a, View) else a for a in args]
         with np.errstate(all="ignore"):
             result = spec.fn(ew.numpy_math, *vals)
         target = _np(out)

@@ -155,8 +155,8 @@ def _expand_items(x: Tensor, index: Index) -> list[Any]:
         raise IndexError("an index can only have a single ellipsis ('...')")
     if consumed > x.ndim:
         raise IndexError(f"too many indices for tensor of dimension {x.ndim} (shape {x.shape})")
-    if Ellipsis in [it for it in items if not isinstance(it, Tensor)]:
-        pos = next(i for i, it in enumerate(items) if it is Ellipsis and not isinstance(it, Tensor))
+    if any(it is Ellipsis for it in items):  # (identity: `in` would compare arrays elementwise)
+        pos = next(i for i, it in enumerate(items) if it is Ellipsis)
         items[pos : pos + 1] = [slice(None)] * (x.ndim - consumed)
     else:
         items += [slice(None)] * (x.ndim - consumed)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import device as _dev
-from ..dtypes import DType, bool_, float16, float32, int32, to_dtype
+from ..dtypes import DType, bool_, float16, float32, int8, int32, to_dtype, uint8
 from ..tensor import Tensor
 from . import elementwise as ew
 from . import (  # noqa: F401  (unary_math: records)
@@ -115,7 +115,7 @@ Tensor.mT = property(_mT, doc="The last two dims swapped (a view).")
 
 
 # ---------------------------------------------------------------- conversion
-_DTYPE_NAMES = ("float32", "float16", "float64", "int32", "bool")
+_DTYPE_NAMES = ("float32", "float16", "float64", "int32", "uint8", "int8", "bool")
 
 
 def _to(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
@@ -156,6 +156,8 @@ Tensor.half = _caster(float16, "half")
 Tensor.int = _caster(int32, "int")
 Tensor.long = _caster(int32, "long")  # no int64 storage (see dtypes.py)
 Tensor.bool = _caster(bool_, "bool")
+Tensor.byte = _caster(uint8, "byte")
+Tensor.char = _caster(int8, "char")
 Tensor.type_as = _type_as
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..autograd import Node, record
 from ..backend.base import View
-from ..dtypes import DType, bool_, int32, to_dtype
+from ..dtypes import BYTES, DType, bool_, int32, to_dtype
 from ..tensor import Tensor, empty, norm_dim
 from ._core import cast, elementwise
 from .pointwise import where
@@ -35,10 +35,10 @@ def _scan(op: str, x: Tensor, d: int, reverse: bool = False) -> Tensor:
 
 
 def _int_promoted(x: Tensor, dtype: Any) -> Tensor:
-    """PyTorch's accumulation dtype: ``dtype`` when given, else bool and ints as int32 (int64 in PyTorch)."""
+    """PyTorch's accumulation dtype: ``dtype`` when given, else bool and 8-bit ints as int32 (PyTorch: int64)."""
     if dtype is not None:
         return x.to(to_dtype(dtype))
-    return cast(x, int32) if x.dtype is bool_ else x
+    return cast(x, int32) if x.dtype is bool_ or x.dtype in BYTES else x
 
 
 def cumsum(input: Tensor, dim: int, *, dtype: DType | None = None) -> Tensor:  # noqa: A002

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..autograd import Node, record
 from ..backend.base import View
-from ..dtypes import INT32_MAX, INT32_MIN, DType, float16, float32, int32
+from ..dtypes import BYTES, INT32_MAX, INT32_MIN, DType, float16, float32, int32
 from ..tensor import Tensor, norm_dim
 from ._core import alias, cast, check_inplace, elementwise, full, rebase_inplace, same_backend, write_into
 from .indexing import _check_range, check_index, gather_unchecked, scatter_add, take_along
@@ -31,13 +31,14 @@ REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
 
 def _raw(op: str, out: Tensor, d: int, index: Tensor, src: Tensor) -> Tensor:
     """``out`` (owned by the caller) with ``src`` scattered into it along ``d``; no autograd. float16 reductions
-    accumulate in float32 (there are no 16-bit atomics), as float16 sums do everywhere."""
+    accumulate in float32, 8-bit ones in int32 (there are no 8- or 16-bit atomics)."""
     if not index.numel():
         return out
     src_v = src if src.shape == index.shape else src[tuple(slice(0, n) for n in index.shape)]
-    if op != "assign" and out.dtype is float16:
-        wide = cast(out, float32)
-        _raw(op, wide, d, index, cast(src_v, float32))
+    if op != "assign" and (out.dtype is float16 or out.dtype in BYTES):  # no 8- or 16-bit atomics
+        wide_dtype = float32 if out.dtype is float16 else int32
+        wide = cast(out, wide_dtype)
+        _raw(op, wide, d, index, cast(src_v, wide_dtype))
         return write_into(out, "copy", wide)
     out._backend.scatter(op, out._view, d, index._view, src_v._view)
     out._view.storage.version += 1

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ...dtypes import DType, bool_, float16, float32, int32
+from ...dtypes import DType, bool_, float16, float32, int8, int32, uint8
 from .. import elementwise as ew
 from ..base import (
     RANDOM_DISTRIBUTIONS,
@@ -82,7 +82,7 @@ class VulkanBackend(Backend):
         self.pool.before_destroy = self.rt.drop_bind_groups
         self.plans: dict[Any, Any] = {}
         self._np_storage = {bool_: np.dtype(np.uint32)}
-        self._dtypes = frozenset(d for d in (float32, int32, bool_, float16) if self.supports(d))
+        self._dtypes = frozenset(d for d in (float32, int32, bool_, float16, uint8, int8) if self.supports(d))
         self.checks = IndexChecks(self)
         startup_check(self)  # default GEMM variants vs numpy: a driver bug is caught before any user matmul
 
@@ -95,7 +95,7 @@ class VulkanBackend(Backend):
 
     # -- description
     def supports(self, dtype: DType) -> bool:
-        return dtype in (float32, int32, bool_) or (dtype is float16 and self.dev.has_f16)
+        return dtype in (float32, int32, bool_, uint8, int8) or (dtype is float16 and self.dev.has_f16)
 
     def describe(self) -> dict[str, Any]:
         d = self.dev.describe()

@@ -18,7 +18,20 @@ from typing import Any
 from ....dtypes import float32, int32
 from ..device import Device
 from .plan import Plan, span
-from .wgsl import MAIN_1D, PARAM_WORDS, STORAGE_TYPE, WORKGROUP, grid, header, load, store_value, strided_offsets
+from .wgsl import (
+    COMPUTE_TYPE,
+    MAIN_1D,
+    PARAM_WORDS,
+    STORAGE_TYPE,
+    WORKGROUP,
+    convert,
+    grid,
+    header,
+    load,
+    store,
+    strided_offsets,
+    written_type,
+)
 
 _INT_ATOMIC = {"sum": "atomicAdd", "amax": "atomicMax", "amin": "atomicMin"}
 
@@ -57,10 +70,10 @@ def _source(kind: str, op: str, data: Any, rank: int) -> str:
     w_shape = 6
     w_str = [w_shape + rank * (i + 1) for i in range(3)]
     if kind == "gather":  # b0 = out (dense), b1 = x (target), b2 = index
-        bufs = [("b0", STORAGE_TYPE[data]), ("b1", STORAGE_TYPE[data]), ("b2", "i32")]
+        bufs = [("b0", written_type(data)), ("b1", STORAGE_TYPE[data]), ("b2", "i32")]
         idx, t = "b2[u32(o2)]", "o1"
     else:  # b0 = out (target; atomic for reductions), b1 = index, b2 = src (dense)
-        target = STORAGE_TYPE[data] if op == "assign" else "atomic<u32>" if data is float32 else "atomic<i32>"
+        target = written_type(data) if op == "assign" else "atomic<u32>" if data is float32 else "atomic<i32>"
         bufs = [("b0", target), ("b1", "i32"), ("b2", STORAGE_TYPE[data])]
         idx, t = "b1[u32(o1)]", "o0"
     src = header(bufs, STORAGE_TYPE[data] == "f16") + MAIN_1D
@@ -68,12 +81,14 @@ def _source(kind: str, op: str, data: Any, rank: int) -> str:
     src += strided_offsets("gid", rank, w_shape, ["o0", "o1", "o2"], ["pi(0u)", "pi(1u)", "pi(2u)"], w_str)
     src += f"    var k = {idx};\n    if (k < 0) {{ k += pi(4u); }}\n    let ok = k >= 0 && k < pi(4u);\n"
     src += f"    {t} += k * pi(5u);\n"
+    ct = COMPUTE_TYPE[data]
     if kind == "gather":
-        zero = store_value("0", "i32", data)
-        return src + f"    if (ok) {{ b0[u32(o0)] = b1[u32(o1)]; }} else {{ b0[u32(o0)] = {zero}; }}\n}}\n"
+        # the target is read only for an index in range (unchecked kernels never address outside a buffer)
+        src += f"    var v: {ct} = {convert('0', 'i32', ct)};\n    if (ok) {{ v = {load('b1', 'u32(o1)', data)}; }}\n"
+        return src + f"    {store('b0', 'u32(o0)', 'v', ct, data)}\n}}\n"
     src += "    if (!ok) { return; }\n    let p = u32(o0);\n"
     if op == "assign":
-        return src + "    b0[p] = b2[u32(o2)];\n}\n"
+        return src + f"    {store('b0', 'p', load('b2', 'u32(o2)', data), ct, data)}\n}}\n"
     src += f"    let v = {load('b2', 'u32(o2)', data)};\n"
     return src + _combine(op, data) + "}\n"
 

@@ -20,7 +20,7 @@ from typing import Any
 from ....dtypes import DType, bool_, float32, int32
 from ..device import Device
 from .plan import Plan, span
-from .wgsl import PARAM_WORDS, STORAGE_TYPE, WORKGROUP, coalesce, grid, header, store_value
+from .wgsl import PARAM_WORDS, STORAGE_TYPE, WORKGROUP, coalesce, grid, header, load, store, written_type
 
 _MAX_BLOCK = 2048
 
@@ -44,7 +44,7 @@ def _before(key: str, descending: bool) -> str:
 
 
 def _load_key(buf: str, index: str, x: DType) -> str:
-    return f"select(0, 1, {buf}[{index}] != 0u)" if x is bool_ else f"{key_type(x)}({buf}[{index}])"
+    return f"select(0, 1, {buf}[{index}] != 0u)" if x is bool_ else f"{key_type(x)}({load(buf, index, x)})"
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def _local_source(x: DType, descending: bool, rk: int, block: int, io: _Io, merg
     K = key_type(x)
     nt = max(1, min(WORKGROUP, block // 2))
     src = header(
-        [("b0", STORAGE_TYPE[x]), ("b1", "i32"), ("b2", STORAGE_TYPE[x]), ("b3", K), ("b4", "i32")],
+        [("b0", written_type(x)), ("b1", "i32"), ("b2", STORAGE_TYPE[x]), ("b3", K), ("b4", "i32")],
         STORAGE_TYPE[x] == "f16",
     )
     src += f"var<workgroup> sk: array<{K}, {block}>;\nvar<workgroup> si: array<i32, {block}>;\n"
@@ -120,7 +120,7 @@ def _local_source(x: DType, descending: bool, rk: int, block: int, io: _Io, merg
     src += f"    for (var t = lid; t < {block}u; t += {nt}u) {{\n"
     if io.writes_output:
         src += "        let g = first + t;\n        if (g < n) {\n"
-        src += f"            b0[u32(ov + i32(g) * pi(10u))] = {store_value('sk[t]', K, x)};\n"
+        src += f"            {store('b0', 'u32(ov + i32(g) * pi(10u))', 'sk[t]', K, x)}\n"
         src += "            b1[u32(oi + i32(g) * pi(11u))] = si[t];\n        }\n"
     else:
         src += "        b3[pu(3u) + ws + t] = sk[t];\n        b4[pu(4u) + ws + t] = si[t];\n"
@@ -132,7 +132,7 @@ def _global_source(x: DType, descending: bool) -> str:
     indices (b2) of every row; b0 (the values view) is bound but unused, so a plan can check it like the others.
     Params: 0..2 offsets, 3 k, 4 j, 5 pairs in all, 6 N (padded row length)."""
     K = key_type(x)
-    src = header([("b0", STORAGE_TYPE[x]), ("b1", K), ("b2", "i32")], STORAGE_TYPE[x] == "f16")
+    src = header([("b0", written_type(x)), ("b1", K), ("b2", "i32")], STORAGE_TYPE[x] == "f16")
     src += _before(K, descending)
     src += f"@compute @workgroup_size({WORKGROUP})\n"
     src += "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n"
