@@ -194,8 +194,26 @@ def _load_rows(
 
 
 def _dot(a: str, a0: str, b: str, b0: str, n4: int) -> str:
-    """WGSL expression: ``dot(a[a0 ..], b[b0 ..])`` over ``n4`` vec4s, unrolled."""
-    return " + ".join(f"dot({a}[{a0} + {e}u], {b}[{b0} + {e}u])" for e in range(n4))
+    """WGSL expression: ``dot(a[a0 ..], b[b0 ..])`` over ``n4`` vec4s, unrolled; ``a`` may instead name the own
+    row's registers (``a0`` is then ``None``: ``a_0, a_1, ..``)."""
+    first = [f"{a}_{e}" if a0 is None else f"{a}[{a0} + {e}u]" for e in range(n4)]
+    return " + ".join(f"dot({x}, {b}[{b0} + {e}u])" for e, x in enumerate(first))
+
+
+#: own rows of at most this many vec4s (head dims up to 64) are held in registers: a thread's own row is read by
+#: every step, and from shared memory that read (one address per thread) costs four times a broadcast's
+#: bandwidth; wider rows stay in shared memory (the registers would spill)
+_REGS_MAX = 16
+
+
+def _own_regs(name: str, arr: str, pitch: int, n4: int) -> str:
+    """Copy the own row ``arr[lid * pitch ..]`` into registers ``name_0 ..`` (after a barrier)."""
+    return "workgroupBarrier();\n" + "\n".join(f"let {name}_{e} = {arr}[lid * {pitch}u + {e}u];" for e in range(n4))
+
+
+def _dot_own(own: tuple[str, str | None], b: str, b0: str, n4: int) -> str:
+    """``dot(own row, b[b0 ..])`` (the own row first: registers or shared memory)."""
+    return _dot(own[0], own[1], b, b0, n4)
 
 
 def _regs(name: str, n4: int) -> str:
@@ -252,11 +270,12 @@ def _kv_loop(cfg: Config, first: str, end: str, loads: list[str], body: str) -> 
 def _forward(cfg: Config) -> str:
     br, bc, d4, v4 = cfg.br, cfg.bc, cfg.d4, cfg.v4
     k = "forward"
+    q_row = ("q", None) if d4 <= _REGS_MAX else ("qs", f"lid * {d4 + 1}u")
     keep = f"select(0.0, p * KEEP, {_keep('i', 't0 + jj')})" if cfg.dropout else "p"
     scores = (
         f"var s: array<f32, {bc}>;\nvar okm: array<bool, {bc}>;\nvar mt = {_LOWEST};\n"
         f"for (var jj = 0u; jj < {bc}u; jj++) {{\n"
-        f"    let j = t0 + jj;\n    var s2 = {_dot('qs', f'lid * {d4 + 1}u', 'ks', f'jj * {d4}u', d4)};\n"
+        f"    let j = t0 + jj;\n    var s2 = {_dot(*q_row, 'ks', f'jj * {d4}u', d4)};\n"
         + _indent(_score_mask(k, cfg, "i", "j"), 1)
         + "    s[jj] = s2;\n    okm[jj] = ok;\n    if (ok) { mt = max(mt, s2); }\n}\n"
         # online softmax: rescale what the earlier tiles added up
@@ -272,6 +291,7 @@ def _forward(cfg: Config) -> str:
         "if (wid.x == 0u && bh == 0u && lid == 0u) {\n"
         "    b2[u32(off_rng)] = bitcast<i32>(seed_h);\n    b2[u32(off_rng) + 1u] = bitcast<i32>(ctr);\n}\n"
         + _load_rows(k, cfg, "qs", d4 + 1, "q", cfg.dqk, "row0", "L", br, " * SC")
+        + ("\n" + _own_regs("q", "qs", d4 + 1, d4) if q_row[1] is None else "")
         + f"\nvar m = {_LOWEST};\nvar l = 0.0;\n{_regs('acc', v4)}\n"
         + _kv_loop(
             cfg,
@@ -297,6 +317,7 @@ def _forward(cfg: Config) -> str:
 def _dq(cfg: Config) -> str:
     br, bc, d4, v4 = cfg.br, cfg.bc, cfg.d4, cfg.v4
     k = "dq"
+    q_row = ("q", None) if d4 <= _REGS_MAX else ("qs", f"lid * {d4 + 1}u")
     drop = f"\n    dp = select(0.0, dp * KEEP, {_keep('i', 'j')});" if cfg.dropout else ""
     dmask = ""
     if cfg.mask_grad:  # d loss / d mask = ds (the mask adds to the natural-log score)
@@ -305,7 +326,7 @@ def _dq(cfg: Config) -> str:
         dmask = f"    if (i < L && j < S) {{ {out}[u32(off_o_dmask) + (bh * L + i) * S + j] = {value}; }}\n"
     body = (
         f"for (var jj = 0u; jj < {bc}u; jj++) {{\n"
-        f"    let j = t0 + jj;\n    var s2 = {_dot('qs', f'lid * {d4 + 1}u', 'ks', f'jj * {d4}u', d4)};\n"
+        f"    let j = t0 + jj;\n    var s2 = {_dot(*q_row, 'ks', f'jj * {d4}u', d4)};\n"
         + _indent(_score_mask(k, cfg, "i", "j"), 1)
         + "    let p = select(0.0, exp2(s2 - lse2), ok);\n"
         f"    var dp = {_dot('dos', f'lid * {v4 + 1}u', 'vs', f'jj * {v4}u', v4)};{drop}\n"
@@ -318,7 +339,8 @@ def _dq(cfg: Config) -> str:
         + "\n"
         + _load_rows(k, cfg, "dos", v4 + 1, "dout", cfg.dv, "row0", "L", br)
         # delta = dO . O of the own row (O is contiguous), stored for the dkv kernel
-        + "\nworkgroupBarrier();\nvar delta = 0.0;\nvar lse2 = 0.0;\nif (i < L) {\n"
+        + ("\n" + _own_regs("q", "qs", d4 + 1, d4) if q_row[1] is None else "\nworkgroupBarrier();")
+        + "\nvar delta = 0.0;\nvar lse2 = 0.0;\nif (i < L) {\n"
         f"    let ob = u32(off_x_out) + (bh * L + i) * {cfg.dv}u;\n"
         + "".join(
             f"    delta += dos[lid * {v4 + 1}u + {c // 4}u][{c % 4}u] * f32(b6[ob + {c}u]);\n" for c in range(cfg.dv)
@@ -348,6 +370,7 @@ def _dq(cfg: Config) -> str:
 def _dkv(cfg: Config) -> str:
     br, bc, d4, v4 = cfg.br, cfg.bc, cfg.d4, cfg.v4
     k = "dkv"
+    k_row = ("kr", None) if d4 <= _REGS_MAX else ("ks", f"lid * {d4 + 1}u")
     if cfg.dropout:
         keep = f"    let kept = {_keep('i', 'j')};\n    let pd = select(0.0, p * KEEP, kept);\n"
         drop = "\n    dp = select(0.0, dp * KEEP, kept);"
@@ -355,7 +378,7 @@ def _dkv(cfg: Config) -> str:
         keep, drop = "    let pd = p;\n", ""
     body = (
         f"for (var ii = 0u; ii < {bc}u; ii++) {{\n"
-        f"    let i = t0 + ii;\n    var s2 = {_dot('qt', f'ii * {d4}u', 'ks', f'lid * {d4 + 1}u', d4)};\n"
+        f"    let i = t0 + ii;\n    var s2 = {_dot_own(k_row, 'qt', f'ii * {d4}u', d4)};\n"
         + _indent(_score_mask(k, cfg, "i", "j"), 1)
         + "    let p = select(0.0, exp2(s2 - lse_t[ii]), ok);\n"
         + keep
@@ -376,6 +399,7 @@ def _dkv(cfg: Config) -> str:
         + _load_rows(k, cfg, "ks", d4 + 1, "k", cfg.dqk, "col0", "S", br)
         + "\n"
         + _load_rows(k, cfg, "vs", v4 + 1, "v", cfg.dv, "col0", "S", br)
+        + ("\n" + _own_regs("kr", "ks", d4 + 1, d4) if k_row[1] is None else "")
         + f"\n{_regs('adk', d4)}\n{_regs('adv', v4)}\n"
         + _kv_loop(
             cfg,
