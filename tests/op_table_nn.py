@@ -66,13 +66,13 @@ def sdpa_samples(rng: Rng) -> Iterator[Sample]:
 
 
 # ---------------------------------------------------------------- convolutions
-def np_conv1d(x, w, b, stride=1, padding=0, dilation=1, groups=1):  # noqa: ANN001, ANN201
+def np_conv1d(x, w, b, stride=1, padding=0, dilation=1, groups=1):
     if x.ndim == 2:
         return np_conv1d(x[None], w, b, stride, padding, dilation, groups)[0]
     return conv_ref(x[:, :, None], w[:, :, None], b, (1, stride), (0, padding), (1, dilation), groups)[:, :, 0]
 
 
-def np_conv_transpose2d(x, w, b, stride=1, padding=0, output_padding=0, groups=1, dilation=1):  # noqa: ANN001, ANN201
+def np_conv_transpose2d(x, w, b, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """The definition: every input pixel scatters its weighted kernel onto the output."""
     if x.ndim == 3:
         return np_conv_transpose2d(x[None], w, b, stride, padding, output_padding, groups, dilation)[0]
@@ -146,7 +146,7 @@ def _pool_out(n: int, k: int, s: int, p: int, d: int, ceil: bool) -> int:
     return o
 
 
-def np_max_pool(x, k, s, p, dilation=1, ceil_mode=False, return_indices=False):  # noqa: ANN001, ANN201
+def np_max_pool(x, k, s, p, dilation=1, ceil_mode=False, return_indices=False):
     """By definition: every window's max (and its flat index in the H*W plane)."""
     n, c, h, w = x.shape
     oh, ow = _pool_out(h, k, s, p, dilation, ceil_mode), _pool_out(w, k, s, p, dilation, ceil_mode)
@@ -164,7 +164,7 @@ def np_max_pool(x, k, s, p, dilation=1, ceil_mode=False, return_indices=False): 
     return (out, idx) if return_indices else out
 
 
-def np_avg_pool(x, k, s, p, ceil_mode=False, count_include_pad=True):  # noqa: ANN001, ANN201
+def np_avg_pool(x, k, s, p, ceil_mode=False, count_include_pad=True):
     n, c, h, w = x.shape
     oh, ow = _pool_out(h, k, s, p, 1, ceil_mode), _pool_out(w, k, s, p, 1, ceil_mode)
     xp = pad_hw(x, p, p)
@@ -205,7 +205,7 @@ def _src_coord(n_in: int, n_out: int, mode: str, align_corners: bool, scale: flo
     return np.maximum((dst + 0.5) * s - 0.5, 0.0)
 
 
-def np_interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=None):  # noqa: ANN001, ANN201
+def np_interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=None):
     k = x.ndim - 2
     sizes = [size] * k if isinstance(size, int) else list(size) if size is not None else None
     factors = [scale_factor] * k if isinstance(scale_factor, (int, float)) else scale_factor
@@ -244,7 +244,7 @@ def np_normalize(x: np.ndarray, p: float = 2.0, dim: int = 1, eps: float = 1e-12
     return x / np.maximum(norm, eps)
 
 
-def np_embedding(idx, w, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False):  # noqa: ANN001, ANN201
+def np_embedding(idx, w, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False):
     w = w.copy()
     if max_norm is not None:
         rows = np.unique(idx)

@@ -79,7 +79,7 @@ def test_variants_match_torch(device: str, shapes: tuple, mask: str | None, kw: 
     _compare(device, shapes, mask, **kw)
 
 
-def _explicit_dropout_reference(q, k, v, p: float, seed: int, causal: bool):  # noqa: ANN001, ANN202
+def _explicit_dropout_reference(q, k, v, p: float, seed: int, causal: bool):
     """torch's math path with the dropout mask written out from the documented generator (backend/base.py)."""
     torch = require_torch()
     b, h, lq, _ = q.shape

@@ -44,7 +44,7 @@ def test_creation_and_range_checks(device: str) -> None:
     ],
 )
 @pytest.mark.parametrize("dtype", ["uint8", "int8"])
-def test_arithmetic_matches_torch(device: str, expr, dtype: str) -> None:  # noqa: ANN001
+def test_arithmetic_matches_torch(device: str, expr, dtype: str) -> None:
     torch = require_torch()
     a = (U8 if dtype == "uint8" else I8)[:40]
     b = a[::-1].copy()
@@ -122,7 +122,7 @@ def test_reductions_and_sorting(device: str) -> None:
     )
 
 
-def test_safetensors_round_trip_with_torch(tmp_path, device: str) -> None:  # noqa: ANN001
+def test_safetensors_round_trip_with_torch(tmp_path, device: str) -> None:
     torch = require_torch()
     from safetensors.torch import load_file, save_file
 

@@ -181,7 +181,19 @@ class CpuBackend(Backend):
         seed: int,
         counter: int,
     ) -> None:
-        cpu_attention(self, out, lse, rng, q, k, v, mask, causal, scale, dropout_p, seed, counter)
+        s, ok, m = _attention_probs(_wide(q), _wide(k), None if mask is None else _wide_mask(mask), causal, scale)
+        e = np.where(ok, np.exp(s - m), 0.0)
+        total = e.sum(-1, keepdims=True)
+        probs = np.where(total > 0, e / np.where(total > 0, total, 1.0), 0.0)
+        state = np.array([int(pcg_hash(np.array([seed & 0xFFFFFFFF], np.uint32))[0]), counter & 0xFFFFFFFF], np.int64)
+        np.copyto(_np(rng), state.astype(np.uint32).view(np.int32))
+        if dropout_p > 0:
+            probs = probs * _dropout_keep(state, probs.shape, dropout_p) * _keep_scale(dropout_p)
+        np.copyto(_np(out), np.matmul(probs, _wide(v)), casting="unsafe")
+        with np.errstate(divide="ignore"):
+            np.copyto(
+                _np(lse), np.where(total[..., 0] > 0, np.log(total[..., 0]) + m[..., 0], -np.inf), casting="unsafe"
+            )
 
     def attention_backward(
         self,
@@ -201,7 +213,24 @@ class CpuBackend(Backend):
         dropout_p: float,
         dmask: View | None = None,
     ) -> None:
-        cpu_attention_backward(self, dq, dk, dv, q, k, v, out, dout, lse, rng, mask, causal, scale, dropout_p, dmask)
+        Q, K, V, dO = _wide(q), _wide(k), _wide(v), _wide(dout)
+        s, ok, _ = _attention_probs(Q, K, None if mask is None else _wide_mask(mask), causal, scale)
+        row = _np(lse)[..., None].astype(s.dtype)
+        probs = np.where(ok, np.exp(np.where(ok, s, 0) - np.where(np.isfinite(row), row, 0)), 0.0)
+        dp = np.matmul(dO, np.swapaxes(V, -1, -2))
+        kept = probs
+        if dropout_p > 0:
+            keep = _dropout_keep(_np(rng).astype(np.int64) & 0xFFFFFFFF, probs.shape, dropout_p) * _keep_scale(
+                dropout_p
+            )
+            kept, dp = probs * keep, dp * keep
+        delta = (dO * _wide(out)).sum(-1, keepdims=True)
+        ds = probs * (dp - delta)
+        if dmask is not None:
+            np.copyto(_np(dmask), ds, casting="unsafe")
+        np.copyto(_np(dv), np.matmul(np.swapaxes(kept, -1, -2), dO), casting="unsafe")
+        np.copyto(_np(dq), np.matmul(ds, K) * scale, casting="unsafe")
+        np.copyto(_np(dk), np.matmul(np.swapaxes(ds, -1, -2), Q) * scale, casting="unsafe")
 
     def unfold(
         self,
@@ -282,70 +311,6 @@ def _wide(view: View) -> np.ndarray:
     return a.astype(np.float64 if a.dtype == np.float64 else np.float32)
 
 
-def cpu_attention(
-    backend: CpuBackend,
-    out: View,
-    lse: View,
-    rng: View,
-    q: View,
-    k: View,
-    v: View,
-    mask: View | None,
-    causal: bool,
-    scale: float,
-    dropout_p: float,
-    seed: int,
-    counter: int,
-) -> None:
-    s, ok, m = _attention_probs(_wide(q), _wide(k), None if mask is None else _wide_mask(mask), causal, scale)
-    e = np.where(ok, np.exp(s - m), 0.0)
-    total = e.sum(-1, keepdims=True)
-    probs = np.where(total > 0, e / np.where(total > 0, total, 1.0), 0.0)
-    state = np.array([int(pcg_hash(np.array([seed & 0xFFFFFFFF], np.uint32))[0]), counter & 0xFFFFFFFF], np.int64)
-    np.copyto(_np(rng), state.astype(np.uint32).view(np.int32))
-    if dropout_p > 0:
-        probs = probs * _dropout_keep(state, probs.shape, dropout_p) * _keep_scale(dropout_p)
-    np.copyto(_np(out), np.matmul(probs, _wide(v)), casting="unsafe")
-    with np.errstate(divide="ignore"):
-        np.copyto(_np(lse), np.where(total[..., 0] > 0, np.log(total[..., 0]) + m[..., 0], -np.inf), casting="unsafe")
-
-
 def _wide_mask(mask: View) -> np.ndarray:
     a = _np(mask)
     return a if a.dtype == np.bool_ else a.astype(np.float64)
-
-
-def cpu_attention_backward(
-    backend: CpuBackend,
-    dq: View,
-    dk: View,
-    dv: View,
-    q: View,
-    k: View,
-    v: View,
-    out: View,
-    dout: View,
-    lse: View,
-    rng: View,
-    mask: View | None,
-    causal: bool,
-    scale: float,
-    dropout_p: float,
-    dmask: View | None,
-) -> None:
-    Q, K, V, dO = _wide(q), _wide(k), _wide(v), _wide(dout)
-    s, ok, _ = _attention_probs(Q, K, None if mask is None else _wide_mask(mask), causal, scale)
-    row = _np(lse)[..., None].astype(s.dtype)
-    probs = np.where(ok, np.exp(np.where(ok, s, 0) - np.where(np.isfinite(row), row, 0)), 0.0)
-    dp = np.matmul(dO, np.swapaxes(V, -1, -2))
-    kept = probs
-    if dropout_p > 0:
-        keep = _dropout_keep(_np(rng).astype(np.int64) & 0xFFFFFFFF, probs.shape, dropout_p) * _keep_scale(dropout_p)
-        kept, dp = probs * keep, dp * keep
-    delta = (dO * _wide(out)).sum(-1, keepdims=True)
-    ds = probs * (dp - delta)
-    if dmask is not None:
-        np.copyto(_np(dmask), ds, casting="unsafe")
-    np.copyto(_np(dv), np.matmul(np.swapaxes(kept, -1, -2), dO), casting="unsafe")
-    np.copyto(_np(dq), np.matmul(ds, K) * scale, casting="unsafe")
-    np.copyto(_np(dk), np.matmul(np.swapaxes(ds, -1, -2), Q) * scale, casting="unsafe")

@@ -7,23 +7,16 @@ from typing import Any
 
 from ...tensor import Tensor
 from .. import functional as F
-from ..module import Module
+from .linear import Dropout
 
 
-class _DropoutNd(Module):
+class _DropoutNd(Dropout):
+    """Dropout's settings and checks, with another functional op."""
+
     fn: Any = None
-
-    def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
-        super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-        self.p, self.inplace = p, inplace
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
         return type(self).fn(input, self.p, self.training)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}, inplace={self.inplace}"
 
 
 class Dropout1d(_DropoutNd):

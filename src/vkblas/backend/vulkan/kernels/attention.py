@@ -266,6 +266,15 @@ def _kv_loop(cfg: Config, first: str, end: str, loads: list[str], body: str) -> 
     )
 
 
+def _key_tiles(kind: str, cfg: Config, end: str, body: str) -> str:
+    """The loop of the query-row kernels (forward, dq) over tiles of keys and values up to ``end``."""
+    loads = [
+        _load_rows(kind, cfg, "ks", cfg.d4, "k", cfg.dqk, "t0", "S", cfg.bc),
+        _load_rows(kind, cfg, "vs", cfg.v4, "v", cfg.dv, "t0", "S", cfg.bc),
+    ]
+    return _kv_loop(cfg, "0u", end, loads, body)
+
+
 # ---------------------------------------------------------------- the three kernels
 def _forward(cfg: Config) -> str:
     br, bc, d4, v4 = cfg.br, cfg.bc, cfg.d4, cfg.v4
@@ -293,16 +302,7 @@ def _forward(cfg: Config) -> str:
         + _load_rows(k, cfg, "qs", d4 + 1, "q", cfg.dqk, "row0", "L", br, " * SC")
         + ("\n" + _own_regs("q", "qs", d4 + 1, d4) if q_row[1] is None else "")
         + f"\nvar m = {_LOWEST};\nvar l = 0.0;\n{_regs('acc', v4)}\n"
-        + _kv_loop(
-            cfg,
-            "0u",
-            end,
-            [
-                _load_rows(k, cfg, "ks", d4, "k", cfg.dqk, "t0", "S", bc),
-                _load_rows(k, cfg, "vs", v4, "v", cfg.dv, "t0", "S", bc),
-            ],
-            scores,
-        )
+        + _key_tiles(k, cfg, end, scores)
         + "\nif (i < L) {\n    let inv = select(0.0, 1.0 / l, l > 0.0);\n"
         + _indent(
             _store_row("b0", cfg.dtype, f"u32(off_o_out) + (bh * L + i) * {cfg.dv}u", "acc", v4, cfg.dv, "inv"), 1
@@ -347,16 +347,7 @@ def _dq(cfg: Config) -> str:
         )
         + "    b1[u32(off_o_delta) + bh * L + i] = delta;\n"
         f"    lse2 = b8[u32(off_x_lse) + bh * L + i] * {LOG2E};\n}}\n{_regs('acc', d4)}\n"
-        + _kv_loop(
-            cfg,
-            "0u",
-            end,
-            [
-                _load_rows(k, cfg, "ks", d4, "k", cfg.dqk, "t0", "S", bc),
-                _load_rows(k, cfg, "vs", v4, "v", cfg.dv, "t0", "S", bc),
-            ],
-            body,
-        )
+        + _key_tiles(k, cfg, end, body)
         # s = scale q.k (q is held times scale log2 e): dq = scale sum ds k
         + f"\nif (i < L) {{\n    let sc = SC * {LN2};\n"
         + _indent(
