@@ -15,7 +15,7 @@ import numpy as np
 
 import vkblas as vb
 from op_samples import Sample, fresh, uniform
-from op_table import _Z, ANY, F16, I32, NUMERIC, OpInfo, errors
+from opinfo import _Z, ANY, F16, I32, NUMERIC, OpInfo, errors
 from references import pcg_uniform
 
 Rng = np.random.Generator

@@ -14,7 +14,7 @@ import numpy as np
 
 import vkblas as vb
 from op_samples import Sample, away, fresh, np_erf, unary_samples, uniform
-from op_table import _Z, F16, I32, NUMERIC, OpInfo, errors
+from opinfo import _Z, F16, I32, NUMERIC, OpInfo, errors
 
 F = vb.nn.functional
 Rng = np.random.Generator

@@ -12,7 +12,7 @@ import numpy as np
 
 import vkblas as vb
 from op_samples import Sample, uniform
-from op_table import _Z, F16, NUMERIC, OpInfo, errors
+from opinfo import _Z, F16, NUMERIC, OpInfo, errors
 from references import conv_ref, pad_hw, pcg_uniform
 
 F = vb.nn.functional
