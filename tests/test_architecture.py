@@ -18,7 +18,7 @@ from functools import cache
 from pathlib import Path
 
 import vkblas
-from vkblas.ops import elementwise
+from vkblas.ops import elementwise, unary_math
 from vkblas.ops.record import RECORDS
 
 SRC = Path(vkblas.__file__).resolve().parent
@@ -227,8 +227,9 @@ def test_no_names_made_by_globals() -> None:
 
 
 def test_vkblas_exports_exactly_the_exported_records() -> None:
-    """``vkblas`` star-imports ops/elementwise.py: its public names must be the records marked ``export``."""
-    public = {n for n in vars(elementwise) if not n.startswith("_")}
+    """``vkblas`` star-imports the record modules (ops/elementwise.py, ops/unary_math.py): their public names must
+    be the records marked ``export``, each defined in one of them."""
+    public = [n for module in (elementwise, unary_math) for n in vars(module) if not n.startswith("_")]
     exported = {r.name for r in RECORDS.values() if r.export}
-    assert public == exported
+    assert len(public) == len(set(public)) and set(public) == exported
     assert all(getattr(vkblas, n) is RECORDS[n].function for n in exported)

@@ -154,7 +154,8 @@ def test_probabilities_match_pytorch_top_k_and_softmax(temperature: float, top_k
         v, _ = torch.topk(t, min(top_k, t.size(-1)))
         t[t < v[:, [-1]]] = -float("Inf")
     want = torch.softmax(t, dim=-1).numpy()
-    np.testing.assert_allclose(probabilities(logits, temperature, top_k), want, rtol=1e-12, atol=1e-15)
+    got = probabilities(vkblas.tensor(logits, dtype=vkblas.float64, device="cpu"), temperature, top_k).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
 
 
 def test_sampling_follows_the_distribution_and_the_seed() -> None:

@@ -39,6 +39,8 @@ def vk_dtype(a: np.ndarray, device: str) -> vb.DType:
         return vb.bool
     if a.dtype == np.float16:
         return vb.float16
+    if a.dtype in (np.uint8, np.int8):
+        return vb.uint8 if a.dtype == np.uint8 else vb.int8
     return float_dtype(device) if a.dtype.kind == "f" else vb.int32
 
 
@@ -248,6 +250,8 @@ def in_dtype(sample: Sample, dtype: vb.DType) -> tuple[Sample, list[int]] | None
         if isinstance(a, np.ndarray) and a.dtype.kind == "f":
             if dtype is vb.int32:
                 a = np.asarray(np.rint(a * 2), dtype=np.int32)
+            elif dtype in (vb.uint8, vb.int8):  # 8-bit: small values of each sign range
+                a = np.asarray(np.rint(a * 30) + (128 if dtype is vb.uint8 else 0), dtype=dtype.np)
             else:
                 a = np.asarray(a > 0) if dtype is vb.bool else a.astype(np.float16)
             changed.append(i)
@@ -264,6 +268,8 @@ def dtype_reference(info: OpInfo, sample: Sample, changed: list[int], dtype: vb.
 def dtype_expected(ref: np.ndarray, info: OpInfo, dtype: vb.DType) -> vb.DType:
     if ref.dtype == np.bool_:
         return vb.bool
+    if ref.dtype in (np.uint8, np.int8):
+        return vb.uint8 if ref.dtype == np.uint8 else vb.int8
     if ref.dtype.kind in "iu" and not (info.int_to_float and dtype is vb.int32):
         return vb.int32
     return vb.float16 if dtype is vb.float16 else vb.float32

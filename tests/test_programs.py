@@ -2,15 +2,12 @@
 MNIST and other examples) run unmodified with `vkblas run`, at CI sizes, on cpu and on a Vulkan device (lavapipe in
 CI).
 
-A program that stops at a name vkblas does not have yet is an expected failure only when that name is one of the
-ops the test lists (issue 14 part B adds them): the test then raises :class:`MissingOpError`, and ``xfail(strict=True,
-raises=MissingOpError)`` turns into a loud XPASS once the ops land. Any other failure fails the test.
+A program that stops anywhere, at a name vkblas does not have included, fails its test.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -28,11 +25,6 @@ DEVICES = ["cpu", pytest.param("vulkan", marks=pytest.mark.skipif(not HAS_VULKAN
 needs_mnist = pytest.mark.skipif(not (DATA / "mnist").is_dir(), reason=f"no MNIST files in {DATA}")
 needs_fashion = pytest.mark.skipif(not (DATA / "fashion").is_dir(), reason=f"no Fashion-MNIST files in {DATA}")
 needs_text = pytest.mark.skipif(not (DATA / "tinyshakespeare" / "input.txt").is_file(), reason="no tinyshakespeare")
-MISSING = re.compile(r"(\S+) is not implemented in vkblas yet")
-
-
-class MissingOpError(Exception):
-    """The program stopped at one of the ops the test expects to be missing."""
 
 
 def vkblas_run(script: Path, args: list[str], cwd: Path, device: str, timeout: float = 300) -> str:
@@ -53,31 +45,12 @@ def vkblas_run(script: Path, args: list[str], cwd: Path, device: str, timeout: f
 def _check(done: subprocess.CompletedProcess[str]) -> str:
     if done.returncode == 0:
         return done.stdout
-    missing = MISSING.findall(done.stderr)
-    if missing and missing[-1] in _expected_missing:
-        raise MissingOpError(missing[-1])
     raise AssertionError(f"exit code {done.returncode}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr}")
-
-
-_expected_missing: set[str] = set()
-
-
-@pytest.fixture
-def expect_missing(request: pytest.FixtureRequest) -> None:
-    """The ops named in the test's ``needs`` marker are the only acceptable reason to stop."""
-    marker = request.node.get_closest_marker("needs")
-    _expected_missing.clear()
-    _expected_missing.update(marker.args if marker else ())
-
-
-pytestmark = pytest.mark.usefixtures("expect_missing")
 
 
 # ------------------------------------------------------------------------------------------------ PyTorch's MNIST
 @needs_mnist
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.needs("torch.optim.Adadelta")
-@pytest.mark.xfail(strict=True, raises=MissingOpError, reason="needs optimizer Adadelta (issue 14 part B)")
 def test_mnist_example(device: str, tmp_path: Path) -> None:
     args = ["--epochs", "1", "--dry-run", "--subset", "128", "--test-batch-size", "64", "--save-model"]
     out = vkblas_run(PROGRAMS / "mnist" / "main.py", args, tmp_path, device)
@@ -153,13 +126,6 @@ def test_nanogpt_prepare(tmp_path: Path) -> None:
 
 @needs_text
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.needs("torch.tril", "torch.nn.functional.scaled_dot_product_attention", "torch.topk", "torch.multinomial")
-@pytest.mark.xfail(
-    strict=True,
-    raises=MissingOpError,
-    reason="needs ops tril or F.scaled_dot_product_attention (training), topk and multinomial (sampling) "
-    "(issue 14 part B)",
-)
 def test_nanogpt_train_then_sample(device: str, tmp_path: Path) -> None:
     work = _nanogpt(tmp_path)
     dev = "cpu" if device == "cpu" else "cuda"

@@ -73,14 +73,14 @@ def test_the_real_torch_comes_back_after_the_run() -> None:
 @pytest.mark.parametrize(
     ("get", "name"),
     [
-        (lambda t: t.tril, "torch.tril"),
-        (lambda t: t.nn.functional.scaled_dot_product_attention, "torch.nn.functional.scaled_dot_product_attention"),
-        (lambda t: t.optim.Adadelta, "torch.optim.Adadelta"),
+        (lambda t: t.stft, "torch.stft"),
+        (lambda t: t.nn.functional.grid_sample, "torch.nn.functional.grid_sample"),
+        (lambda t: t.optim.LBFGS, "torch.optim.LBFGS"),
         (lambda t: t.optim.lr_scheduler.CyclicLR, "torch.optim.lr_scheduler.CyclicLR"),
         (lambda t: t.nn.TransformerEncoder, "torch.nn.TransformerEncoder"),
         (lambda t: t.cuda.max_memory_allocated, "torch.cuda.max_memory_allocated"),
         (lambda t: t.utils.data.WeightedRandomSampler, "torch.utils.data.WeightedRandomSampler"),
-        (lambda t: t.ones(2).topk, "torch.Tensor.topk"),
+        (lambda t: t.ones(2).kthvalue, "torch.Tensor.kthvalue"),
     ],
 )
 def test_a_missing_name_is_an_error_naming_it(torch: Any, get: Any, name: str) -> None:
@@ -89,13 +89,14 @@ def test_a_missing_name_is_an_error_naming_it(torch: Any, get: Any, name: str) -
 
 
 def test_missing_names_probe_false_and_missing_modules_fail_to_import(torch: Any) -> None:
-    assert not hasattr(torch.nn.functional, "scaled_dot_product_attention")  # nanoGPT's probe
+    assert not hasattr(torch.nn.functional, "grid_sample")  # how programs probe
+    assert hasattr(torch.nn.functional, "scaled_dot_product_attention")  # nanoGPT's probe finds the fused kernel
     with pytest.raises(ModuleNotFoundError, match="module torch.distributions is not implemented in vkblas yet"):
         import torch.distributions  # noqa: F401
     with pytest.raises(ModuleNotFoundError, match="module torchvision.models is not implemented"):
         import torchvision.models  # noqa: F401
-    with pytest.raises(ImportError, match="tril"):
-        from torch import tril  # noqa: F401
+    with pytest.raises(ImportError, match="stft"):
+        from torch import stft  # noqa: F401
     import torchvision
 
     with pytest.raises(NotImplementedInVkblasError, match="torchvision.datasets.CIFAR10 is not implemented"):
@@ -308,10 +309,10 @@ def test_runner_gives_python_script_semantics(tmp_path: Path, capfd: pytest.Capt
 
 
 def test_runner_reports_the_programs_traceback(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    prog = _script(tmp_path, "import torch\n\ndef f():\n    return torch.tril(torch.ones(2, 2))\n\nf()\n")
+    prog = _script(tmp_path, "import torch\n\ndef f():\n    return torch.stft(torch.ones(2, 2))\n\nf()\n")
     assert run_script(str(prog), device="cpu") == 1
     err = capfd.readouterr().err
-    assert 'prog.py", line 4, in f' in err and "torch.tril is not implemented in vkblas yet" in err
+    assert 'prog.py", line 4, in f' in err and "torch.stft is not implemented in vkblas yet" in err
     assert "runner.py" not in err
     assert run_script(str(tmp_path / "nope.py")) == 2 and "nope.py: no such file" in capfd.readouterr().err
 

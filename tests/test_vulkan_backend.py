@@ -79,8 +79,27 @@ def test_adapters_and_describe(vk):
 # ---------------------------------------------------------------- elementwise
 
 
+# (low, high) of operands that must stay in a domain (step counts, decay rates, quantities under a square root);
+# the optimizers' formulas of optim/fused.py
+_DOMAINS: dict[str, dict[int, tuple[float, float]]] = {
+    "adadelta_apply": {1: (0.0, 2.0), 2: (0.0, 2.0), 5: (1e-6, 1e-3)},
+    "adadelta_acc": {0: (0.0, 2.0), 1: (0.0, 2.0), 3: (0.1, 0.9), 4: (1e-6, 1e-3)},
+    "adagrad_lr": {0: (0.1, 1.0), 1: (1.0, 10.0), 2: (0.0, 1.0)},
+    "div_apply": {2: (0.5, 2.0)},
+    "nadam_apply": {3: (0.0, 2.0), 6: (0.5, 2.0), 7: (1e-6, 1e-3)},
+    "nadam_mu_product": {0: (0.1, 0.9), 1: (1.0, 20.0), 2: (0.5, 0.99), 3: (0.0, 0.1)},
+    "nadam_coef_g": {1: (0.1, 0.9), 2: (1.0, 20.0), 3: (0.5, 0.99), 4: (0.0, 0.1)},
+    "nadam_coef_m": {1: (0.1, 0.9), 2: (1.0, 20.0), 3: (0.5, 0.99), 4: (0.0, 0.1)},
+    "radam_apply": {2: (0.0, 2.0), 6: (1e-6, 1e-3)},
+    "radam_a": {0: (10.0, 20.0), 1: (0.8, 0.95), 2: (1.0, 30.0)},  # rho_t well past 5: rect is well conditioned
+    "radam_b": {0: (1.0, 20.0), 1: (1.0, 10.0)},
+}
+
+
 def _operand_values(op: str, i: int, shape) -> np.ndarray:
     """Inputs in each op's domain (positive for log/sqrt, integral exponents for negative pow bases...)."""
+    if i in _DOMAINS.get(op, {}):
+        return RNG.uniform(*_DOMAINS[op][i], shape)
     if op in ("log", "sqrt", "rsqrt"):
         return RNG.uniform(0.1, 3.0, shape)
     if op == "pow" and i == 1:
@@ -352,8 +371,57 @@ FORMULA_REFERENCES = {
     "adam_rsqrt_bc": lambda t, beta2: 1 / np.sqrt(1 - beta2**t),
     "adam_apply": lambda p, mom, v, step, rbc, eps, decay: p * decay - step * mom / (np.sqrt(v) * rbc + eps),
 }
+
+
+def _radam_rect(t: np.ndarray, b2: np.ndarray) -> np.ndarray:
+    rho_inf = 2 / (1 - b2) - 1
+    rho = rho_inf - 2 * t * b2**t / (1 - b2**t)
+    return np.sqrt(np.maximum((rho - 4) * (rho - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho), 0))
+
+
+# the parameterised elementwise ops (ops/parametric.py); their params are random too here
+FORMULA_REFERENCES |= {
+    "softplus": lambda a, beta, th: np.where(a * beta > th, a, np.log1p(np.exp(a * beta)) / beta),
+    "softplus_grad": lambda g, x, beta, th: np.where(x * beta > th, g, g / (1 + np.exp(-x * beta))),
+    "elu": lambda a, alpha, scale, s_in: scale * np.where(a > 0, a, alpha * np.expm1(a * s_in)),
+    "elu_grad": lambda g, x, alpha, scale, s_in: g * scale * np.where(x > 0, 1, alpha * s_in * np.exp(x * s_in)),
+    "hardtanh": lambda a, lo, hi: np.minimum(np.maximum(a, lo), hi),
+    "hardtanh_grad": lambda g, x, lo, hi: np.where((x > lo) & (x < hi), g, 0),
+    "isclose": lambda a, b, rtol, atol, eq: (
+        (a == b)
+        | ((np.abs(a - b) <= atol + rtol * np.abs(b)) & np.isfinite(a - b))
+        | ((eq != 0) & np.isnan(a) & np.isnan(b))
+    ),
+    # the optimizers' (optim/fused.py)
+    "acc_sq": lambda s, g: s + g * g,
+    "adadelta_apply": lambda p, u, v, g, lr, eps: p - lr * np.sqrt(u + eps) / np.sqrt(v + eps) * g,
+    "adadelta_acc": lambda u, v, g, rho, eps: rho * u + (1 - rho) * (np.sqrt(u + eps) / np.sqrt(v + eps) * g) ** 2,
+    "adagrad_lr": lambda lr, t, decay: lr / (1 + (t - 1) * decay),
+    "adamax_inf": lambda u, g, beta2, eps: np.maximum(beta2 * u, np.abs(g) + eps),
+    "div_apply": lambda p, m, u, step: p - step * m / u,
+    "nadam_apply": lambda p, g, m, v, cg, cm, r, eps, decay: p * decay + (cg * g + cm * m) / (np.sqrt(v) * r + eps),
+    "nadam_mu_product": lambda prod, t, b1, psi: prod * b1 * (1 - 0.5 * 0.96 ** (t * psi)),
+    "nadam_coef_g": lambda lr, prod, t, b1, psi: -lr * (1 - b1 * (1 - 0.5 * 0.96 ** (t * psi))) / (1 - prod),
+    "nadam_coef_m": lambda lr, prod, t, b1, psi: (
+        -lr * b1 * (1 - 0.5 * 0.96 ** ((t + 1) * psi)) / (1 - prod * b1 * (1 - 0.5 * 0.96 ** ((t + 1) * psi)))
+    ),
+    "radam_apply": lambda p, m, v, step, a, b, eps, decay: p * decay - step * m * (a / (np.sqrt(v) + eps) + b),
+    "radam_a": lambda t, b2, first: np.where(t >= first, _radam_rect(t, b2) * np.sqrt(1 - b2**t), 0.0),
+    "radam_b": lambda t, first: np.where(t >= first, 0.0, 1.0),
+    # multinomial's (ops/sampling.py)
+    "bad_weight": lambda w: (w < 0) | np.isinf(w) | np.isnan(w),
+    "es_key": lambda u, w: np.log(u) / w,
+}
 # operands that must be in (0, 1): logarithms, square roots, powers of a beta
-_UNIT_OPERANDS = {"log_softmax_out": {2}, "adam_apply": {2, 4, 5}, "adam_step_size": {0, 1, 2}, "adam_rsqrt_bc": {0, 1}}
+_UNIT_OPERANDS = {
+    "es_key": {0, 1},
+    "softplus": {1},
+    "softplus_grad": {2},
+    "log_softmax_out": {2},
+    "adam_apply": {2, 4, 5},
+    "adam_step_size": {0, 1, 2},
+    "adam_rsqrt_bc": {0, 1},
+}
 
 
 def _covered_by_an_op(name: str) -> bool:
@@ -377,6 +445,8 @@ def test_formulas_match_float64_reference(vk, op):
             values.append(rng.random(shape) > 0.5)
         elif i in _UNIT_OPERANDS.get(op, ()):
             values.append(rng.uniform(0.1, 0.9, shape))
+        elif i in _DOMAINS.get(op, {}):
+            values.append(rng.uniform(*_DOMAINS[op][i], shape))
         else:
             values.append(rng.uniform(-2.0, 2.0, shape))
     want = np.asarray(FORMULA_REFERENCES[op](*values))

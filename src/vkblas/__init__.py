@@ -36,16 +36,19 @@ from .creation import (
     zeros_like,
 )
 from .device import device, devices, info, synchronize
-from .dtypes import DType, bool_, double, float16, float32, float64, half, int32
+from .dtypes import DType, bool_, double, float16, float32, float64, half, int8, int32, uint8
 from .gradcheck import gradcheck
 
 # the functional ops: vkblas.exp(x), vkblas.matmul(a, b), vkblas.cat([...]), ...
 from .ops._core import clone
 from .ops.conv import avg_pool2d, conv2d, max_pool2d
+from .ops.einsum import einsum
 from .ops.elementwise import *  # noqa: F403  (one function per elementwise op record)
 from .ops.indexing import gather, index_select, one_hot, scatter_add
 from .ops.linalg import bmm, matmul, mm
+from .ops.parametric import allclose, isclose, round
 from .ops.pointwise import add, clamp, clip, gelu, leaky_relu, masked_fill, sub, where
+from .ops.rearrange import diagonal, flip, repeat_interleave, roll, tril, triu
 from .ops.reduction import (
     all,
     amax,
@@ -63,6 +66,9 @@ from .ops.reduction import (
     sum,
     var,
 )
+from .ops.sampling import multinomial
+from .ops.scan import cumprod, cumsum, prod
+from .ops.scatter import index_add, index_copy, index_fill, masked_scatter, nonzero, scatter, scatter_reduce
 from .ops.shape import (
     cat,
     chunk,
@@ -85,6 +91,8 @@ from .ops.shape import (
     view,
     view_as,
 )
+from .ops.sorting import argsort, sort, topk
+from .ops.unary_math import *  # noqa: F403  (more records: rounding, trigonometric, erf, selu)
 from .random import Generator, initial_seed, manual_seed
 from .tensor import Tensor
 from .version import __version__

@@ -1,7 +1,9 @@
 """The dtypes vkblas knows, with PyTorch's names, and the promotion rule between them.
 
-Deliberate difference from PyTorch: there is no int64 storage. int64 input (numpy arrays, Python ints) is accepted
-and stored as int32 after an overflow check, because WGSL has no 64-bit integers on most adapters.
+Deliberate difference from PyTorch: there is no int64 (or int16) storage. int64 input (numpy arrays, Python ints)
+is accepted and stored as int32 after an overflow check, because WGSL has no 64-bit integers on most adapters.
+``uint8`` and ``int8`` are storage dtypes (image data): they compute in int32 and wrap when stored, as PyTorch's
+do; mixing the two promotes to int32 (PyTorch: int16).
 """
 
 from __future__ import annotations
@@ -31,14 +33,18 @@ float32 = DType("float32", np.dtype(np.float32), True, 4)
 float16 = DType("float16", np.dtype(np.float16), True, 2)
 float64 = DType("float64", np.dtype(np.float64), True, 8)  # cpu backend only: the test oracle's precision
 int32 = DType("int32", np.dtype(np.int32), False, 4)
+uint8 = DType("uint8", np.dtype(np.uint8), False, 1)
+int8 = DType("int8", np.dtype(np.int8), False, 1)
 bool_ = DType("bool", np.dtype(np.bool_), False, 4)
 
-ALL = (float32, float16, float64, int32, bool_)
+ALL = (float32, float16, float64, int32, uint8, int8, bool_)
+#: the 8-bit storage dtypes (packed four to a 32-bit word on the GPU)
+BYTES = (uint8, int8)
 half, double = float16, float64  # PyTorch's aliases
 _BY_NAME = {d.name: d for d in ALL}
 _BY_NP = {d.np: d for d in ALL}
-# promotion order: bool < int32 < float16 < float32 < float64
-_RANK = {bool_: 0, int32: 1, float16: 2, float32: 3, float64: 4}
+# promotion order: bool < uint8, int8 < int32 < float16 < float32 < float64 (uint8 with int8: int32)
+_RANK = {bool_: 0, uint8: 1, int8: 1, int32: 2, float16: 3, float32: 4, float64: 5}
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
@@ -58,11 +64,13 @@ def to_dtype(d: object) -> DType:
     if npd in _BY_NP:
         return _BY_NP[npd]
     if npd.kind in "iu":
-        return int32  # int64 / uint8 ... are stored as int32 (range checked where values are converted)
+        return int32  # int64 / int16 / uint16 ... are stored as int32 (range checked where values are converted)
     raise TypeError(f"dtype {npd} is not supported; expected one of {', '.join(_BY_NAME)}")
 
 
 def promote(a: DType, b: DType) -> DType:
+    if a is not b and _RANK[a] == _RANK[b]:  # uint8 with int8: the smallest type holding both
+        return int32
     return a if _RANK[a] >= _RANK[b] else b
 
 

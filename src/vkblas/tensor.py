@@ -17,7 +17,7 @@ import numpy as np
 from . import autograd
 from . import device as _dev
 from .backend.base import Backend, UnsupportedError, View
-from .dtypes import INT32_MAX, INT32_MIN, DType, bool_, float16, float32, int32
+from .dtypes import INT32_MAX, INT32_MIN, DType, bool_, float16, float32, int8, int32, uint8
 
 
 class Tensor:
@@ -248,6 +248,10 @@ def host_dtype(arr: np.ndarray) -> DType:
     """The dtype host data gets when none is asked for."""
     if arr.dtype == np.bool_:
         return bool_
+    if arr.dtype == np.uint8:
+        return uint8
+    if arr.dtype == np.int8:
+        return int8
     if arr.dtype.kind in "iu":
         return int32
     if arr.dtype == np.float16:
@@ -262,6 +266,11 @@ def upload(arr: np.ndarray, dtype: DType, backend: Backend) -> Tensor:
     if dtype is int32 and arr.dtype.kind in "iu" and arr.size and (arr.min() < INT32_MIN or arr.max() > INT32_MAX):
         bad = arr.max() if arr.max() > INT32_MAX else arr.min()
         raise OverflowError(f"value {bad} does not fit in int32 (int64 input is stored as int32; see README)")
+    if dtype in (uint8, int8) and arr.dtype.kind in "iub" and arr.size:
+        lo, hi = np.iinfo(dtype.np).min, np.iinfo(dtype.np).max
+        if arr.min() < lo or arr.max() > hi:
+            bad = arr.max() if arr.max() > hi else arr.min()
+            raise OverflowError(f"value {bad} cannot be converted to type {dtype.name} without overflow")
     check_backend(backend, dtype, "tensor")
     return Tensor._make(View.of(backend.from_numpy(arr, dtype), arr.shape), backend)
 

@@ -14,7 +14,16 @@ Primitives (all outputs are views the caller allocated; inputs may be any views,
 ``matmul``             ``out[..., m, n] = sum_k a[..., m, k] * b[..., k, n]``; equal batch shapes (broadcast by
                        strides), ``out`` contiguous.
 ``gather``             ``out[i][j][k] = x[i][index[i][j][k]][k]`` (for ``dim=1``; ``torch.gather`` semantics).
-``scatter_add``        ``out[i][index[i][j][k]][k] += src[i][j][k]`` (accumulates into ``out`` in place).
+``scatter``            ``out[i][index[i][j][k]][k] (op)= src[i][j][k]`` in place, ``op`` one of :data:`SCATTER_OPS`:
+                       ``assign`` (duplicates: one of them wins), ``sum``, ``prod``, ``amax``, ``amin``
+                       (``scatter_add`` is ``scatter("sum", ...)``).
+``scan``               inclusive prefix ``sum`` / ``prod`` of ``x`` along ``axis`` into ``out`` (``x``'s shape).
+``sort``               ``values`` and int32 ``indices`` of ``x`` sorted along its last dim, ascending or
+                       descending; stable (equal values keep their order) and NaN sorts above every number, so
+                       ``indices`` are numpy's ``argsort(kind="stable")`` (PyTorch's stable sort).
+``attention``          fused scaled-dot-product attention and its backward (:meth:`Backend.attention`,
+                       :meth:`Backend.attention_backward`): softmax(q k^T * scale + mask) v, no T x T in memory
+                       on a GPU; the cpu backend may compute it as plain matrices.
 ``unfold``             im2col (``torch.nn.functional.unfold``): ``x`` (N, C, H, W) -> ``out`` (N, C*kh*kw, OH*OW),
                        row ``(c, i, j)`` holds ``x[n, c, oh*sh - ph + i*dh, ow*sw - pw + j*dw]`` (``pad_value``
                        outside ``x``). ``out`` may have any strides (conv2d writes a (C*kh*kw, N, L) layout).
@@ -36,6 +45,7 @@ device, the shapes and the dtypes involved; they never fall back to another devi
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -184,10 +194,66 @@ class Backend(ABC):
     def gather(self, out: View, x: View, dim: int, index: View) -> None: ...
 
     @abstractmethod
-    def scatter_add(self, out: View, dim: int, index: View, src: View) -> None: ...
+    def scatter(self, op: str, out: View, dim: int, index: View, src: View) -> None: ...
+
+    def scatter_add(self, out: View, dim: int, index: View, src: View) -> None:
+        self.scatter("sum", out, dim, index, src)
+
+    @abstractmethod
+    def scan(self, op: str, out: View, x: View, axis: int) -> None: ...
+
+    @abstractmethod
+    def sort(self, values: View, indices: View, x: View, descending: bool) -> None: ...
 
     @abstractmethod
     def random(self, out: View, distribution: str, seed: int, counter: int) -> None: ...
+
+    @abstractmethod
+    def attention(
+        self,
+        out: View,
+        lse: View,
+        rng: View,
+        q: View,
+        k: View,
+        v: View,
+        mask: View | None,
+        causal: bool,
+        scale: float,
+        dropout_p: float,
+        seed: int,
+        counter: int,
+    ) -> None:
+        """``out = dropout(softmax(q k^T * scale + mask)) v`` over (B, H, L, E) ``q``, (B, H, S, E) ``k``,
+        (B, H, S, Ev) ``v`` (any strides); ``out`` (B, H, L, Ev) and the float32 log-sum-exp ``lse`` (B, H, L) of each
+        score row are contiguous. ``mask`` (B, H, L, S, any strides): bool (False masks) or of q's dtype (added;
+        -inf masks); ``causal`` masks ``j > i``. A fully masked row gives 0 and lse -inf. Dropout keeps element
+        ``e = ((b*H + h)*L + i)*S + j`` when ``bits(e) >> 8 >= dropout_threshold(p)`` (the generator of
+        ``random`` at ``(seed, counter)``), scaling kept ones by ``1 / (1 - p)``; ``rng`` (2 int32) receives
+        ``(pcg(seed), counter)`` for the backward."""
+
+    @abstractmethod
+    def attention_backward(
+        self,
+        dq: View,
+        dk: View,
+        dv: View,
+        q: View,
+        k: View,
+        v: View,
+        out: View,
+        dout: View,
+        lse: View,
+        rng: View,
+        mask: View | None,
+        causal: bool,
+        scale: float,
+        dropout_p: float,
+        dmask: View | None = None,
+    ) -> None:
+        """The gradients (contiguous, of q's, k's and v's full shapes) of :meth:`attention` for the incoming
+        ``dout`` (any strides), from its saved ``out``, ``lse`` and ``rng`` (the same dropout mask); with ``dmask``
+        (contiguous (B, H, L, S)), also the gradient of a float mask."""
 
     @abstractmethod
     def unfold(
@@ -218,8 +284,9 @@ class Backend(ABC):
         sum of the ``cols`` (N, C*kh*kw, OH*OW) entries that ``unfold`` reads from it (0 where none does).
         Deterministic: no atomics, each output pixel gathers its own terms. ``out`` must not overlap ``cols``."""
 
-    def check_range(self, index: View, low: int, high: int, message: str) -> None:
-        """Raise ``IndexError(message.format(bad=value))`` if an index lies outside ``[low, high)``.
+    def check_range(self, index: View, low: int, high: int, message: str, error: type[Exception] = IndexError) -> None:
+        """Raise ``error(message.format(bad=value))`` (IndexError unless told) if an index lies outside
+        ``[low, high)``; value checks that are not about indices (``multinomial``'s weights) name their error.
 
         Synchronous backends check at once. An asynchronous backend may instead record the check on the device and
         raise at its next sync point, as CUDA's device-side asserts do, so a training step needs no host round
@@ -227,7 +294,7 @@ class Backend(ABC):
         a = self.to_numpy(index)
         bad = a[(a < low) | (a >= high)]
         if bad.size:
-            raise IndexError(message.format(bad=int(bad.reshape(-1)[0])))
+            raise error(message.format(bad=int(bad.reshape(-1)[0])))
 
     # -- graph capture (optional: ``can_capture``)
     def _cannot_capture(self) -> UnsupportedError:
@@ -276,6 +343,8 @@ def window_output_size(
 
 
 REDUCE_OPS = ("sum", "max", "min", "argmax", "argmin")
+SCATTER_OPS = ("assign", "sum", "prod", "amax", "amin")
+SCAN_OPS = ("sum", "prod")
 RANDOM_DISTRIBUTIONS = ("uniform", "normal")
 
 # The counter-based generator every backend implements bit for bit (uint32 arithmetic, wrapping):
@@ -284,3 +353,9 @@ RANDOM_DISTRIBUTIONS = ("uniform", "normal")
 #   uniform  = (bits >> 8) * 2**-24                     in [0, 1)
 #   normal   = sqrt(-2 log(u1)) * cos(2 pi u2)          u1 = ((pcg(bits) >> 8) + 1) * 2**-24,  u2 = uniform
 PCG_MUL, PCG_INC, PCG_OUT = 747796405, 2891336453, 277803737
+
+
+def dropout_threshold(p: float) -> int:
+    """Dropout keeps an element when the 24-bit uniform integer ``bits >> 8`` is at least this (u >= p exactly,
+    the same decision on every backend)."""
+    return min(max(math.ceil(p * (1 << 24)), 0), 1 << 24)

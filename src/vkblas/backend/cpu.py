@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..dtypes import DType, float64
+from ..dtypes import BYTES, DType, float64
 from . import elementwise as ew
-from .base import PCG_INC, PCG_MUL, PCG_OUT, Backend, Scalar, Storage, View, window_output_size
+from .base import PCG_INC, PCG_MUL, PCG_OUT, Backend, Scalar, Storage, View, dropout_threshold, window_output_size
 
 
 class CpuStorage(Storage):
@@ -77,7 +77,8 @@ class CpuBackend(Backend):
 
     def elementwise(self, op: str, out: View, args: Sequence[View | Scalar]) -> None:
         spec = ew.OPS[op]
-        vals = [_np(a) if isinstance(a, View) else a for a in args]
+        # 8-bit storage computes in int32 (as on the GPU) and wraps when stored
+        vals = [(_np(a).astype(np.int32) if a.dtype in BYTES else _np(a)) if isinstance(a, View) else a for a in args]
         with np.errstate(all="ignore"):
             result = spec.fn(ew.numpy_math, *vals)
         target = _np(out)
@@ -109,14 +110,46 @@ class CpuBackend(Backend):
         np.copyto(_np(out), np.matmul(A, B), casting="unsafe")
 
     def gather(self, out: View, x: View, dim: int, index: View) -> None:
-        np.copyto(_np(out), np.take_along_axis(_np(x), _np(index).astype(np.intp), axis=dim))
+        idx = _np(index).astype(np.intp)
+        # torch.gather allows an index smaller than x in the other dims; take_along_axis wants them equal
+        src = _np(x)[tuple(slice(None) if i == dim % idx.ndim else slice(0, n) for i, n in enumerate(idx.shape))]
+        np.copyto(_np(out), np.take_along_axis(src, idx, axis=dim))
 
-    def scatter_add(self, out: View, dim: int, index: View, src: View) -> None:
+    def scatter(self, op: str, out: View, dim: int, index: View, src: View) -> None:
         target = _np(out)
         idx = _np(index).astype(np.intp)
         grids = list(np.indices(idx.shape, sparse=True))
         grids[dim] = idx
-        np.add.at(target, tuple(grids), _np(src))
+        where = tuple(grids)
+        values = _np(src)[tuple(slice(0, n) for n in idx.shape)]
+        if op == "assign":
+            target[where] = values  # duplicates: the last one in C order wins
+        else:  # maximum/minimum: NaN wins, as in PyTorch
+            ufunc = {"sum": np.add, "prod": np.multiply, "amax": np.maximum, "amin": np.minimum}[op]
+            ufunc.at(target, where, values)
+
+    def scan(self, op: str, out: View, x: View, axis: int) -> None:
+        a = _np(x)
+        wide = np.float64 if x.dtype is float64 else np.float32 if x.dtype.is_floating else np.int64
+        fn = np.cumsum if op == "sum" else np.cumprod
+        np.copyto(_np(out), fn(a.astype(wide), axis=axis), casting="unsafe")  # ints wrap to int32 as on the GPU
+
+    def sort(self, values: View, indices: View, x: View, descending: bool) -> None:
+        a = _np(x)
+        order = np.arange(a.shape[-1]) if a.ndim else np.zeros((), np.intp)
+        if a.ndim == 0:
+            idx = np.zeros((), np.int64)
+        elif a.dtype.kind == "f":
+            nan = np.isnan(a)
+            key = np.where(nan, 0, a)
+            # lexsort sorts by its last key first: NaN flag, then the value, then the position (stability)
+            keys = (np.broadcast_to(order, a.shape), -key if descending else key, ~nan if descending else nan)
+            idx = np.lexsort(keys, axis=-1)
+        else:
+            key = a.astype(np.int64)
+            idx = np.lexsort((np.broadcast_to(order, a.shape), -key if descending else key), axis=-1)
+        np.copyto(_np(indices), idx, casting="unsafe")
+        np.copyto(_np(values), np.take_along_axis(a, idx, -1) if a.ndim else a)
 
     def random(self, out: View, distribution: str, seed: int, counter: int) -> None:
         n = out.numel
@@ -132,6 +165,72 @@ class CpuBackend(Backend):
         else:
             raise ValueError(f"unknown distribution {distribution!r}")
         np.copyto(_np(out), vals.reshape(out.shape), casting="unsafe")
+
+    def attention(
+        self,
+        out: View,
+        lse: View,
+        rng: View,
+        q: View,
+        k: View,
+        v: View,
+        mask: View | None,
+        causal: bool,
+        scale: float,
+        dropout_p: float,
+        seed: int,
+        counter: int,
+    ) -> None:
+        s, ok, m = _attention_probs(_wide(q), _wide(k), None if mask is None else _wide_mask(mask), causal, scale)
+        e = np.where(ok, np.exp(s - m), 0.0)
+        total = e.sum(-1, keepdims=True)
+        probs = np.where(total > 0, e / np.where(total > 0, total, 1.0), 0.0)
+        state = np.array([int(pcg_hash(np.array([seed & 0xFFFFFFFF], np.uint32))[0]), counter & 0xFFFFFFFF], np.int64)
+        np.copyto(_np(rng), state.astype(np.uint32).view(np.int32))
+        if dropout_p > 0:
+            probs = probs * _dropout_keep(state, probs.shape, dropout_p) * _keep_scale(dropout_p)
+        np.copyto(_np(out), np.matmul(probs, _wide(v)), casting="unsafe")
+        with np.errstate(divide="ignore"):
+            np.copyto(
+                _np(lse), np.where(total[..., 0] > 0, np.log(total[..., 0]) + m[..., 0], -np.inf), casting="unsafe"
+            )
+
+    def attention_backward(
+        self,
+        dq: View,
+        dk: View,
+        dv: View,
+        q: View,
+        k: View,
+        v: View,
+        out: View,
+        dout: View,
+        lse: View,
+        rng: View,
+        mask: View | None,
+        causal: bool,
+        scale: float,
+        dropout_p: float,
+        dmask: View | None = None,
+    ) -> None:
+        Q, K, V, dO = _wide(q), _wide(k), _wide(v), _wide(dout)
+        s, ok, _ = _attention_probs(Q, K, None if mask is None else _wide_mask(mask), causal, scale)
+        row = _np(lse)[..., None].astype(s.dtype)
+        probs = np.where(ok, np.exp(np.where(ok, s, 0) - np.where(np.isfinite(row), row, 0)), 0.0)
+        dp = np.matmul(dO, np.swapaxes(V, -1, -2))
+        kept = probs
+        if dropout_p > 0:
+            keep = _dropout_keep(_np(rng).astype(np.int64) & 0xFFFFFFFF, probs.shape, dropout_p) * _keep_scale(
+                dropout_p
+            )
+            kept, dp = probs * keep, dp * keep
+        delta = (dO * _wide(out)).sum(-1, keepdims=True)
+        ds = probs * (dp - delta)
+        if dmask is not None:
+            np.copyto(_np(dmask), ds, casting="unsafe")
+        np.copyto(_np(dv), np.matmul(np.swapaxes(kept, -1, -2), dO), casting="unsafe")
+        np.copyto(_np(dq), np.matmul(ds, K) * scale, casting="unsafe")
+        np.copyto(_np(dk), np.matmul(np.swapaxes(ds, -1, -2), Q) * scale, casting="unsafe")
 
     def unfold(
         self,
@@ -173,3 +272,45 @@ class CpuBackend(Backend):
                 rows = slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)
                 acc[:, :, rows, j * dw : j * dw + sw * (ow - 1) + 1 : sw] += c6[:, :, i, j]
         np.copyto(_np(out), acc[:, :, ph : ph + h, pw : pw + w], casting="unsafe")
+
+
+# ---------------------------------------------------------------- attention, as plain matrices (the reference)
+def _attention_probs(
+    q: np.ndarray, k: np.ndarray, mask: np.ndarray | None, causal: bool, scale: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(scores, which count, row max) of (B, H, L, S) attention scores; masked entries hold -inf."""
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
+    ok = np.ones(s.shape, bool)
+    if causal:
+        ok &= np.tril(np.ones(s.shape[-2:], bool))
+    if mask is not None:
+        if mask.dtype == np.bool_:
+            ok &= mask
+        else:
+            ok &= ~np.isneginf(mask)
+            s = s + np.where(ok, mask, 0)
+    s = np.where(ok, s, -np.inf)
+    m = np.max(s, -1, keepdims=True, initial=-np.inf)
+    return s, ok, np.where(np.isfinite(m), m, 0.0)
+
+
+def _dropout_keep(rng: np.ndarray, shape: tuple[int, ...], p: float) -> np.ndarray:
+    """The kept elements of the dropout mask (backend/base.py ``attention``), from ``rng`` = (pcg(seed), counter)."""
+    seed_h, counter = np.uint32(rng[0] & 0xFFFFFFFF), np.uint64(rng[1] & 0xFFFFFFFF)
+    e = np.arange(int(np.prod(shape)), dtype=np.uint64)
+    bits = pcg_hash(((counter + e) & np.uint64(0xFFFFFFFF)).astype(np.uint32) ^ seed_h)
+    return ((bits >> np.uint32(8)) >= dropout_threshold(p)).reshape(shape)
+
+
+def _keep_scale(p: float) -> float:
+    return 1.0 / (1.0 - p) if p < 1.0 else 0.0
+
+
+def _wide(view: View) -> np.ndarray:
+    a = _np(view)
+    return a.astype(np.float64 if a.dtype == np.float64 else np.float32)
+
+
+def _wide_mask(mask: View) -> np.ndarray:
+    a = _np(mask)
+    return a if a.dtype == np.bool_ else a.astype(np.float64)

@@ -204,5 +204,5 @@ class GPT(nn.Module):
             idx_cond = idx if idx.shape[1] <= self.config.block_size else idx[:, -self.config.block_size :]
             logits, _ = self(idx_cond)
             idx_next = sample_next(logits[:, -1, :], temperature, top_k)
-            idx = cat((idx, idx_next.to(idx.device)), dim=1)
+            idx = cat((idx, idx_next), dim=1)
         return idx

@@ -11,38 +11,67 @@ from collections.abc import Sequence
 
 from ..autograd import no_grad
 from ..dtypes import bool_, float16, float64, int32
-from ..ops.conv import avg_pool2d, conv2d, max_pool2d, pad, unfold
+from ..ops.attention import scaled_dot_product_attention
+from ..ops.conv import avg_pool2d, conv2d, max_pool2d, unfold
+from ..ops.conv_variants import conv1d, conv_transpose2d
+from ..ops.dropout import alpha_dropout, dropout, dropout1d, dropout2d, dropout3d, feature_alpha_dropout
 from ..ops.indexing import check_index, gather_unchecked, one_hot, take_along
+from ..ops.padding import pad
+from ..ops.parametric import celu, elu, hardtanh, softplus
 from ..ops.pointwise import gelu, leaky_relu, where
 from ..ops.reduction import log_softmax as _log_softmax
 from ..ops.reduction import softmax as _softmax
+from ..ops.resample import interpolate
+from ..ops.unary_math import _hardsigmoid, _hardswish, _logsigmoid, _mish, _relu6, _softsign
+from ..ops.unary_math import selu as _selu
 from ..tensor import Tensor
 
 __all__ = [
+    "alpha_dropout",
     "avg_pool2d",
     "batch_norm",
     "binary_cross_entropy",
     "binary_cross_entropy_with_logits",
+    "celu",
+    "conv1d",
     "conv2d",
+    "conv_transpose2d",
     "cross_entropy",
     "dropout",
+    "dropout1d",
+    "dropout2d",
+    "dropout3d",
+    "elu",
     "embedding",
+    "feature_alpha_dropout",
     "gelu",
+    "hardsigmoid",
+    "hardswish",
+    "hardtanh",
+    "interpolate",
     "l1_loss",
     "layer_norm",
     "leaky_relu",
     "linear",
     "log_softmax",
+    "logsigmoid",
     "max_pool2d",
+    "mish",
     "mse_loss",
     "nll_loss",
+    "normalize",
     "one_hot",
     "pad",
     "relu",
+    "relu6",
     "rms_norm",
+    "scaled_dot_product_attention",
+    "selu",
     "sigmoid",
     "silu",
     "softmax",
+    "softplus",
+    "softsign",
     "tanh",
     "unfold",
 ]
@@ -69,6 +98,35 @@ def softmax(input: Tensor, dim: int, dtype: object = None) -> Tensor:  # noqa: A
     return _softmax(input, dim, dtype)
 
 
+# parameter-free activations of ops/unary_math.py (``inplace`` is accepted and computes out of place)
+def selu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    return _selu(input)
+
+
+def mish(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    return _mish(input)
+
+
+def hardswish(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    return _hardswish(input)
+
+
+def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    return _hardsigmoid(input)
+
+
+def relu6(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    return _relu6(input)
+
+
+def logsigmoid(input: Tensor) -> Tensor:  # noqa: A002
+    return _logsigmoid(input)
+
+
+def softsign(input: Tensor) -> Tensor:  # noqa: A002
+    return _softsign(input)
+
+
 def log_softmax(input: Tensor, dim: int, dtype: object = None) -> Tensor:  # noqa: A002
     return _log_softmax(input, dim, dtype)
 
@@ -85,27 +143,65 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return out if bias is None else out + bias
 
 
-def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:  # noqa: A002
-    """Zero each element with probability ``p`` and scale the rest by 1/(1-p) (only when ``training``)."""
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-    if not training or p == 0.0:
-        return input
-    if p == 1.0:
-        return input * 0.0
-    keep = input.new_empty(input.shape).bernoulli_(1.0 - p)
-    return input * (keep * (1.0 / (1.0 - p)))
-
-
-def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:  # noqa: A002
-    """Rows of ``weight`` picked by the integer tensor ``input``; ``padding_idx`` rows get no gradient."""
+def embedding(
+    input: Tensor,  # noqa: A002
+    weight: Tensor,
+    padding_idx: int | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:
+    """Rows of ``weight`` picked by the integer tensor ``input``; ``padding_idx`` rows get no gradient.
+    ``max_norm`` renormalises (in place, as PyTorch does) the picked rows whose ``norm_type`` norm exceeds it;
+    ``scale_grad_by_freq`` divides each row's gradient by how often the batch picks it."""
     if input.dtype.is_floating or input.dtype is bool_:
         raise TypeError(f"embedding: indices must be an integer tensor, got {input.dtype!r}")
-    out = weight.index_select(0, input.reshape(-1)).reshape(*input.shape, weight.shape[1])
+    if sparse:
+        raise NotImplementedError("embedding: sparse=True needs sparse gradients, which vkblas does not have")
+    flat = input.reshape(-1)
+    if max_norm is not None:
+        _renorm_rows(weight, flat, float(max_norm), float(norm_type))
+    out = weight.index_select(0, flat)
+    if scale_grad_by_freq and out.requires_grad:
+        counts = weight.new_zeros((weight.shape[0],)).index_add(0, flat, weight.new_ones(flat.shape))
+        # the same values, with the gradient of each row divided by its count
+        frozen = out.detach()
+        out = frozen + (out - frozen) * (1.0 / counts.index_select(0, flat)).unsqueeze(-1)
+    out = out.reshape(*input.shape, weight.shape[1])
     if padding_idx is not None and out.requires_grad:
         pad_rows = (input == padding_idx % weight.shape[0]).unsqueeze(-1)
         out = where(pad_rows, out.detach(), out)
     return out
+
+
+def _renorm_rows(weight: Tensor, indices: Tensor, max_norm: float, norm_type: float) -> None:
+    """``weight``'s rows named by ``indices`` scaled down to norm ``max_norm`` where above it (in place)."""
+    with no_grad():
+        norms = (weight.abs() ** norm_type).sum(-1) ** (1.0 / norm_type)
+        picked = weight.new_zeros((weight.shape[0],)).index_fill(0, indices, 1.0)
+        scale = where((norms > max_norm) & (picked > 0), max_norm / (norms + 1e-7), 1.0)
+        weight.mul_(scale.unsqueeze(-1))
+
+
+def normalize(
+    input: Tensor,  # noqa: A002
+    p: float = 2.0,
+    dim: int = 1,
+    eps: float = 1e-12,
+    out: Tensor | None = None,
+) -> Tensor:
+    """``input / max(||input||_p, eps)`` along ``dim``. The norm is clamped before the root (``max(s, eps^p)^(1/p)``,
+    the same value), so a zero vector gets a finite gradient, as in PyTorch."""
+    if out is not None:
+        raise NotImplementedError("normalize: out= is not supported")
+    if p == 2.0:
+        total = input.square().sum(dim, keepdim=True)
+        denom = total.clamp(min=eps * eps).sqrt()
+    else:
+        total = (input.abs() ** p).sum(dim, keepdim=True)
+        denom = total.clamp(min=eps**p) ** (1.0 / p)
+    return input / denom
 
 
 def _check_trailing(op: str, input: Tensor, normalized_shape: Sequence[int]) -> tuple[int, ...]:

@@ -214,17 +214,42 @@ def conv2d(
 
 
 # ---------------------------------------------------------------------------------------------- pooling
-def _pool_args(
-    op: str, kernel_size: IntOr2, stride: IntOr2 | None, padding: IntOr2, ceil_mode: bool
-) -> tuple[Pair, Pair, Pair]:
+def _pool_args(op: str, kernel_size: IntOr2, stride: IntOr2 | None, padding: IntOr2) -> tuple[Pair, Pair, Pair]:
     k = _pair(kernel_size, "kernel_size", op, 1)
     s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) else _pair(stride, "stride", op, 1)
     p = _pair(padding, "padding", op)
     if p[0] > k[0] // 2 or p[1] > k[1] // 2:
         raise ValueError(f"{op}: padding {p} should be at most half of the kernel size {k}")
-    if ceil_mode:
-        raise NotImplementedError(f"{op}: ceil_mode=True is not supported yet")
     return k, s, p
+
+
+def _pool_size(n: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    """PyTorch's pooling output size: with ``ceil_mode`` a last partial window, unless it would start in the
+    right padding."""
+    span = d * (k - 1) + 1
+    if n + 2 * p < span:
+        raise ValueError(f"pooling: input of size {n} (padded {n + 2 * p}) is smaller than the kernel {span}")
+    out = (n + 2 * p - span + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= n + p:
+        out -= 1
+    return out
+
+
+def _pool_input(
+    x: Tensor, k: Pair, s: Pair, p: Pair, d: Pair, ceil_mode: bool, fill: float, op: str
+) -> tuple[Tensor, Pair, tuple[int, int]]:
+    """(input to unfold, its symmetric padding, (OH, OW)): with ``ceil_mode``, the partial last windows come from
+    extra bottom/right padding of ``fill`` (a copy), the rest from the primitive's own padding."""
+    h, w = x.shape[-2:]
+    oh, ow = (_pool_size(n, k_, s_, p_, d_, ceil_mode) for n, k_, s_, p_, d_ in zip((h, w), k, s, p, d, strict=True))
+    extra = [
+        max(0, (o - 1) * s_ + d_ * (k_ - 1) + 1 - (n + 2 * p_))
+        for o, n, k_, s_, p_, d_ in zip((oh, ow), (h, w), k, s, p, d, strict=True)
+    ]
+    if not any(extra):
+        return x, p, (oh, ow)
+    padded = pad(x, (p[1], p[1] + extra[1], p[0], p[0] + extra[0]), value=fill)
+    return padded, (0, 0), (oh, ow)
 
 
 _TAPS: dict[tuple[Backend, int], Tensor] = {}
@@ -239,6 +264,17 @@ def _taps(backend: Backend, kk: int) -> Tensor:
     return t
 
 
+@lru_cache(maxsize=64)
+def _window_origins(w: int, k: Pair, s: Pair, p: Pair, d: Pair, oh: int, ow: int) -> tuple[np.ndarray, np.ndarray]:
+    """For ``return_indices``: the flat input index (y * W + x) of each window's first tap (1, 1, 1, OH*OW), and
+    each tap's offset from it (1, 1, kh*kw, 1)."""
+    y0 = np.arange(oh) * s[0] - p[0]
+    x0 = np.arange(ow) * s[1] - p[1]
+    origin = (y0[:, None] * w + x0[None, :]).reshape(1, 1, 1, oh * ow)
+    taps = (np.arange(k[0])[:, None] * d[0] * w + np.arange(k[1])[None, :] * d[1]).reshape(1, 1, -1, 1)
+    return origin.astype(np.int32), taps.astype(np.int32)
+
+
 def max_pool2d(
     input: Tensor,  # noqa: A002
     kernel_size: IntOr2,
@@ -247,47 +283,61 @@ def max_pool2d(
     dilation: IntOr2 = 1,
     ceil_mode: bool = False,
     return_indices: bool = False,
-) -> Tensor:
-    """Max over each window (padding counts as -inf); the gradient goes to the first maximum of each window."""
-    if return_indices:
-        raise NotImplementedError("max_pool2d: return_indices=True is not supported yet")
-    k, s, p = _pool_args("max_pool2d", kernel_size, stride, padding, ceil_mode)
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Max over each window (padding counts as -inf); the gradient goes to the first maximum of each window.
+    ``return_indices`` also gives, per output, the int32 index of its maximum in the flattened (H*W) input plane."""
+    k, s, p = _pool_args("max_pool2d", kernel_size, stride, padding)
     d = _pair(dilation, "dilation", "max_pool2d", 1)
     x, unbatched = _batched(input, "max_pool2d")
     n, c, h, w = x.shape
     kk = k[0] * k[1]
     lowest = -math.inf if x.dtype.is_floating else float(np.iinfo(x.dtype.np).min)  # padding never wins the max
-    oh, ow = _out_hw("max_pool2d", x.shape, k, s, p, d)
     needs_grad = is_grad_enabled() and x.requires_grad
     with no_grad():
-        windows = _unfold(x, k, s, p, d, lowest, "max_pool2d").reshape(n, c, kk, oh * ow)
-        if needs_grad:
+        src, sp, (oh, ow) = _pool_input(x, k, s, p, d, ceil_mode, lowest, "max_pool2d")
+        windows = _unfold(src, k, s, sp, d, lowest, "max_pool2d").reshape(n, c, kk, oh * ow)
+        if needs_grad or return_indices:
             values, indices = windows.max(dim=2, keepdim=True)
         else:  # inference: no argmax pass
             values = windows.amax(dim=2, keepdim=True)
     out = values.reshape(n, c, oh, ow)
-    if not needs_grad:
-        return out.squeeze(0) if unbatched else out
+    if needs_grad:
+        ph, pw = src.shape[-2:]
 
-    def rule(node: Node, g: Tensor) -> tuple[Tensor]:
-        # g at the argmax of each window (a one-hot over the window dim), then summed back onto the image
-        hot = elementwise("eq", indices, _taps(g._backend, kk))
-        cols_g = elementwise("where", hot, g.reshape(n, c, 1, oh * ow), 0.0)
-        return (_fold(cols_g.reshape(n, c * kk, oh * ow), (h, w), k, s, p, d, "max_pool2d"),)
+        def rule(node: Node, g: Tensor) -> tuple[Tensor]:
+            # g at the argmax of each window (a one-hot over the window dim), then summed back onto the image
+            hot = elementwise("eq", indices, _taps(g._backend, kk))
+            cols_g = elementwise("where", hot, g.reshape(n, c, 1, oh * ow), 0.0)
+            grad = _fold(cols_g.reshape(n, c * kk, oh * ow), (ph, pw), k, s, sp, d, "max_pool2d")
+            return (grad[..., p[0] : p[0] + h, p[1] : p[1] + w] if (ph, pw) != (h, w) else grad,)
 
-    out = record(out, "MaxPool2DBackward", (x,), rule)
-    return out.squeeze(0) if unbatched else out
+        out = record(out, "MaxPool2DBackward", (x,), rule)
+    out = out.squeeze(0) if unbatched else out
+    if not return_indices:
+        return out
+    origin, taps = (x.new_tensor(a, int32) for a in _window_origins(w, k, s, p, d, oh, ow))
+    flat = elementwise("add", origin, _take_taps(taps, indices)).reshape(n, c, oh, ow)
+    return out, flat.squeeze(0) if unbatched else flat
+
+
+def _take_taps(taps: Tensor, indices: Tensor) -> Tensor:
+    """``taps[indices]`` for the (N, C, 1, L) argmax of each window over the (1, 1, kk, 1) tap offsets."""
+    return taps.reshape(-1).index_select(0, indices.reshape(-1)).reshape(indices.shape)
 
 
 @lru_cache(maxsize=64)
-def _pool_counts(h: int, w: int, k: Pair, s: Pair, p: Pair) -> np.ndarray:
-    """How many real (non-padding) pixels each window covers."""
+def _pool_divisors(h: int, w: int, k: Pair, s: Pair, p: Pair, oh: int, ow: int, include_pad: bool) -> np.ndarray:
+    """Each window's divisor, as PyTorch counts it: the window clipped to the padded input (``include_pad``) or
+    to the input itself; a ceil-mode window that runs past the padding counts only what it covers."""
 
-    def axis(n: int, kk: int, ss: int, pp: int) -> np.ndarray:
-        starts = np.arange((n + 2 * pp - kk) // ss + 1) * ss - pp
-        return np.minimum(starts + kk, n) - np.maximum(starts, 0)
+    def axis(n: int, kk: int, ss: int, pp: int, o: int) -> np.ndarray:
+        starts = np.arange(o) * ss - pp
+        ends = np.minimum(starts + kk, n + pp)
+        if include_pad:
+            return ends - starts
+        return np.minimum(ends, n) - np.maximum(starts, 0)
 
-    return np.outer(axis(h, k[0], s[0], p[0]), axis(w, k[1], s[1], p[1])).reshape(-1)
+    return np.outer(axis(h, k[0], s[0], p[0], oh), axis(w, k[1], s[1], p[1], ow)).reshape(-1)
 
 
 def avg_pool2d(
@@ -300,17 +350,18 @@ def avg_pool2d(
     divisor_override: int | None = None,
 ) -> Tensor:
     """Mean over each window; ``count_include_pad=False`` divides by the real pixels only."""
-    k, s, p = _pool_args("avg_pool2d", kernel_size, stride, padding, ceil_mode)
+    k, s, p = _pool_args("avg_pool2d", kernel_size, stride, padding)
     x, unbatched = _batched(input, "avg_pool2d")
     n, c, h, w = x.shape
-    oh, ow = _out_hw("avg_pool2d", x.shape, k, s, p, (1, 1))
-    cols = _unfold(x, k, s, p, (1, 1), 0.0, "avg_pool2d")
+    src, sp, (oh, ow) = _pool_input(x, k, s, p, (1, 1), ceil_mode, 0.0, "avg_pool2d")
+    cols = _unfold(src, k, s, sp, (1, 1), 0.0, "avg_pool2d")
     total = cols.reshape(n, c, k[0] * k[1], oh * ow).sum(dim=2)  # backward: fold of g broadcast over the window
+    divisors = _pool_divisors(h, w, k, s, p, oh, ow, count_include_pad)
     if divisor_override is not None:
         out = total * (1.0 / divisor_override)
-    elif count_include_pad or p == (0, 0):
+    elif (divisors == k[0] * k[1]).all():
         out = total * (1.0 / (k[0] * k[1]))
     else:
-        out = total / x.new_tensor(_pool_counts(h, w, k, s, p).astype(np.float64))
+        out = total / x.new_tensor(divisors.astype(np.float64))
     out = out.reshape(n, c, oh, ow)
     return out.squeeze(0) if unbatched else out

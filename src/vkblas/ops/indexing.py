@@ -42,11 +42,11 @@ def _check_range(idx: Tensor, size: int, dim: int, shape: tuple[int, ...]) -> Te
     return where(elementwise("lt", idx, 0), elementwise("add", idx, size), idx)
 
 
-def check_index(idx: Tensor, low: int, high: int, message: str) -> None:
-    """Raise IndexError (formatted with ``bad=``) if a value of ``idx`` is outside ``[low, high)``; see
+def check_index(idx: Tensor, low: int, high: int, message: str, error: type[Exception] = IndexError) -> None:
+    """Raise ``error`` (formatted with ``bad=``) if a value of ``idx`` is outside ``[low, high)``; see
     ``Backend.check_range`` for when an asynchronous device reports it."""
     if idx.numel():
-        idx._backend.check_range(idx._view, low, high, message)
+        idx._backend.check_range(idx._view, low, high, message, error)
 
 
 def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:  # noqa: A002
@@ -155,8 +155,8 @@ def _expand_items(x: Tensor, index: Index) -> list[Any]:
         raise IndexError("an index can only have a single ellipsis ('...')")
     if consumed > x.ndim:
         raise IndexError(f"too many indices for tensor of dimension {x.ndim} (shape {x.shape})")
-    if Ellipsis in [it for it in items if not isinstance(it, Tensor)]:
-        pos = next(i for i, it in enumerate(items) if it is Ellipsis and not isinstance(it, Tensor))
+    if any(it is Ellipsis for it in items):  # (identity: `in` would compare arrays elementwise)
+        pos = next(i for i, it in enumerate(items) if it is Ellipsis)
         items[pos : pos + 1] = [slice(None)] * (x.ndim - consumed)
     else:
         items += [slice(None)] * (x.ndim - consumed)

@@ -11,10 +11,23 @@ from __future__ import annotations
 from typing import Any
 
 from .. import device as _dev
-from ..dtypes import DType, bool_, float16, float32, int32, to_dtype
+from ..dtypes import DType, bool_, float16, float32, int8, int32, to_dtype, uint8
 from ..tensor import Tensor
 from . import elementwise as ew
-from . import indexing, linalg, pointwise, reduction, shape
+from . import (  # noqa: F401  (unary_math: records)
+    indexing,
+    linalg,
+    parametric,
+    pointwise,
+    rearrange,
+    reduction,
+    sampling,
+    scan,
+    scatter,
+    shape,
+    sorting,
+    unary_math,
+)
 from ._core import clone, full
 from .random import bernoulli_, normal_, uniform_
 from .record import RECORDS, inplace_function
@@ -102,7 +115,7 @@ Tensor.mT = property(_mT, doc="The last two dims swapped (a view).")
 
 
 # ---------------------------------------------------------------- conversion
-_DTYPE_NAMES = ("float32", "float16", "float64", "int32", "bool")
+_DTYPE_NAMES = ("float32", "float16", "float64", "int32", "uint8", "int8", "bool")
 
 
 def _to(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
@@ -143,6 +156,8 @@ Tensor.half = _caster(float16, "half")
 Tensor.int = _caster(int32, "int")
 Tensor.long = _caster(int32, "long")  # no int64 storage (see dtypes.py)
 Tensor.bool = _caster(bool_, "bool")
+Tensor.byte = _caster(uint8, "byte")
+Tensor.char = _caster(int8, "char")
 Tensor.type_as = _type_as
 
 
@@ -238,6 +253,41 @@ Tensor.lerp_ = pointwise.lerp_
 Tensor.uniform_ = uniform_
 Tensor.normal_ = normal_
 Tensor.bernoulli_ = bernoulli_
+
+# ---------------------------------------------------------------- elementwise ops with parameters (ops/parametric.py)
+Tensor.round = parametric.round
+Tensor.isclose = parametric.isclose
+Tensor.allclose = parametric.allclose
+
+# ---------------------------------------------------------------- scans, sorting, rearranging, scattering
+Tensor.cumsum = scan.cumsum
+Tensor.cumprod = scan.cumprod
+Tensor.prod = scan.prod
+Tensor.sort = sorting.sort
+Tensor.argsort = sorting.argsort
+Tensor.topk = sorting.topk
+Tensor.multinomial = sampling.multinomial
+Tensor.flip = rearrange.flip
+Tensor.roll = rearrange.roll
+Tensor.tril = rearrange.tril
+Tensor.triu = rearrange.triu
+Tensor.diagonal = rearrange.diagonal
+Tensor.unfold = rearrange.unfold
+Tensor.repeat_interleave = rearrange.repeat_interleave
+Tensor.scatter = scatter.scatter
+Tensor.scatter_reduce = scatter.scatter_reduce
+Tensor.index_add = scatter.index_add
+Tensor.index_copy = scatter.index_copy
+Tensor.index_fill = scatter.index_fill
+Tensor.masked_scatter = scatter.masked_scatter
+Tensor.nonzero = scatter.nonzero
+Tensor.scatter_ = scatter.scatter_
+Tensor.scatter_add_ = scatter.scatter_add_
+Tensor.scatter_reduce_ = scatter.scatter_reduce_
+Tensor.index_add_ = scatter.index_add_
+Tensor.index_copy_ = scatter.index_copy_
+Tensor.index_fill_ = scatter.index_fill_
+Tensor.masked_scatter_ = scatter.masked_scatter_
 
 # ---------------------------------------------------------------- the elementwise records' methods
 for _rec in RECORDS.values():

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..autograd import Node, is_grad_enabled, record
-from ..backend.elementwise import MathFunction, define, define_math
+from ..backend.elementwise import OPS, MathFunction, define, define_math
 from ..tensor import Tensor
 from ._core import alias, check_inplace, elementwise, rebase_inplace, write_into
 
@@ -179,8 +179,11 @@ def _rule(grads: tuple[GradRule, ...], picks: tuple[tuple[int, ...], ...]) -> Ca
 def inplace_function(rec: OpRecord) -> Callable[[Tensor], Tensor]:
     """``Tensor.<name>_`` of a unary record: written through the tensor's view, recorded when autograd needs it."""
     name = rec.name
+    float_only = OPS[name].float_only
 
     def function(t: Tensor) -> Tensor:
+        if float_only and not t.dtype.is_floating:  # PyTorch: the float result cannot be stored in place
+            raise RuntimeError(f"{name}_: result type Float can't be cast to the desired output type {t.dtype!r}")
         if check_inplace(t, name + "_"):
             return rebase_inplace(t, rec.function(alias(t)))
         return write_into(t, name, t)

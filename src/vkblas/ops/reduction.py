@@ -8,7 +8,7 @@ from typing import Any
 
 from ..autograd import Node, record
 from ..backend.elementwise import define
-from ..dtypes import bool_, float32, int32
+from ..dtypes import BYTES, bool_, float32, int32
 from ..tensor import Tensor, empty, norm_dim
 from ._core import cast, elementwise, norm_dims
 from .elementwise import abs, exp, log, maximum, minimum, sqrt, square
@@ -31,6 +31,9 @@ def _reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdim: bool)
 
 
 def _raw_reduce(op: str, x: Tensor, axes: tuple[int, ...], keepdim: bool) -> Tensor:
+    if x.dtype in BYTES:  # 8-bit storage reduces in int32; max/min give the input's dtype back
+        out = _raw_reduce(op, cast(x, int32), axes, keepdim)
+        return cast(out, x.dtype) if op in ("max", "min") else out
     if op != "sum":
         for a in axes:
             if x.shape[a] == 0:
@@ -50,7 +53,7 @@ def _expand_back(g: Tensor, shape: tuple[int, ...], axes: tuple[int, ...], keepd
 
 def sum(input: Tensor, dim: Dims = None, keepdim: bool = False, dtype: Any = None) -> Tensor:  # noqa: A001,A002
     x = input
-    if x.dtype is bool_:
+    if x.dtype is bool_ or x.dtype in BYTES:  # PyTorch: int64
         x = cast(x, int32)
     if dtype is not None:
         x = x.to(dtype)

@@ -35,6 +35,20 @@ def check_hyper(name: str, value: float, low: float = 0.0, high: float | None = 
         raise ValueError(f"Invalid {name} value: {value} (expected a value in {rng})")
 
 
+def check_unit(name: str, value: float) -> None:
+    """Raise ValueError naming the hyper-parameter unless 0 <= value <= 1 (Adadelta's rho)."""
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"Invalid {name} value: {value} (expected a value in [0.0, 1.0])")
+
+
+def check_betas(betas: tuple[float, float]) -> None:
+    """Adam-style (beta1, beta2), each in [0, 1)."""
+    if len(betas) != 2:
+        raise ValueError(f"Invalid betas {betas!r}: expected two values")
+    check_hyper("beta parameter at index 0", betas[0], 0.0, 1.0)
+    check_hyper("beta parameter at index 1", betas[1], 0.0, 1.0)
+
+
 class Optimizer:
     """Base class: ``params`` is an iterable of tensors or of dicts (parameter groups with their own settings)."""
 

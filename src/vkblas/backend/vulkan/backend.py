@@ -19,15 +19,27 @@ from typing import Any
 
 import numpy as np
 
-from ...dtypes import DType, bool_, float16, float32, int32
+from ...dtypes import DType, bool_, float16, float32, int8, int32, uint8
 from .. import elementwise as ew
-from ..base import RANDOM_DISTRIBUTIONS, REDUCE_OPS, Backend, BackendError, Capture, Scalar, UnsupportedError, View
+from ..base import (
+    RANDOM_DISTRIBUTIONS,
+    REDUCE_OPS,
+    SCAN_OPS,
+    SCATTER_OPS,
+    Backend,
+    BackendError,
+    Capture,
+    Scalar,
+    UnsupportedError,
+    View,
+)
 from .autotune import startup_check
 from .device import Device
 from .index_checks import IndexChecks
+from .kernels import attention as att
 from .kernels import elementwise as ew_kernels
-from .kernels import indexing, random, reduce, window
-from .kernels.plan import Plan, out_of_bounds
+from .kernels import indexing, random, reduce, scan, sort, window
+from .kernels.plan import Plan, out_of_bounds, span
 from .kernels.random import pcg_host
 from .kernels.reduce import SplitPlan
 from .kernels.wgsl import PARAM_WORDS
@@ -70,7 +82,7 @@ class VulkanBackend(Backend):
         self.pool.before_destroy = self.rt.drop_bind_groups
         self.plans: dict[Any, Any] = {}
         self._np_storage = {bool_: np.dtype(np.uint32)}
-        self._dtypes = frozenset(d for d in (float32, int32, bool_, float16) if self.supports(d))
+        self._dtypes = frozenset(d for d in (float32, int32, bool_, float16, uint8, int8) if self.supports(d))
         self.checks = IndexChecks(self)
         startup_check(self)  # default GEMM variants vs numpy: a driver bug is caught before any user matmul
 
@@ -83,7 +95,7 @@ class VulkanBackend(Backend):
 
     # -- description
     def supports(self, dtype: DType) -> bool:
-        return dtype in (float32, int32, bool_) or (dtype is float16 and self.dev.has_f16)
+        return dtype in (float32, int32, bool_, uint8, int8) or (dtype is float16 and self.dev.has_f16)
 
     def describe(self) -> dict[str, Any]:
         d = self.dev.describe()
@@ -152,12 +164,12 @@ class VulkanBackend(Backend):
             self.checks.raise_failed()
 
     # -- index checks: recorded on the device, reported at the next sync point (see index_checks.py)
-    def check_range(self, index: View, low: int, high: int, message: str) -> None:
+    def check_range(self, index: View, low: int, high: int, message: str, error: type[Exception] = IndexError) -> None:
         """Record a check that every value of ``index`` lies in ``[low, high)``: two dispatches and no host round
         trip. A failure raises IndexError at the next ``to_numpy``/``synchronize``; kernels never read out of
         bounds meanwhile (gather reads 0, scatter_add skips)."""
         if index.numel:
-            self.checks.record(index, int(low), int(high), message)
+            self.checks.record(index, int(low), int(high), message, error)
 
     # -- graph capture (the optional interface of backend/base.py; vkblas.graphs drives it)
     def capture_begin(self) -> Recording:
@@ -187,7 +199,8 @@ class VulkanBackend(Backend):
         blob = rec.blob
         for i, gen, n in rec.randoms:
             seed, counter = gen.take(n)
-            _RANDOM_WORDS.pack_into(blob, i * _WINDOW_BYTES + 4, pcg_host(seed & 0xFFFFFFFF), counter & 0xFFFFFFFF)
+            at = i * _WINDOW_BYTES + 4 * rec.seed_words.get(i, 1)
+            _RANDOM_WORDS.pack_into(blob, at, pcg_host(seed & 0xFFFFFFFF), counter & 0xFFFFFFFF)
         self.rt.replay(rec)
         self.checks.after_replay(rec)
 
@@ -389,21 +402,65 @@ class VulkanBackend(Backend):
             plan = self._plan(key, "gather", [out, x, index], build)
         self.launch("gather", plan, (out, x, index))
 
-    def scatter_add(self, out: View, dim: int, index: View, src: View) -> None:
-        key = ("scatter_add", dim, out[0].dtype, out[1], out[2], index[0].dtype, index[1], index[2])
+    def scatter(self, op: str, out: View, dim: int, index: View, src: View) -> None:
+        key = ("scatter", op, dim, out[0].dtype, out[1], out[2], index[0].dtype, index[1], index[2])
         key += (src[0].dtype, src[1], src[2])
         plan = self.plans.get(key)
         if plan is None:
 
             def build() -> Plan:
-                d = self._check_index_op("scatter_add", src, out, dim, index)
+                if op not in SCATTER_OPS:
+                    raise ValueError(f"unknown scatter op {op!r}; expected one of {SCATTER_OPS}")
+                d = self._check_index_op("scatter", src, out, dim, index)
                 if out.dtype is not src.dtype:
-                    why = "out and src dtypes differ"
-                    raise self._error(InvalidArgumentError, "scatter_add", [out, index, src], why)
-                return indexing.build(self.dev, "scatter_add", (out, index, src), out, d, index)
+                    raise self._error(InvalidArgumentError, "scatter", [out, index, src], "out and src dtypes differ")
+                return indexing.build(self.dev, "scatter", (out, index, src), out, d, index, op)
 
-            plan = self._plan(key, "scatter_add", [out, index, src], build)
-        self.launch("scatter_add", plan, (out, index, src))
+            plan = self._plan(key, "scatter " + op, [out, index, src], build)
+        self.launch("scatter " + op, plan, (out, index, src))
+
+    def scan(self, op: str, out: View, x: View, axis: int) -> None:
+        key = ("scan", op, axis, out[0].dtype, out[1], out[2], x[0].dtype, x[1], x[2])
+        plan = self.plans.get(key)
+        if plan is None:
+
+            def build() -> Plan:
+                if op not in SCAN_OPS:
+                    raise ValueError(f"unknown scan {op!r}; expected one of {SCAN_OPS}")
+                if not -len(x.shape) <= axis < len(x.shape):
+                    raise ValueError(f"axis {axis} is out of range for shape {x.shape}")
+                return scan.build(self.dev, op, out, x, axis % len(x.shape))
+
+            plan = self._plan(key, "scan " + op, [out, x], build)
+        if x.numel:
+            self.launch("scan " + op, plan, (out, x))
+
+    def sort(self, values: View, indices: View, x: View, descending: bool) -> None:
+        key = ("sort", bool(descending), values[0].dtype, values[1], values[2], indices[0].dtype, indices[2])
+        key += (x[0].dtype, x[1], x[2])
+        plan = self.plans.get(key)
+        if plan is None:
+            if not x.shape:
+                raise self._error(InvalidArgumentError, "sort", [values, indices, x], "sort needs at least one dim")
+            plan = self._plan(
+                key, "sort", [values, indices, x], lambda: sort.build(self.dev, values, indices, x, descending)
+            )
+        if not x.numel:
+            return
+        sp: sort.SortPlan = plan
+        ws = [View(self.alloc(sp.ws_numel or 1, d), (sp.ws_numel or 1,), (1,), 0) for d in (sp.key_dtype, int32)]
+        views = (values, indices, x, *ws)
+        self.launch("sort", sp.first, views, (0,))
+        if sp.global_step is None:
+            return
+        k = 2 * sp.block
+        while k <= sp.n_padded:
+            j = k // 2
+            while j >= sp.block:
+                self.launch("sort", sp.global_step, (values, *ws), (k, j))
+                j //= 2
+            self.launch("sort", sp.last_merge if k == sp.n_padded else sp.merge, views, (k,))
+            k *= 2
 
     def random(self, out: View, distribution: str, seed: int, counter: int) -> None:
         key = ("random", distribution, out[0].dtype, out[1], out[2])
@@ -419,6 +476,110 @@ class VulkanBackend(Backend):
                 )
             plan = self._plan(key, "random", [out], lambda: random.build(self.dev, out, distribution))
         self.launch("random", plan, (out,), (random.pcg_host(seed & 0xFFFFFFFF), counter & 0xFFFFFFFF))
+
+    # -- fused attention (kernels/attention.py)
+    def _attention_plan(
+        self, kind: str, views: Sequence[View], strided: Sequence[View], shape: tuple, flags: tuple
+    ) -> Plan:
+        q, v = views[3], views[5]
+        key = (kind, flags, *[(x[0].dtype, x[1], x[2]) for x in views])
+        plan = self.plans.get(key)
+        if plan is None:
+
+            def build() -> Plan:
+                causal, mask_kind, dropout = flags[:3]
+                mask_grad = len(flags) > 3 and flags[3]
+                cfg = att.Config(q.dtype, q.shape[-1], v.shape[-1], causal, mask_kind, dropout, mask_grad)
+                limit = self.dev.limits["max-compute-workgroup-storage-size"]
+                br, bc = att.tiles(kind, cfg, limit, self.dev.limits["max-compute-invocations-per-workgroup"])
+                cfg = att.Config(q.dtype, q.shape[-1], v.shape[-1], causal, mask_kind, dropout, mask_grad, br, bc)
+                fmt, _ = att.params_format(kind, cfg)
+                b, h, n_q, n_k = shape[:4]
+                static = att.static_words(b, h, n_q, n_k, shape[4], shape[5], [x.strides for x in strided])
+                rows = n_q if kind != "dkv" else n_k
+                bh = b * h
+                groups = (-(-rows // br), min(bh, 65535), -(-bh // 65535))
+                spans = tuple(span(x.shape, x.strides) for x in views)
+                return Plan(self.dev.kernel(att.source(kind, cfg), len(views)), fmt, static, groups, spans)
+
+            plan = self._plan(key, "attention", list(views), build)
+        return plan
+
+    def _check_attention(self, q: View, k: View, v: View, mask: View | None, outs: Sequence[View]) -> None:
+        ok = len(q.shape) == 4 and len(k.shape) == 4 and len(v.shape) == 4
+        if ok:
+            b, h, n_q, e = q.shape
+            n_k, ev = k.shape[2], v.shape[3]
+            ok = k.shape == (b, h, n_k, e) and v.shape == (b, h, n_k, ev) and e > 0 and ev > 0
+            ok = ok and q.dtype is k.dtype is v.dtype and q.dtype in (float32, float16)
+            ok = ok and (mask is None or (mask.shape == (b, h, n_q, n_k) and mask.dtype in (bool_, q.dtype)))
+        if not ok:
+            raise self._error(
+                InvalidArgumentError,
+                "attention",
+                [q, k, v, *([mask] if mask is not None else [])],
+                "expected q (B, H, L, E), k (B, H, S, E), v (B, H, S, Ev) of one float dtype, E and Ev > 0, and a "
+                "bool or same-dtype mask (B, H, L, S)",
+            )
+        for o in outs:
+            if not o.is_contiguous():
+                raise self._error(InvalidArgumentError, "attention", [o], "outputs must be contiguous")
+
+    def attention(
+        self,
+        out: View,
+        lse: View,
+        rng: View,
+        q: View,
+        k: View,
+        v: View,
+        mask: View | None,
+        causal: bool,
+        scale: float,
+        dropout_p: float,
+        seed: int,
+        counter: int,
+    ) -> None:
+        self._check_attention(q, k, v, mask, (out, lse, rng))
+        flags = (bool(causal), None if mask is None else "bool" if mask.dtype is bool_ else "float", dropout_p > 0)
+        views = [out, lse, rng, q, k, v] + ([mask] if mask is not None else [])
+        shape = (*q.shape[:3], k.shape[2], float(scale), float(dropout_p))
+        plan = self._attention_plan("forward", views, [q, k, v] + ([mask] if mask is not None else []), shape, flags)
+        self.launch("attention", plan, views, (pcg_host(seed & 0xFFFFFFFF), counter & 0xFFFFFFFF))
+        rec = self.rt.recording
+        if rec is not None:  # a replay re-seeds this dispatch: its seed words follow the views' offsets
+            rec.seed_words[len(rec.ops) - 1] = len(views)
+
+    def attention_backward(
+        self,
+        dq: View,
+        dk: View,
+        dv: View,
+        q: View,
+        k: View,
+        v: View,
+        out: View,
+        dout: View,
+        lse: View,
+        rng: View,
+        mask: View | None,
+        causal: bool,
+        scale: float,
+        dropout_p: float,
+        dmask: View | None = None,
+    ) -> None:
+        self._check_attention(q, k, v, mask, (dq, dk, dv, out, lse) + ((dmask,) if dmask is not None else ()))
+        flags = (bool(causal), None if mask is None else "bool" if mask.dtype is bool_ else "float", dropout_p > 0)
+        b, h, n_q, _ = q.shape
+        delta = View(self.alloc(max(b * h * n_q, 1), float32), (b, h, n_q), (h * n_q, n_q, 1), 0)
+        masks = [mask] if mask is not None else []
+        strided = [q, k, v, dout] + masks
+        shape = (*q.shape[:3], k.shape[2], float(scale), float(dropout_p))
+        views = [dq, delta, rng, q, k, v, out, dout, lse] + masks + ([dmask] if dmask is not None else [])
+        dq_flags = (*flags, dmask is not None)
+        self.launch("attention backward", self._attention_plan("dq", views, strided, shape, dq_flags), views)
+        views = [dk, dv, rng, q, k, v, dout, lse, delta] + masks
+        self.launch("attention backward", self._attention_plan("dkv", views, strided, shape, flags), views)
 
     def unfold(
         self,

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .backend import VulkanBackend
 
 SLOTS = 64
-Check = tuple[View, int, int, str]  # index view, low, high, message
+Check = tuple[View, int, int, str, type[Exception]]  # index view, low, high, message, error to raise
 
 
 class IndexChecks:
@@ -42,11 +42,11 @@ class IndexChecks:
     def unread(self) -> bool:
         return bool(self.eager or self.replayed)
 
-    def record(self, index: View, low: int, high: int, message: str) -> None:
+    def record(self, index: View, low: int, high: int, message: str, error: type[Exception] = IndexError) -> None:
         """Check ``low <= index < high`` on the device (inside a capture: a check every replay repeats)."""
         rec = self.backend.rt.recording
         if rec is not None:
-            self._record_captured(rec, index, low, high, message)
+            self._record_captured(rec, index, low, high, message, error)
             return
         if self.flags is None:
             self.flags = self.zeroed_flags()
@@ -54,7 +54,7 @@ class IndexChecks:
             self.raise_failed()
         slot = View(self.flags, (), (), len(self.eager))
         self.backend.reduce("max", slot, self._out_of_range(index, low, high), tuple(range(len(index.shape))))
-        self.eager.append((index, low, high, message))
+        self.eager.append((index, low, high, message, error))
 
     def zeroed_flags(self) -> VulkanStorage:
         flags = self.backend.alloc(SLOTS, int32)
@@ -72,7 +72,9 @@ class IndexChecks:
         self.backend.elementwise("out_of_range", bad, [index, low, high])
         return bad
 
-    def _record_captured(self, rec: Recording, index: View, low: int, high: int, message: str) -> None:
+    def _record_captured(
+        self, rec: Recording, index: View, low: int, high: int, message: str, error: type[Exception]
+    ) -> None:
         slot = len(rec.checks)
         if slot == SLOTS:
             raise BackendError(
@@ -83,10 +85,11 @@ class IndexChecks:
         be.reduce("max", step, self._out_of_range(index, low, high), tuple(range(len(index.shape))))
         flag = View(rec.flags, (), (), slot)
         be.elementwise("flag_or", flag, [flag, step])
-        rec.checks.append((index, low, high, message))
+        rec.checks.append((index, low, high, message, error))
 
     def raise_failed(self) -> None:
-        """Read and reset every unread flag, then raise IndexError for the first failed check (if any)."""
+        """Read and reset every unread flag, then raise (IndexError unless the check named another error) for the
+        first failed check, if any."""
         groups: list[tuple[Any, list[Check]]] = []
         if self.eager:
             assert self.flags is not None
@@ -101,8 +104,8 @@ class IndexChecks:
             be.elementwise("copy", View.of(flags, (SLOTS,)), [0])
             values = np.frombuffer(raw, dtype=np.int32, count=len(checks))
             failed += [c for c, bad in zip(checks, values, strict=True) if bad]
-        for index, low, high, message in failed[:1]:
+        for index, low, high, message, error in failed[:1]:
             values = be.to_numpy(index)
             bad = values[(values < low) | (values >= high)]
             shown = int(bad.reshape(-1)[0]) if bad.size else "(changed since)"
-            raise IndexError(message.format(bad=shown) + " [found by a device-side check, reported at this sync point]")
+            raise error(message.format(bad=shown) + " [found by a device-side check, reported at this sync point]")

@@ -91,6 +91,8 @@ class Recording(Capture):
         self.flags: Any = None
         #: (op index, generator, numel): the dispatch's seed/counter words are re-taken from ``generator`` per replay
         self.randoms: list[tuple[int, Any, int]] = []
+        #: op index -> params word of its (pcg(seed), counter) where that is not word 1 (fused attention)
+        self.seed_words: dict[int, int] = {}
 
     @property
     def num_dispatches(self) -> int:

@@ -53,16 +53,37 @@ class Embedding(Module):
         num_embeddings: int,
         embedding_dim: int,
         padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+        _weight: Tensor | None = None,
+        _freeze: bool = False,
         device: Any = None,
         dtype: Any = None,
     ) -> None:
         super().__init__()
         if padding_idx is not None and not -num_embeddings <= padding_idx < num_embeddings:
             raise ValueError(f"Embedding: padding_idx={padding_idx} must be within num_embeddings={num_embeddings}")
+        if sparse:
+            raise NotImplementedError("Embedding: sparse=True needs sparse gradients, which vkblas does not have")
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.padding_idx = None if padding_idx is None else padding_idx % num_embeddings
-        self.weight = _param(num_embeddings, embedding_dim, device=device, dtype=dtype)
-        self.reset_parameters()
+        self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse = (
+            max_norm,
+            norm_type,
+            scale_grad_by_freq,
+            sparse,
+        )
+        if _weight is None:
+            self.weight = _param(num_embeddings, embedding_dim, device=device, dtype=dtype)
+            self.reset_parameters()
+        else:
+            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+                raise ValueError(
+                    f"Embedding: _weight has shape {_weight.shape}, expected {(num_embeddings, embedding_dim)}"
+                )
+            self.weight = Parameter(_weight.detach(), requires_grad=not _freeze)
 
     def reset_parameters(self) -> None:
         init.normal_(self.weight)
@@ -75,11 +96,34 @@ class Embedding(Module):
             raise TypeError(
                 f"{type(self).__name__}({self.extra_repr()}): expected integer indices, got {input.dtype!r}"
             )
-        return F.embedding(input, self.weight, self.padding_idx)
+        return F.embedding(
+            input, self.weight, self.padding_idx, self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse
+        )
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        embeddings: Tensor,
+        freeze: bool = True,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+    ) -> Embedding:
+        """An Embedding holding ``embeddings`` (2-D), frozen unless ``freeze=False``."""
+        if embeddings.ndim != 2:
+            raise ValueError(f"Embedding.from_pretrained: embeddings must be 2-D, got shape {embeddings.shape}")
+        rows, cols = embeddings.shape
+        return cls(rows, cols, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse, embeddings, freeze)
 
     def extra_repr(self) -> str:
         s = f"{self.num_embeddings}, {self.embedding_dim}"
-        return s if self.padding_idx is None else s + f", padding_idx={self.padding_idx}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx}"
+        if self.max_norm is not None:
+            s += f", max_norm={self.max_norm}"
+        return s
 
 
 class Flatten(Module):

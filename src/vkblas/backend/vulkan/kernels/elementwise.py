@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ....dtypes import DType, bool_, float16
+from ....dtypes import BYTES, DType, bool_, float16, int8
 from ... import elementwise as ew
 from ..device import Device
 from .plan import Plan, span
@@ -36,8 +36,10 @@ from .wgsl import (
     grid,
     header,
     load,
+    store,
     store_value,
     strided_offsets,
+    written_type,
 )
 
 _SCALAR_FMT = {"f32": "f", "f16": "f", "i32": "i", "bool": "I"}
@@ -66,6 +68,26 @@ def scalar_type(value: Any, compute: DType) -> str:
 #: vec4s per invocation in the vec4 variant (8 floats: 32 bytes in flight per operand per thread)
 VEC_ITEMS = 2
 
+# the vec4 variant's 8-bit words: four lanes of one u32 (its loads and stores own whole words: no atomics)
+_PACK8 = """
+fn vk_pack8(v: vec4<i32>) -> u32 {
+    let b = bitcast<vec4<u32>>(v) & vec4<u32>(0xffu);
+    return b.x | (b.y << 8u) | (b.z << 16u) | (b.w << 24u);
+}
+"""
+
+
+def _value_type(dtype: DType) -> str:
+    """The type ``vk_op`` returns: the storage type, or i32 for an 8-bit dtype (packed by the store)."""
+    return "i32" if dtype in BYTES else STORAGE_TYPE[dtype]
+
+
+def _lane8(word: str, lane: int, dtype: DType) -> str:
+    """Lane ``lane`` (0..3) of a packed 8-bit word, as i32 (sign-extended for int8)."""
+    if dtype is int8:
+        return f"extractBits(bitcast<i32>({word}), {8 * lane}u, 8u)"
+    return f"i32(extractBits({word}, {8 * lane}u, 8u))"
+
 
 def _formula(op: str, out_dtype: DType, kinds: Sequence[tuple[str, Any]], compute: DType, nt: int) -> tuple[str, bool]:
     """``fn vk_op(a1, a2, ...) -> <out storage type>`` (tensor operands as parameters in their compute types,
@@ -86,7 +108,7 @@ def _formula(op: str, out_dtype: DType, kinds: Sequence[tuple[str, Any]], comput
     code, ty = em.value(result)
     f16 = "f16" in (em.default_type, ty) or any(k == "t" and w is float16 for k, w in kinds)
     body = "\n".join(em.lines)
-    fn = f"fn vk_op({', '.join(params)}) -> {STORAGE_TYPE[out_dtype]} {{\n{body}\n"
+    fn = f"fn vk_op({', '.join(params)}) -> {_value_type(out_dtype)} {{\n{body}\n"
     fn += f"    return {store_value(code, ty, out_dtype)};\n}}\n"
     return "".join(em.helpers.values()) + fn, f16 or out_dtype is float16
 
@@ -101,15 +123,15 @@ def source(op: str, out_dtype: DType, kinds: Sequence[tuple[str, Any]], rank: in
     w_strides = [w_shape + rank * (1 + i) for i in range(nt)]
     fn, f16 = _formula(op, out_dtype, kinds, compute, nt)
     names = [f"o{i}" for i in range(nt)]
-    dtypes = [out_dtype, *tensors]
     operands = ", ".join(load(f"b{i}", f"u32(o{i})", d) for i, d in enumerate(tensors, 1))
+    value = _value_type(out_dtype)
     return (
-        header([(f"b{i}", STORAGE_TYPE[d]) for i, d in enumerate(dtypes)], f16)
+        header([("b0", written_type(out_dtype))] + [(f"b{i}", STORAGE_TYPE[d]) for i, d in enumerate(tensors, 1)], f16)
         + fn
         + MAIN_1D
         + f"    if (gid >= pu({w_n}u)) {{ return; }}\n"
         + strided_offsets("gid", rank, w_shape, names, [f"pi({i}u)" for i in range(nt)], w_strides)
-        + f"    b0[u32(o0)] = vk_op({operands});\n}}\n"
+        + f"    {store('b0', 'u32(o0)', f'vk_op({operands})', value, out_dtype)}\n}}\n"
     )
 
 
@@ -121,7 +143,7 @@ def vec_source(
     nt = len(tensors) + 1
     w_n = nt + len(kinds) - len(tensors)
     fn, f16 = _formula(op, out_dtype, kinds, compute, nt)
-    bufs = [("b0", f"vec4<{STORAGE_TYPE[out_dtype]}>")]
+    bufs = [("b0", "u32" if out_dtype in BYTES else f"vec4<{STORAGE_TYPE[out_dtype]}>")]
     pre = [
         f"    let n4 = pu({w_n}u) >> 2u;",
         f"    let i0 = wid_lin * {WORKGROUP * VEC_ITEMS}u + lid;",
@@ -130,16 +152,22 @@ def vec_source(
     ]
     for i, (d, bc) in enumerate(zip(tensors, broadcast, strict=True), 1):
         st = STORAGE_TYPE[d]
-        bufs.append((f"b{i}", st if bc else f"vec4<{st}>"))
+        bufs.append((f"b{i}", st if bc or d in BYTES else f"vec4<{st}>"))
         pre.append(f"    let s{i} = {load(f'b{i}', f'pu({i}u)', d)};" if bc else f"    let q{i} = pu({i}u) >> 2u;")
 
     def comp(i: int, d: DType, v: str, c: str) -> str:
-        return f"s{i}" if broadcast[i - 1] else (f"({v}.{c} != 0u)" if d is bool_ else f"{v}.{c}")
+        if broadcast[i - 1]:
+            return f"s{i}"
+        if d in BYTES:
+            return _lane8(v, "xyzw".index(c), d)
+        return f"({v}.{c} != 0u)" if d is bool_ else f"{v}.{c}"
 
     def result(k: str) -> str:
         lanes = [
             "vk_op(" + ", ".join(comp(i, d, f"v{i}_{k}", c) for i, d in enumerate(tensors, 1)) + ")" for c in "xyzw"
         ]
+        if out_dtype in BYTES:
+            return f"vk_pack8(vec4<i32>({', '.join(lanes)}))"
         return f"vec4<{STORAGE_TYPE[out_dtype]}>({', '.join(lanes)})"
 
     loaded = [i for i in range(1, nt) if not broadcast[i - 1]]
@@ -163,7 +191,7 @@ def vec_source(
         + "\n".join(tail)
         + "\n        }\n    }\n}\n"
     )
-    return header(bufs, f16) + fn + main
+    return header(bufs, f16) + (_PACK8 if out_dtype in BYTES else "") + fn + main
 
 
 def build(dev: Device, op: str, out: Any, args: Sequence[Any]) -> Plan:

@@ -15,23 +15,53 @@ bound with a dynamic offset (see ``queue.py``). ``pu(i)`` / ``pi(i)`` / ``pf(i)`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ....dtypes import DType, bool_, float16, float32, int32
+from ....dtypes import BYTES, DType, bool_, float16, float32, int8, int32, uint8
 from ...elementwise import MATH, MathFunction
 
 WORKGROUP = 256
 PARAM_WORDS = 64  # 256-byte params window per dispatch
 
-STORAGE_TYPE = {float32: "f32", float16: "f16", int32: "i32", bool_: "u32"}
-COMPUTE_TYPE = {float32: "f32", float16: "f16", int32: "i32", bool_: "bool"}
+# 8-bit dtypes are packed four to a u32 word (element i in bits 8*(i%4) ..); they compute in i32
+STORAGE_TYPE = {float32: "f32", float16: "f16", int32: "i32", bool_: "u32", uint8: "u32", int8: "u32"}
+COMPUTE_TYPE = {float32: "f32", float16: "f16", int32: "i32", bool_: "bool", uint8: "i32", int8: "i32"}
 _RANK = {"bool": 0, "i32": 1, "f16": 2, "f32": 3}
 
 
 def load(buf: str, index: str, dtype: DType) -> str:
     """A WGSL expression loading element ``index`` of binding ``buf`` as the dtype's compute type."""
-    return f"({buf}[{index}] != 0u)" if dtype is bool_ else f"{buf}[{index}]"
+    if dtype is bool_:
+        return f"({buf}[{index}] != 0u)"
+    if dtype in BYTES:  # the element's byte of its word, sign-extended for int8
+        word, shift = f"{buf}[({index}) >> 2u]", f"((({index}) & 3u) * 8u)"
+        return (
+            f"extractBits(bitcast<i32>({word}), {shift}, 8u)"
+            if dtype is int8
+            else f"i32(extractBits({word}, {shift}, 8u))"
+        )
+    return f"{buf}[{index}]"
+
+
+def written_type(dtype: DType) -> str:
+    """The element type of a binding a kernel stores into: 8-bit dtypes need atomic words (invocations that own
+    different bytes of one word write concurrently), see :func:`store`."""
+    return "atomic<u32>" if dtype in BYTES else STORAGE_TYPE[dtype]
+
+
+def store(buf: str, index: str, code: str, src: str, dtype: DType) -> str:
+    """A WGSL statement storing the compute value ``code`` (of type ``src``) as element ``index`` of ``buf`` (declared
+    with :func:`written_type`). An 8-bit element is a read-modify-write of its own byte: clear it, then set it,
+    each an atomic on the word, so the other bytes' writers cannot be lost."""
+    if dtype not in BYTES:
+        return f"{buf}[{index}] = {store_value(code, src, dtype)};"
+    value = f"(bitcast<u32>({convert(code, src, 'i32')}) & 0xffu)"
+    return (
+        f"{{ let vk_i = {index}; let vk_s = (vk_i & 3u) * 8u; atomicAnd(&{buf}[vk_i >> 2u], ~(0xffu << vk_s)); "
+        f"atomicOr(&{buf}[vk_i >> 2u], {value} << vk_s); }}"
+    )
 
 
 def convert(code: str, src: str, dst: str) -> str:
@@ -44,9 +74,12 @@ def convert(code: str, src: str, dst: str) -> str:
 
 
 def store_value(code: str, src: str, dtype: DType) -> str:
-    """Expression for storing a compute value of type ``src`` into storage of ``dtype`` (cast on store)."""
+    """Expression for storing a compute value of type ``src`` into storage of ``dtype`` (cast on store; an 8-bit
+    dtype's value is its i32, which :func:`store` packs)."""
     if dtype is bool_:
         return f"select(0u, 1u, {convert(code, src, 'bool')})"
+    if dtype in BYTES:
+        return convert(code, src, "i32")
     return convert(code, src, COMPUTE_TYPE[dtype])
 
 
@@ -55,6 +88,9 @@ def literal(x: Any, ty: str) -> str:
         return "true" if x else "false"
     if ty == "i32":
         return f"i32({int(x)})"
+    if not math.isfinite(x):  # WGSL has no inf/nan literals: their f32 bit patterns
+        bits = "0x7fc00000u" if math.isnan(x) else "0x7f800000u" if x > 0 else "0xff800000u"
+        return f"{ty}(bitcast<f32>({bits}))"
     return f"{ty}({float(x)!r})"
 
 

@@ -1,0 +1,164 @@
+"""Scaled-dot-product attention: vkblas's fused kernels against the explicit matmul + softmax path and PyTorch, in
+one run, forward and forward + backward, float32.
+
+For every shape (nanoGPT's shakespeare-char setting first: B=64, H=6, T=256, D=64, causal) and every engine:
+* ``vkblas <device> fused``: ``F.scaled_dot_product_attention`` (on Vulkan one fused kernel forward, two backward;
+  on the cpu device numpy matrices);
+* ``vkblas <device> explicit``: ``softmax((q @ k^T) * scale + causal mask) @ v`` written out, as nanoGPT's slow
+  path does (the (T, T) scores in memory);
+* ``torch <device> sdpa`` / ``torch <device> explicit``: the same two in PyTorch (cuda when it has a GPU).
+
+Times are the best of ``--repeat`` runs, each ending in a sync (``.numpy()`` of a scalar; ``torch.cuda.synchronize``).
+
+    python benchmarks/attention.py [--quick] [--devices cpu,vulkan] [--repeat 5] [--json out.json]
+
+``--quick`` divides every batch by 16 (the CPU machine: lavapipe is a CPU implementation, for ratios only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import best_of, print_table, torch_or_none, vkblas_devices  # noqa: E402
+
+# (name, B, H, T, D, causal)
+SHAPES = [
+    ("nanoGPT shakespeare-char", 64, 6, 256, 64, True),
+    ("GPT-2 small, T=1024", 8, 12, 1024, 64, True),
+    ("encoder, T=512", 16, 8, 512, 64, False),
+    ("D=128, T=2048", 2, 8, 2048, 128, True),
+]
+
+
+def flops(b: int, h: int, t: int, d: int, causal: bool, backward: bool) -> float:
+    """Useful multiply-adds x 2 of attention (QK^T and PV; backward 2.5x forward), halved when causal."""
+    fwd = 4.0 * b * h * t * t * d * (0.5 if causal else 1.0)
+    return fwd * (3.5 if backward else 1.0)
+
+
+def vkblas_case(dev: str, shape: tuple, fused: bool, backward: bool) -> Callable[[], None]:
+    import vkblas
+
+    _, b, h, t, d, causal = shape
+    q, k, v = (vkblas.randn(b, h, t, d, device=dev, requires_grad=backward) for _ in range(3))
+    mask = vkblas.ones(t, t, dtype=vkblas.bool, device=dev).tril() if causal else None
+    scale = 1.0 / math.sqrt(d)
+
+    def attention() -> Any:
+        if fused:
+            return vkblas.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        s = (q @ k.transpose(-2, -1)) * scale
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        return s.softmax(-1) @ v
+
+    def run() -> None:
+        out = attention()
+        if backward:
+            q.grad = k.grad = v.grad = None
+            out.sum().backward()
+            q.grad.sum().item()
+        else:
+            out.sum().item()
+
+    return run
+
+
+def torch_case(torch: Any, dev: str, shape: tuple, fused: bool, backward: bool) -> Callable[[], None]:
+    _, b, h, t, d, causal = shape
+    q, k, v = (torch.randn(b, h, t, d, device=dev, requires_grad=backward) for _ in range(3))
+    mask = torch.ones(t, t, dtype=torch.bool, device=dev).tril() if causal else None
+
+    def run() -> None:
+        if fused:
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        else:
+            s = (q @ k.transpose(-2, -1)) / math.sqrt(d)
+            if mask is not None:
+                s = s.masked_fill(~mask, float("-inf"))
+            out = s.softmax(-1) @ v
+        if backward:
+            q.grad = k.grad = v.grad = None
+            out.sum().backward()
+        if dev == "cuda":
+            torch.cuda.synchronize()
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="batches / 16 (the CPU machine)")
+    parser.add_argument("--devices", default=None, help="vkblas devices, comma-separated (default: all)")
+    parser.add_argument("--shapes", default=None, help="indices into the shape list, comma-separated (default: all)")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+
+    torch = torch_or_none()
+    if torch is not None:
+        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 against fp32
+        torch.backends.cudnn.allow_tf32 = False
+    devices = args.devices.split(",") if args.devices else vkblas_devices()
+    chosen = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES
+    if args.quick:
+        chosen = [(n, max(1, b // 16), h, t, d, c) for n, b, h, t, d, c in chosen]
+    results: list[dict[str, Any]] = []
+    for shape in chosen:
+        name, b, h, t, d, causal = shape
+        engines: list[tuple[str, Callable[[bool], Callable[[], None]]]] = []
+        for dev in devices:
+            engines.append((f"vkblas {dev} fused", lambda bw, dev=dev, sh=shape: vkblas_case(dev, sh, True, bw)))
+            engines.append((f"vkblas {dev} explicit", lambda bw, dev=dev, sh=shape: vkblas_case(dev, sh, False, bw)))
+        if torch is not None:
+            for tdev in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
+                for fused, kind in ((True, "sdpa"), (False, "explicit")):
+                    engines.append(
+                        (
+                            f"torch {tdev} {kind}",
+                            lambda bw, tdev=tdev, sh=shape, f=fused: torch_case(torch, tdev, sh, f, bw),
+                        )
+                    )
+        rows = []
+        for label, make in engines:
+            row: dict[str, Any] = {"shape": name, "B": b, "H": h, "T": t, "D": d, "causal": causal, "engine": label}
+            for backward in (False, True):
+                key = "fwd+bwd" if backward else "fwd"
+                try:
+                    sec = best_of(make(backward), repeat=args.repeat)
+                except Exception as e:  # noqa: BLE001 - a device that cannot run a case is reported, not fatal
+                    row[key + "_ms"], row[key + "_error"] = None, f"{type(e).__name__}: {e}"[:120]
+                    continue
+                row[key + "_ms"] = sec * 1e3
+                row[key + "_gflops"] = flops(b, h, t, d, causal, backward) / sec / 1e9
+            rows.append(row)
+            results.append(row)
+        table = [
+            [
+                r["engine"],
+                *(
+                    f"{r[k + '_ms']:.3f}" if r.get(k + "_ms") is not None else r.get(k + "_error", "-")
+                    for k in ("fwd", "fwd+bwd")
+                ),
+                *(f"{r[k + '_gflops']:.1f}" if r.get(k + "_ms") is not None else "-" for k in ("fwd", "fwd+bwd")),
+            ]
+            for r in rows
+        ]
+        print_table(
+            f"\n{name}: B={b} H={h} T={t} D={d}{' causal' if causal else ''} (float32)",
+            ["engine", "fwd ms", "fwd+bwd ms", "fwd GFLOP/s", "fwd+bwd GFLOP/s"],
+            table,
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,449 @@
+"""Fused scaled-dot-product attention, forward and backward (FlashAttention-2's tiling, in fp32 arithmetic).
+
+Every kernel gives each invocation one *own* row: a query row (forward, ``dq``) or a key row (``dkv``). A workgroup
+of ``BR`` invocations owns ``BR`` consecutive rows of one (batch, head); their inputs sit in shared memory with a
+padded pitch (each invocation reads its own row without bank conflicts), and the other side streams through shared
+memory in tiles of ``BC`` rows that every invocation reads at the same address (a broadcast). Accumulators live in
+registers. No T x T matrix is ever written:
+
+* ``forward``: per key tile, the ``BC`` scores of the own query row, the tile's max, an online-softmax rescale of
+  the output accumulator, then ``acc += p * v``; at the end ``out = acc / l`` and the log-sum-exp ``lse`` per row.
+* ``dq`` (backward, first): recomputes ``p = exp(s - lse)`` per key, ``dp = dO . v``, ``ds = p (dp - delta)`` and
+  ``dq += ds k``; it first computes ``delta = dO . O`` of its own row and stores it for ``dkv``.
+* ``dkv`` (backward, second): per own key row, over query tiles: ``dv += p dO``, ``dk += ds q``.
+
+Scores are kept in base 2 (``q`` is loaded times ``scale * log2(e)``; ``exp2``), the log-sum-exp is stored in
+natural log. Masking never computes with infinities (drivers that compile with fast-math assume none): a masked
+score is a flag that zeroes its probability, the running max starts at a finite -3e38, and a fully masked row
+gives 0 (PyTorch's safe softmax). Masks: ``bool`` (False = masked) or ``float`` (added; -inf = masked), any
+strides (broadcast by stride 0). Dropout keeps ``(b, h, i, j)`` when the ``(bits >> 8)`` of the counter-based
+generator at element ``((b*H + h)*L + i)*S + j`` reach the threshold; the forward stores its (seed, counter) in the
+``rng`` view, where the backward kernels read them, so that a replayed graph (which re-seeds the forward) stays
+consistent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ....dtypes import DType
+from ...base import dropout_threshold
+from .random import _PCG
+from .wgsl import STORAGE_TYPE, header, store_value
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+#: the finite "minus infinity" of running maxima
+_LOWEST = "-3.0e38"
+# (rows per workgroup, keys per tile), most preferred first
+_TILES = ((64, 32), (64, 16), (32, 32), (32, 16), (64, 8), (32, 8), (16, 16), (16, 8))
+
+
+@dataclass(frozen=True)
+class Config:
+    dtype: DType
+    dqk: int
+    dv: int
+    causal: bool
+    mask: str | None  # None, "bool" or "float"
+    dropout: bool
+    #: the dq kernel also writes the gradient of a float mask (dS, the only T x T output, when asked for)
+    mask_grad: bool = False
+    br: int = 64
+    bc: int = 32
+
+    @property
+    def d4(self) -> int:
+        return -(-self.dqk // 4)
+
+    @property
+    def v4(self) -> int:
+        return -(-self.dv // 4)
+
+
+def shared_bytes(kind: str, cfg: Config, br: int, bc: int) -> int:
+    """Workgroup memory of a kernel: own rows (padded pitch) and streamed tiles, 16 bytes per vec4."""
+    d4, v4 = cfg.d4, cfg.v4
+    if kind == "forward":
+        return 16 * (br * (d4 + 1) + bc * (d4 + v4))
+    extra = 8 * bc if kind == "dkv" else 0  # the streamed rows' lse and delta
+    return 16 * (br * (d4 + 1) + br * (v4 + 1) + bc * (d4 + v4)) + extra
+
+
+def tiles(kind: str, cfg: Config, limit: int, max_threads: int) -> tuple[int, int]:
+    for br, bc in _TILES:
+        if br <= max_threads and shared_bytes(kind, cfg, br, bc) <= limit:
+            return br, bc
+    raise TypeError(
+        f"attention with head dims {cfg.dqk}/{cfg.dv} needs {shared_bytes(kind, cfg, 16, 8)} bytes of workgroup "
+        f"memory, more than this adapter's {limit}"
+    )
+
+
+# ---------------------------------------------------------------- shared WGSL pieces
+def _bindings(kind: str, cfg: Config) -> list[tuple[str, str]]:
+    """(name, element type) in binding order; the mask, when there is one, comes last."""
+    ty = STORAGE_TYPE[cfg.dtype]
+    names = {
+        "forward": [("o_out", ty), ("o_lse", "f32"), ("rng", "i32"), ("x_q", ty), ("x_k", ty), ("x_v", ty)],
+        "dq": [
+            ("o_dq", ty),
+            ("o_delta", "f32"),
+            ("rng", "i32"),
+            ("x_q", ty),
+            ("x_k", ty),
+            ("x_v", ty),
+            ("x_out", ty),
+            ("x_dout", ty),
+            ("x_lse", "f32"),
+        ],
+        "dkv": [
+            ("o_dk", ty),
+            ("o_dv", ty),
+            ("rng", "i32"),
+            ("x_q", ty),
+            ("x_k", ty),
+            ("x_v", ty),
+            ("x_dout", ty),
+            ("x_lse", "f32"),
+            ("x_delta", "f32"),
+        ],
+    }[kind]
+    if cfg.mask is not None:
+        names.append(("x_mask", "u32" if cfg.mask == "bool" else ty))
+    if kind == "dq" and cfg.mask_grad:
+        names.append(("o_dmask", ty))
+    return names
+
+
+def _prelude(kind: str, cfg: Config) -> str:
+    """Buffer declarations (renamed b0..), the params as named ``let``s, and the (batch, head) of the workgroup.
+
+    Params: one offset per binding, then (forward only) pcg(seed) and the counter, then B, H, L, S, scale * log2 e,
+    1 / (1 - p), the keep threshold, and the strides (b, h, row, dim) of q, k, v, dout (backward) and the mask."""
+    binds = _bindings(kind, cfg)
+    src = header([(f"b{i}", t) for i, (_, t) in enumerate(binds)], STORAGE_TYPE[cfg.dtype] == "f16")
+    src += _PCG
+    body = []
+    for i, (name, _) in enumerate(binds):
+        body.append(f"    let off_{name} = pi({i}u);")
+    w = len(binds)
+    if kind == "forward":
+        body += [f"    let seed_h = pu({w}u);", f"    let ctr = pu({w + 1}u);"]
+        w += 2
+    else:
+        body += [
+            "    let seed_h = bitcast<u32>(b2[u32(off_rng)]);",
+            "    let ctr = bitcast<u32>(b2[u32(off_rng) + 1u]);",
+        ]
+    for k, name in enumerate(("NB", "NH", "L", "S")):
+        body.append(f"    let {name} = pu({w + k}u);")
+    body += [f"    let SC = pf({w + 4}u);", f"    let KEEP = pf({w + 5}u);", f"    let THR = pu({w + 6}u);"]
+    w += 7
+    strided = ["q", "k", "v"] + (["dout"] if kind != "forward" else []) + (["mask"] if cfg.mask else [])
+    for name in strided:
+        for k, part in enumerate(("b", "h", "n", "d")):
+            body.append(f"    let s_{name}_{part} = pi({w + k}u);")
+        w += 4
+    body += [
+        "    let bh = wid.z * 65535u + wid.y;",
+        "    if (bh >= NB * NH) { return; }",
+        "    let hb = i32(bh / NH);",
+        "    let hh = i32(bh % NH);",
+    ]
+    for name in strided:
+        body.append(f"    let base_{name} = off_x_{name} + hb * s_{name}_b + hh * s_{name}_h;")
+    src += f"@compute @workgroup_size({cfg.br})\n"
+    src += "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
+    return src + "\n".join(body) + "\n"
+
+
+def _binding(kind: str, cfg: Config, name: str) -> str:
+    return f"b{[n for n, _ in _bindings(kind, cfg)].index(name)}"
+
+
+def _indent(code: str, level: int) -> str:
+    pad = "    " * level
+    return "".join(pad + line + "\n" if line else "\n" for line in code.split("\n"))
+
+
+def _load_rows(
+    kind: str,
+    cfg: Config,
+    arr: str,
+    pitch: int,
+    tensor: str,
+    d: int,
+    first: str,
+    limit: str,
+    rows: int,
+    scale: str = "",
+) -> str:
+    """Cooperatively load ``rows`` rows (from row ``first``, zero past ``limit`` and past dim ``d``) of a strided
+    (b, h, row, dim) input into the vec4 array ``arr`` with ``pitch`` vec4s per row, times ``scale``."""
+    dp = 4 * -(-d // 4)
+    buf = _binding(kind, cfg, f"x_{tensor}")
+    at = f"u32(base_{tensor} + i32(n) * s_{tensor}_n + i32(c) * s_{tensor}_d)"
+    return (
+        f"for (var t = lid; t < {rows * dp}u; t += {cfg.br}u) {{\n"
+        f"    let r = t / {dp}u;\n    let c = t % {dp}u;\n    let n = {first} + r;\n    var x = 0.0;\n"
+        f"    if (n < {limit} && c < {d}u) {{ x = f32({buf}[{at}]){scale}; }}\n"
+        f"    {arr}[r * {pitch}u + c / 4u][c % 4u] = x;\n}}"
+    )
+
+
+def _dot(a: str, a0: str, b: str, b0: str, n4: int) -> str:
+    """WGSL expression: ``dot(a[a0 ..], b[b0 ..])`` over ``n4`` vec4s, unrolled; ``a`` may instead name the own
+    row's registers (``a0`` is then ``None``: ``a_0, a_1, ..``)."""
+    first = [f"{a}_{e}" if a0 is None else f"{a}[{a0} + {e}u]" for e in range(n4)]
+    return " + ".join(f"dot({x}, {b}[{b0} + {e}u])" for e, x in enumerate(first))
+
+
+#: own rows of at most this many vec4s (head dims up to 64) are held in registers: a thread's own row is read by
+#: every step, and from shared memory that read (one address per thread) costs four times a broadcast's
+#: bandwidth; wider rows stay in shared memory (the registers would spill)
+_REGS_MAX = 16
+
+
+def _own_regs(name: str, arr: str, pitch: int, n4: int) -> str:
+    """Copy the own row ``arr[lid * pitch ..]`` into registers ``name_0 ..`` (after a barrier)."""
+    return "workgroupBarrier();\n" + "\n".join(f"let {name}_{e} = {arr}[lid * {pitch}u + {e}u];" for e in range(n4))
+
+
+def _dot_own(own: tuple[str, str | None], b: str, b0: str, n4: int) -> str:
+    """``dot(own row, b[b0 ..])`` (the own row first: registers or shared memory)."""
+    return _dot(own[0], own[1], b, b0, n4)
+
+
+def _regs(name: str, n4: int) -> str:
+    """Declarations of ``n4`` vec4 accumulators ``name_0 ..`` (registers: never indexed dynamically)."""
+    return "\n".join(f"var {name}_{e} = vec4<f32>(0.0);" for e in range(n4))
+
+
+def _axpy(acc: str, weight: str, arr: str, base: str, n4: int) -> str:
+    """``acc_e += weight * arr[base + e]`` for every accumulator, unrolled."""
+    return "\n".join(f"{acc}_{e} += {weight} * {arr}[{base} + {e}u];" for e in range(n4))
+
+
+def _score_mask(kind: str, cfg: Config, i: str, j: str) -> str:
+    """WGSL setting ``ok`` (the score of (i, j) counts) and adding the float mask to ``s2`` (base-2 score)."""
+    src = f"var ok = {i} < L && {j} < S;"
+    if cfg.causal:
+        src += f"\nok = ok && {j} <= {i};"
+    if cfg.mask is not None:
+        idx = f"u32(base_mask + i32({i}) * s_mask_n + i32({j}) * s_mask_d)"
+        src += f"\nif (ok) {{\n    let mv = {_binding(kind, cfg, 'x_mask')}[{idx}];\n"
+        if cfg.mask == "bool":
+            src += "    ok = mv != 0u;\n"
+        else:  # -inf masks (by its bits: no arithmetic on infinities)
+            src += f"    ok = bitcast<u32>(f32(mv)) != 0xff800000u;\n    s2 = s2 + f32(mv) * {LOG2E};\n"
+        src += "}"
+    return src
+
+
+def _keep(i: str, j: str) -> str:
+    """WGSL bool: dropout keeps (i, j) of this (batch, head)."""
+    return f"((pcg((ctr + ((bh * L + {i}) * S + {j})) ^ seed_h) >> 8u) >= THR)"
+
+
+def _store_row(buf: str, dtype: DType, base: str, acc: str, n4: int, d: int, scale: str) -> str:
+    """Write the own row's accumulators ``acc_e`` (times ``scale``) to a contiguous output at element ``base``."""
+    lines = []
+    for e in range(n4):
+        for c in range(min(4, d - 4 * e)):
+            value = store_value(f"{acc}_{e}[{c}] * {scale}", "f32", dtype)
+            lines.append(f"{buf}[{base} + {4 * e + c}u] = {value};")
+    return "\n".join(lines)
+
+
+def _kv_loop(cfg: Config, first: str, end: str, loads: list[str], body: str) -> str:
+    """A loop over the streamed tiles: barrier, cooperative loads, barrier, the per-row ``body``."""
+    return (
+        f"for (var t0 = {first}; t0 < {end}; t0 += {cfg.bc}u) {{\n"
+        + _indent("workgroupBarrier();\n" + "\n".join(loads) + "\nworkgroupBarrier();\n" + body, 1)
+        + "}"
+    )
+
+
+def _key_tiles(kind: str, cfg: Config, end: str, body: str) -> str:
+    """The loop of the query-row kernels (forward, dq) over tiles of keys and values up to ``end``."""
+    loads = [
+        _load_rows(kind, cfg, "ks", cfg.d4, "k", cfg.dqk, "t0", "S", cfg.bc),
+        _load_rows(kind, cfg, "vs", cfg.v4, "v", cfg.dv, "t0", "S", cfg.bc),
+    ]
+    return _kv_loop(cfg, "0u", end, loads, body)
+
+
+# ---------------------------------------------------------------- the three kernels
+def _forward(cfg: Config) -> str:
+    br, bc, d4, v4 = cfg.br, cfg.bc, cfg.d4, cfg.v4
+    k = "forward"
+    q_row = ("q", None) if d4 <= _REGS_MAX else ("qs", f"lid * {d4 + 1}u")
+    keep = f"select(0.0, p * KEEP, {_keep('i', 't0 + jj')})" if cfg.dropout else "p"
+    scores = (
+        f"var s: array<f32, {bc}>;\nvar okm: array<bool, {bc}>;\nvar mt = {_LOWEST};\n"
+        f"for (var jj = 0u; jj < {bc}u; jj++) {{\n"
+        f"    let j = t0 + jj;\n    var s2 = {_dot(*q_row, 'ks', f'jj * {d4}u', d4)};\n"
+        + _indent(_score_mask(k, cfg, "i", "j"), 1)
+        + "    s[jj] = s2;\n    okm[jj] = ok;\n    if (ok) { mt = max(mt, s2); }\n}\n"
+        # online softmax: rescale what the earlier tiles added up
+        "let mn = max(m, mt);\nlet alpha = exp2(m - mn);\nl = l * alpha;\n"
+        + "\n".join(f"acc_{e} = acc_{e} * alpha;" for e in range(v4))
+        + f"\nfor (var jj = 0u; jj < {bc}u; jj++) {{\n"
+        "    let p = select(0.0, exp2(s[jj] - mn), okm[jj]);\n    l += p;\n"
+        f"    let pd = {keep};\n" + _indent(_axpy("acc", "pd", "vs", f"jj * {v4}u", v4), 1) + "}\nm = mn;\n"
+    )
+    end = f"min(S, row0 + {br}u)" if cfg.causal else "S"  # causal: no tile past the last row's diagonal
+    main = (
+        f"let row0 = wid.x * {br}u;\nlet i = row0 + lid;\n"
+        "if (wid.x == 0u && bh == 0u && lid == 0u) {\n"
+        "    b2[u32(off_rng)] = bitcast<i32>(seed_h);\n    b2[u32(off_rng) + 1u] = bitcast<i32>(ctr);\n}\n"
+        + _load_rows(k, cfg, "qs", d4 + 1, "q", cfg.dqk, "row0", "L", br, " * SC")
+        + ("\n" + _own_regs("q", "qs", d4 + 1, d4) if q_row[1] is None else "")
+        + f"\nvar m = {_LOWEST};\nvar l = 0.0;\n{_regs('acc', v4)}\n"
+        + _key_tiles(k, cfg, end, scores)
+        + "\nif (i < L) {\n    let inv = select(0.0, 1.0 / l, l > 0.0);\n"
+        + _indent(
+            _store_row("b0", cfg.dtype, f"u32(off_o_out) + (bh * L + i) * {cfg.dv}u", "acc", v4, cfg.dv, "inv"), 1
+        )
+        # -inf for a fully masked row
+        + f"    let lse = select(bitcast<f32>(0xff800000u), (m + log2(l)) * {LN2}, l > 0.0);\n"
+        "    b1[u32(off_o_lse) + bh * L + i] = lse;\n}"
+    )
+    return _assemble(k, cfg, _arrays(qs=br * (d4 + 1), ks=bc * d4, vs=bc * v4), main)
+
+
+def _dq(cfg: Config) -> str:
+    br, bc, d4, v4 = cfg.br, cfg.bc, cfg.d4, cfg.v4
+    k = "dq"
+    q_row = ("q", None) if d4 <= _REGS_MAX else ("qs", f"lid * {d4 + 1}u")
+    drop = f"\n    dp = select(0.0, dp * KEEP, {_keep('i', 'j')});" if cfg.dropout else ""
+    dmask = ""
+    if cfg.mask_grad:  # d loss / d mask = ds (the mask adds to the natural-log score)
+        out = _binding(k, cfg, "o_dmask")
+        value = store_value("ds", "f32", cfg.dtype)
+        dmask = f"    if (i < L && j < S) {{ {out}[u32(off_o_dmask) + (bh * L + i) * S + j] = {value}; }}\n"
+    body = (
+        f"for (var jj = 0u; jj < {bc}u; jj++) {{\n"
+        f"    let j = t0 + jj;\n    var s2 = {_dot(*q_row, 'ks', f'jj * {d4}u', d4)};\n"
+        + _indent(_score_mask(k, cfg, "i", "j"), 1)
+        + "    let p = select(0.0, exp2(s2 - lse2), ok);\n"
+        f"    var dp = {_dot('dos', f'lid * {v4 + 1}u', 'vs', f'jj * {v4}u', v4)};{drop}\n"
+        "    let ds = p * (dp - delta);\n" + _indent(_axpy("acc", "ds", "ks", f"jj * {d4}u", d4), 1) + dmask + "}\n"
+    )
+    end = f"min(S, row0 + {br}u)" if cfg.causal else "S"
+    main = (
+        f"let row0 = wid.x * {br}u;\nlet i = row0 + lid;\n"
+        + _load_rows(k, cfg, "qs", d4 + 1, "q", cfg.dqk, "row0", "L", br, " * SC")
+        + "\n"
+        + _load_rows(k, cfg, "dos", v4 + 1, "dout", cfg.dv, "row0", "L", br)
+        # delta = dO . O of the own row (O is contiguous), stored for the dkv kernel
+        + ("\n" + _own_regs("q", "qs", d4 + 1, d4) if q_row[1] is None else "\nworkgroupBarrier();")
+        + "\nvar delta = 0.0;\nvar lse2 = 0.0;\nif (i < L) {\n"
+        f"    let ob = u32(off_x_out) + (bh * L + i) * {cfg.dv}u;\n"
+        + "".join(
+            f"    delta += dos[lid * {v4 + 1}u + {c // 4}u][{c % 4}u] * f32(b6[ob + {c}u]);\n" for c in range(cfg.dv)
+        )
+        + "    b1[u32(off_o_delta) + bh * L + i] = delta;\n"
+        f"    lse2 = b8[u32(off_x_lse) + bh * L + i] * {LOG2E};\n}}\n{_regs('acc', d4)}\n"
+        + _key_tiles(k, cfg, end, body)
+        # s = scale q.k (q is held times scale log2 e): dq = scale sum ds k
+        + f"\nif (i < L) {{\n    let sc = SC * {LN2};\n"
+        + _indent(
+            _store_row("b0", cfg.dtype, f"u32(off_o_dq) + (bh * L + i) * {cfg.dqk}u", "acc", d4, cfg.dqk, "sc"), 1
+        )
+        + "}"
+    )
+    return _assemble(k, cfg, _arrays(qs=br * (d4 + 1), dos=br * (v4 + 1), ks=bc * d4, vs=bc * v4), main)
+
+
+def _dkv(cfg: Config) -> str:
+    br, bc, d4, v4 = cfg.br, cfg.bc, cfg.d4, cfg.v4
+    k = "dkv"
+    k_row = ("kr", None) if d4 <= _REGS_MAX else ("ks", f"lid * {d4 + 1}u")
+    if cfg.dropout:
+        keep = f"    let kept = {_keep('i', 'j')};\n    let pd = select(0.0, p * KEEP, kept);\n"
+        drop = "\n    dp = select(0.0, dp * KEEP, kept);"
+    else:
+        keep, drop = "    let pd = p;\n", ""
+    body = (
+        f"for (var ii = 0u; ii < {bc}u; ii++) {{\n"
+        f"    let i = t0 + ii;\n    var s2 = {_dot_own(k_row, 'qt', f'ii * {d4}u', d4)};\n"
+        + _indent(_score_mask(k, cfg, "i", "j"), 1)
+        + "    let p = select(0.0, exp2(s2 - lse_t[ii]), ok);\n"
+        + keep
+        + _indent(_axpy("adv", "pd", "dot_t", f"ii * {v4}u", v4), 1)
+        + f"    var dp = {_dot('dot_t', f'ii * {v4}u', 'vs', f'lid * {v4 + 1}u', v4)};{drop}\n"
+        "    let ds = p * (dp - delta_t[ii]);\n" + _indent(_axpy("adk", "ds", "qt", f"ii * {d4}u", d4), 1) + "}\n"
+    )
+    rows = (
+        f"for (var t = lid; t < {bc}u; t += {br}u) {{\n"
+        "    let r = t0 + t;\n    var a = 0.0;\n    var dl = 0.0;\n"
+        f"    if (r < L) {{\n        a = b7[u32(off_x_lse) + bh * L + r] * {LOG2E};\n"
+        "        dl = b8[u32(off_x_delta) + bh * L + r];\n    }\n"
+        "    lse_t[t] = a;\n    delta_t[t] = dl;\n}"
+    )
+    start = f"(col0 / {bc}u) * {bc}u" if cfg.causal else "0u"  # causal: only rows i >= j see key j
+    main = (
+        f"let col0 = wid.x * {br}u;\nlet j = col0 + lid;\n"
+        + _load_rows(k, cfg, "ks", d4 + 1, "k", cfg.dqk, "col0", "S", br)
+        + "\n"
+        + _load_rows(k, cfg, "vs", v4 + 1, "v", cfg.dv, "col0", "S", br)
+        + ("\n" + _own_regs("kr", "ks", d4 + 1, d4) if k_row[1] is None else "")
+        + f"\n{_regs('adk', d4)}\n{_regs('adv', v4)}\n"
+        + _kv_loop(
+            cfg,
+            start,
+            "L",
+            [
+                _load_rows(k, cfg, "qt", d4, "q", cfg.dqk, "t0", "L", bc, " * SC"),
+                _load_rows(k, cfg, "dot_t", v4, "dout", cfg.dv, "t0", "L", bc),
+                rows,
+            ],
+            body,
+        )
+        # qt holds q * scale * log2 e: dk = scale sum ds q = ln2 sum ds qt
+        + "\nif (j < S) {\n"
+        + _indent(
+            _store_row("b0", cfg.dtype, f"u32(off_o_dk) + (bh * S + j) * {cfg.dqk}u", "adk", d4, cfg.dqk, f"{LN2}"), 1
+        )
+        + _indent(_store_row("b1", cfg.dtype, f"u32(off_o_dv) + (bh * S + j) * {cfg.dv}u", "adv", v4, cfg.dv, "1.0"), 1)
+        + "}"
+    )
+    smem = _arrays(ks=br * (d4 + 1), vs=br * (v4 + 1), qt=bc * d4, dot_t=bc * v4)
+    smem += f"var<workgroup> lse_t: array<f32, {bc}>;\nvar<workgroup> delta_t: array<f32, {bc}>;\n"
+    return _assemble(k, cfg, smem, main)
+
+
+def _arrays(**sizes: int) -> str:
+    """Declarations of workgroup vec4 arrays."""
+    return "".join(f"var<workgroup> {name}: array<vec4<f32>, {n}>;\n" for name, n in sizes.items())
+
+
+def _assemble(kind: str, cfg: Config, smem: str, main: str) -> str:
+    """Header, workgroup arrays, the entry point's prelude, and ``main``'s body."""
+    prelude = _prelude(kind, cfg)
+    at = prelude.index("@compute")
+    return prelude[:at] + smem + prelude[at:] + _indent(main, 1) + "}\n"
+
+
+SOURCES = {"forward": _forward, "dq": _dq, "dkv": _dkv}
+
+
+def source(kind: str, cfg: Config) -> str:
+    return SOURCES[kind](cfg)
+
+
+def params_format(kind: str, cfg: Config) -> tuple[str, int]:
+    """(struct format of the params, number of leading dynamic words: offsets, and the seed words of forward)."""
+    nviews = len(_bindings(kind, cfg))
+    dyn = nviews + (2 if kind == "forward" else 0)
+    nstrided = 3 + (1 if kind != "forward" else 0) + (1 if cfg.mask else 0)
+    return "<" + "i" * nviews + ("II" if kind == "forward" else "") + "IIIIffI" + "i" * (4 * nstrided), dyn
+
+
+def static_words(b: int, h: int, n_q: int, n_k: int, scale: float, p: float, strides: list[Any]) -> tuple[Any, ...]:
+    """The static params: shapes, scale * log2 e, the dropout keep scale and threshold, then the strides."""
+    keep = 1.0 / (1.0 - p) if p < 1.0 else 0.0
+    return (b, h, n_q, n_k, scale * LOG2E, keep, dropout_threshold(p), *[x for st in strides for x in st])

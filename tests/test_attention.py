@@ -1,0 +1,201 @@
+"""``scaled_dot_product_attention`` against PyTorch's in float64 (values and gradients) on every device: causal,
+bool and float masks, sizes that are no multiple of the kernels' tiles, head dims 16 to 128, grouped-query
+attention; dropout (the same mask on every device, its statistics, its gradient against an explicit-mask
+reference, fresh masks in every graph replay); the memory the fused kernels use; bad input."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import vkblas as vb
+from conftest import float_dtype, require_torch, requires_vulkan
+from references import pcg_uniform
+
+F = vb.nn.functional
+
+
+def _tols(device: str) -> dict[str, float]:
+    return {"atol": 1e-10, "rtol": 1e-9} if float_dtype(device) is vb.float64 else {"atol": 2e-5, "rtol": 1e-4}
+
+
+def _compare(device: str, shapes: tuple, mask: str | None = None, seed: int = 0, **kw: object) -> None:
+    """vkblas against torch (float64): the output and the gradients of q, k, v (and a float mask)."""
+    torch = require_torch()
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal(s) for s in shapes)
+    lq, lk = shapes[0][-2], shapes[1][-2]
+    m = None
+    if mask == "bool":
+        m = rng.random((lq, lk)) < 0.7
+        m[0] = False  # a fully masked row: 0 in both
+    elif mask == "float":
+        m = rng.standard_normal((1, lq, lk))
+        m[0, 1, ::2] = -np.inf
+    tq = [torch.tensor(a, requires_grad=True) for a in (q, k, v)]
+    tm = None if m is None else torch.tensor(m, requires_grad=mask == "float")
+    t_out = torch.nn.functional.scaled_dot_product_attention(*tq, attn_mask=tm, **kw)
+    dt = float_dtype(device)
+    vq = [vb.tensor(a, dtype=dt, device=device, requires_grad=True) for a in (q, k, v)]
+    vm = None
+    if m is not None:
+        vm = vb.tensor(m, dtype=None if mask == "bool" else dt, device=device, requires_grad=mask == "float")
+    v_out = F.scaled_dot_product_attention(*vq, attn_mask=vm, **kw)
+    tol = _tols(device)
+    np.testing.assert_allclose(v_out.detach().numpy(), t_out.detach().numpy(), **tol)
+    w = rng.standard_normal(tuple(t_out.shape))
+    t_out.backward(torch.tensor(w))
+    v_out.backward(vb.tensor(w, dtype=dt, device=device))
+    pairs = list(zip(vq, tq, strict=True)) + ([(vm, tm)] if mask == "float" else [])
+    for i, (a, b) in enumerate(pairs):
+        want = np.nan_to_num(b.grad.numpy())  # torch leaves NaN at the -inf mask entries' gradient; vkblas 0
+        np.testing.assert_allclose(a.grad.numpy(), want, err_msg=f"gradient {i}", **tol)
+
+
+@pytest.mark.parametrize("head_dim", [16, 32, 64, 96, 128])
+def test_head_dims_match_torch(device: str, head_dim: int) -> None:
+    """nanoGPT's heads are 64 wide; 37 rows are no multiple of any tile."""
+    shapes = ((1, 2, 37, head_dim), (1, 2, 37, head_dim), (1, 2, 37, head_dim))
+    _compare(device, shapes, is_causal=True)
+
+
+@pytest.mark.parametrize(
+    ("shapes", "mask", "kw"),
+    [
+        (((2, 3, 5, 8), (2, 3, 7, 8), (2, 3, 7, 6)), None, {}),
+        (((2, 2, 70, 16), (2, 2, 70, 16), (2, 2, 70, 16)), None, {"is_causal": True}),
+        (((1, 2, 9, 8), (1, 2, 4, 8), (1, 2, 4, 8)), None, {"is_causal": True}),  # L > S: top-left aligned
+        (((2, 2, 6, 8), (2, 2, 9, 8), (2, 2, 9, 8)), "bool", {}),
+        (((2, 2, 6, 8), (2, 2, 9, 8), (2, 2, 9, 8)), "float", {"scale": 0.7}),
+        (((3, 5, 4), (3, 6, 4), (3, 6, 2)), None, {}),  # 3-D inputs
+        (((2, 1, 2, 4, 8), (2, 1, 2, 5, 8), (2, 1, 2, 5, 8)), "bool", {}),  # 3 batch dims
+        (((1, 4, 5, 8), (1, 2, 5, 8), (1, 2, 5, 8)), None, {"enable_gqa": True}),
+    ],
+    ids=["plain", "causal", "causal-L>S", "bool-mask", "float-mask", "3d", "5d", "gqa"],
+)
+def test_variants_match_torch(device: str, shapes: tuple, mask: str | None, kw: dict) -> None:
+    _compare(device, shapes, mask, **kw)
+
+
+def _explicit_dropout_reference(q, k, v, p: float, seed: int, causal: bool):
+    """torch's math path with the dropout mask written out from the documented generator (backend/base.py)."""
+    torch = require_torch()
+    b, h, lq, _ = q.shape
+    lk = k.shape[-2]
+    u = pcg_uniform((b, h, lq, lk), seed)  # first draw of a fresh Generator(seed): counter 0
+    keep = torch.tensor((u >= p).astype(np.float64) / (1 - p))
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(~torch.ones(lq, lk, dtype=torch.bool).tril(), float("-inf"))
+    return (torch.softmax(s, -1) * keep) @ v
+
+
+def test_dropout_values_and_gradients(device: str) -> None:
+    torch = require_torch()
+    rng = np.random.default_rng(4)
+    arrays = [rng.standard_normal((2, 2, 9, 8)) for _ in range(3)]
+    tq = [torch.tensor(a, requires_grad=True) for a in arrays]
+    want = _explicit_dropout_reference(*tq, 0.3, seed=9, causal=True)
+    dt = float_dtype(device)
+    vq = [vb.tensor(a, dtype=dt, device=device, requires_grad=True) for a in arrays]
+    got = F.scaled_dot_product_attention(*vq, dropout_p=0.3, is_causal=True, generator=vb.Generator(9))
+    tol = _tols(device)
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), **tol)
+    w = rng.standard_normal(tuple(want.shape))
+    want.backward(torch.tensor(w))
+    got.backward(vb.tensor(w, dtype=dt, device=device))
+    for a, b in zip(vq, tq, strict=True):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), **tol)
+
+
+def test_dropout_statistics(device: str) -> None:
+    """Uniform attention over 512 ones: each output is the kept fraction / (1 - p), mean 1."""
+    p, n = 0.2, 512
+    z = vb.zeros(1, 1, 64, 4, device=device)
+    out = F.scaled_dot_product_attention(
+        z, vb.zeros(1, 1, n, 4, device=device), vb.ones(1, 1, n, 1, device=device), dropout_p=p
+    ).numpy()
+    sd = math.sqrt(p * (1 - p) / n) / (1 - p)
+    assert abs(out.mean() - 1.0) < 4 * sd / math.sqrt(out.size)
+    assert 0.7 * sd < out.std() < 1.3 * sd
+    assert F.scaled_dot_product_attention(z, z, z, dropout_p=1.0).abs().max().item() == 0.0
+
+
+@requires_vulkan
+def test_dropout_masks_are_the_same_on_every_device() -> None:
+    rng = np.random.default_rng(2)
+    arrays = [rng.standard_normal((1, 2, 11, 8)) for _ in range(3)]
+    outs = [
+        F.scaled_dot_product_attention(
+            *(vb.tensor(a, dtype=float_dtype(d), device=d) for a in arrays), dropout_p=0.5, generator=vb.Generator(1)
+        ).numpy()
+        for d in ("cpu", "vulkan")
+    ]
+    np.testing.assert_allclose(outs[1], outs[0], atol=2e-5)
+
+
+@requires_vulkan
+def test_graph_replays_draw_fresh_dropout_masks_forward_and_backward() -> None:
+    """A captured training step with dropout: every replay matches an eager step with the same draws (the
+    backward reads the mask the replayed forward used)."""
+    rng = np.random.default_rng(6)
+    arrays = [rng.standard_normal((1, 2, 10, 8)) for _ in range(3)]
+
+    def step(gen: vb.Generator, leaves: list[vb.Tensor]) -> vb.Tensor:
+        for t in leaves:
+            t.grad = None
+        loss = (F.scaled_dot_product_attention(*leaves, dropout_p=0.4, is_causal=True, generator=gen) ** 2).sum()
+        loss.backward()
+        return loss
+
+    def leaves() -> list[vb.Tensor]:
+        return [vb.tensor(a, device="vulkan", requires_grad=True) for a in arrays]
+
+    eager_gen, eager = vb.Generator(5), leaves()
+    want = []
+    for _ in range(3):
+        loss = step(eager_gen, eager)
+        want.append((loss.item(), [t.grad.numpy() for t in eager]))
+    graph_gen, static = vb.Generator(5), leaves()
+    g = vb.graphs.Graph()
+    with vb.graphs.capture(g, device="vulkan"):
+        loss = step(graph_gen, static)
+    got = [(loss.item(), [t.grad.numpy() for t in static])]
+    for _ in range(2):
+        g.replay()
+        got.append((loss.item(), [t.grad.numpy() for t in static]))
+    for (lw, gw), (lg, gg) in zip(want, got, strict=True):
+        assert lg == pytest.approx(lw, rel=1e-5)
+        for a, b in zip(gg, gw, strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-5)
+    assert want[0][0] != want[1][0]  # the masks did change between steps
+
+
+@requires_vulkan
+def test_fused_kernels_never_hold_the_score_matrix() -> None:
+    """T = 1024: the (T, T) float32 scores would be 4 MiB; forward and backward allocate a fraction of that."""
+    be = vb.backend.get("vulkan")
+    t = 1024
+    q, k, v = (vb.randn(1, 1, t, 16, device="vulkan", requires_grad=True) for _ in range(3))
+    vb.synchronize("vulkan")
+    be.empty_cache()
+    before = be.pool.allocated_bytes
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    out.sum().backward()
+    vb.synchronize("vulkan")
+    assert be.pool.allocated_bytes - before < t * t * 4 / 4
+
+
+def test_errors(device: str) -> None:
+    x = vb.zeros(1, 1, 3, 4, device=device)
+    with pytest.raises(RuntimeError, match="is_causal"):
+        F.scaled_dot_product_attention(x, x, x, attn_mask=vb.ones(3, 3, dtype=vb.bool, device=device), is_causal=True)
+    with pytest.raises(RuntimeError, match="attn_mask dtype"):
+        F.scaled_dot_product_attention(x, x, x, attn_mask=vb.zeros(3, 3, dtype=vb.int32, device=device))
+    with pytest.raises(RuntimeError, match="one floating dtype"):
+        F.scaled_dot_product_attention(x, x, vb.zeros(1, 1, 3, 4, dtype=vb.int32, device=device))
+    with pytest.raises(RuntimeError, match="divisible"):
+        kv = vb.zeros(1, 2, 3, 4, device=device)
+        F.scaled_dot_product_attention(vb.zeros(1, 3, 3, 4, device=device), kv, kv, enable_gqa=True)
