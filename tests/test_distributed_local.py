@@ -182,7 +182,7 @@ def test_diloco_int8_codec_with_error_feedback_sends_about_a_quarter_of_the_byte
 
 
 # ---------------------------------------------------------------------------------------------- accuracy
-ACCURACY_RUN = dict(epochs=15, limit=1000, batch=64, model_options=NO_DROPOUT)
+ACCURACY_RUN = dict(epochs=10, limit=4000, batch=64, model_options=NO_DROPOUT)
 
 
 @pytest.fixture(scope="module")
@@ -201,8 +201,10 @@ def single_worker_accuracy(tmp_path_factory) -> float:
     ],
 )
 def test_two_workers_reach_single_worker_accuracy(tmp_path, single_worker_accuracy, algorithm, options):
+    """Reaching the single worker's accuracy: no more than 0.5 points below it (asynchronous and DiLoCo runs often end
+    a little above it; the runs are trained to their plateau so that timing noise stays well inside the margin)."""
     metrics = run_local(config(tmp_path, algorithm, **ACCURACY_RUN, **options))
-    assert abs(metrics["test_accuracy"] - single_worker_accuracy) <= 0.005, (
+    assert metrics["test_accuracy"] >= single_worker_accuracy - 0.005, (
         f"{algorithm}: {100 * metrics['test_accuracy']:.2f}% vs single worker {100 * single_worker_accuracy:.2f}%"
     )
 
