@@ -11,7 +11,7 @@ tensor([2., 2., 2.])
 from __future__ import annotations
 
 from . import ops as _ops  # noqa: F401  (binds the Tensor methods)
-from .autograd import enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled
+from .autograd import enable_grad, grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from .backend.base import BackendError, DeviceOutOfMemoryError, NoAdapterError, UnsupportedError
 from .creation import (
     arange,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from .. import device as _dev
-from ..dtypes import DType, bool_, float16, float32, int32, to_dtype
-from ..tensor import Tensor
+from ..dtypes import DType, bool_, float16, float32, float64, int32, to_dtype
+from ..tensor import Tensor, size_arg
 from . import elementwise as ew
 from . import indexing, linalg, pointwise, reduction, shape
 from ._core import clone, full
@@ -139,6 +139,7 @@ def _type_as(self: Tensor, other: Tensor) -> Tensor:
 Tensor.to = _to
 Tensor.cpu = _cpu
 Tensor.float = _caster(float32, "float")
+Tensor.double = _caster(float64, "double")  # cpu only: Vulkan devices raise, naming the dtype
 Tensor.half = _caster(float16, "half")
 Tensor.int = _caster(int32, "int")
 Tensor.long = _caster(int32, "long")  # no int64 storage (see dtypes.py)
@@ -147,16 +148,16 @@ Tensor.type_as = _type_as
 
 
 # ---------------------------------------------------------------- new tensors on this one's device
-def _new_zeros(self: Tensor, size: Any, dtype: DType | None = None) -> Tensor:
-    return full(tuple(size), 0, dtype or self.dtype, self._backend)
+def _new_zeros(self: Tensor, *size: Any, dtype: DType | None = None) -> Tensor:
+    return full(size_arg(size), 0, dtype or self.dtype, self._backend)
 
 
-def _new_ones(self: Tensor, size: Any, dtype: DType | None = None) -> Tensor:
-    return full(tuple(size), 1, dtype or self.dtype, self._backend)
+def _new_ones(self: Tensor, *size: Any, dtype: DType | None = None) -> Tensor:
+    return full(size_arg(size), 1, dtype or self.dtype, self._backend)
 
 
 def _new_full(self: Tensor, size: Any, fill_value: float, dtype: DType | None = None) -> Tensor:
-    return full(tuple(size), fill_value, dtype or self.dtype, self._backend)
+    return full(size_arg((size,)), fill_value, dtype or self.dtype, self._backend)
 
 
 Tensor.new_zeros = _new_zeros
