@@ -45,7 +45,7 @@ from .ops.conv import avg_pool2d, conv2d, max_pool2d
 from .ops.elementwise import *  # noqa: F403  (one function per elementwise op record)
 from .ops.indexing import gather, index_select, one_hot, scatter_add
 from .ops.linalg import bmm, matmul, mm
-from .ops.pointwise import add, clamp, clip, gelu, leaky_relu, masked_fill, sub, where
+from .ops.pointwise import add, clamp, clip, div, divide, gelu, leaky_relu, masked_fill, sub, true_divide, where
 from .ops.reduction import (
     all,
     amax,
@@ -58,6 +58,7 @@ from .ops.reduction import (
     max,
     mean,
     min,
+    prod,
     softmax,
     std,
     sum,

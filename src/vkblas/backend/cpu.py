@@ -89,16 +89,16 @@ class CpuBackend(Backend):
     def reduce(self, op: str, out: View, x: View, axes: tuple[int, ...]) -> None:
         a = _np(x)
         target = _np(out)
-        if a.size == 0 and op != "sum":
+        if a.size == 0 and op not in ("sum", "prod"):
             raise ValueError(f"{op}() of an empty tensor of shape {x.shape} has no identity")
         if op in ("argmax", "argmin"):
             (axis,) = axes
             result = (np.argmax if op == "argmax" else np.argmin)(a, axis=axis)
         else:
-            fn = {"sum": np.sum, "max": np.max, "min": np.min}[op]
+            fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[op]
             # sums of floats accumulate in at least fp32 (as the GPU kernels do), float64 stays float64
             wide = np.float64 if x.dtype is float64 else np.float32
-            acc = a.astype(wide) if op == "sum" and x.dtype.is_floating else a
+            acc = a.astype(wide) if op in ("sum", "prod") and x.dtype.is_floating else a
             result = fn(acc, axis=axes)
         np.copyto(target, result, casting="unsafe")
 
@@ -109,7 +109,9 @@ class CpuBackend(Backend):
         np.copyto(_np(out), np.matmul(A, B), casting="unsafe")
 
     def gather(self, out: View, x: View, dim: int, index: View) -> None:
-        np.copyto(_np(out), np.take_along_axis(_np(x), _np(index).astype(np.intp), axis=dim))
+        # an index smaller than x in the other dims reads x's leading part there (take_along_axis would broadcast)
+        part = tuple(slice(None) if d == dim else slice(0, n) for d, n in enumerate(index.shape))
+        np.copyto(_np(out), np.take_along_axis(_np(x)[part], _np(index).astype(np.intp), axis=dim))
 
     def scatter_add(self, out: View, dim: int, index: View, src: View) -> None:
         target = _np(out)

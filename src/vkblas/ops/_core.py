@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ Scalar = bool | int | float
 
 
 def norm_dims(dims: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
+    """The reduced dims, sorted; a 0-d tensor accepts dim 0 and -1 (PyTorch) and has none to reduce."""
     if dims is None:
         return tuple(range(ndim))
     if isinstance(dims, int):
@@ -24,7 +26,26 @@ def norm_dims(dims: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
     out = tuple(sorted({norm_dim(d, ndim) for d in dims}))
     if len(out) != len(tuple(dims)):
         raise RuntimeError(f"dim {tuple(dims)} appears multiple times in the list of dims")
-    return out
+    return out if ndim else ()
+
+
+_NUMPY_NAMES = {"axis": "dim", "keepdims": "keepdim"}
+
+
+def numpy_aliases(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Accept PyTorch's NumPy-style keyword aliases: ``axis=`` for ``dim=``, ``keepdims=`` for ``keepdim=``."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if "axis" in kwargs or "keepdims" in kwargs:
+            for alias, name in _NUMPY_NAMES.items():
+                if alias in kwargs:
+                    if name in kwargs:
+                        raise TypeError(f"{fn.__name__}() got both {name!r} and its alias {alias!r}")
+                    kwargs[name] = kwargs.pop(alias)
+        return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def full(shape: tuple[int, ...], value: Scalar, dtype: DType, backend: Backend) -> Tensor:
@@ -109,6 +130,8 @@ def compute_dtype(op: str, operands: Sequence[Any]) -> DType:
         dt = result_type(dt, o)
     if not dt.is_floating and spec.float_only:
         dt = float32
+    elif dt.is_floating and spec.integer_only:
+        raise NotImplementedError(f"{op} is only implemented for integer and bool tensors, got {dt!r}")
     return dt
 
 
@@ -161,7 +184,10 @@ def _binary_fast(op: str, spec: Any, a: Any, b: Any) -> Tensor | None:
         return None
     va = a._view
     dt = va.storage.dtype
-    if not dt.is_floating and spec.float_only:
+    if dt.is_floating:
+        if spec.integer_only:
+            return None
+    elif spec.float_only:
         return None
     bc = b.__class__
     if bc is Tensor:

@@ -17,7 +17,9 @@ from typing import Any as _Any
 
 import numpy as _np
 
+from ..backend import mathlib as _mathlib
 from ..backend.elementwise import MathFunction as _Math
+from ..backend.elementwise import define as _define
 from ..tensor import Tensor as _Tensor
 from ._core import elementwise as _ew
 from .record import binary_op as _binary_op
@@ -57,8 +59,27 @@ def _pick_half(g: _Tensor, a: _Any, b: _Any) -> _Tensor:
     return g * share
 
 
-def _log(x: _Any) -> _Any:
-    return _ew("log", x) if isinstance(x, _Tensor) else _pymath.log(x)
+def _integral(x: _Any) -> bool:
+    """An integer or bool tensor, or a Python int/bool."""
+    return not x.dtype.is_floating if isinstance(x, _Tensor) else isinstance(x, (int, _np.integer))
+
+
+def _no_negative_integer_power(x: _Any, y: _Any) -> None:
+    if _integral(x) and isinstance(y, (int, _np.integer)) and not isinstance(y, bool) and y < 0:
+        raise RuntimeError(f"Integers to negative integer powers are not allowed (exponent {y}).")
+
+
+def _nonzero_integer_divisor(x: _Any, y: _Any) -> None:
+    """Integer division by zero raises as in PyTorch: at once for a Python number; for a tensor divisor at once on a
+    synchronous device, at the next sync point on an asynchronous one (a device-side check, no host round trip)."""
+    if not (_integral(x) and _integral(y)):
+        return
+    message = "ZeroDivisionError: integer division by zero (divisor value {bad})"
+    if isinstance(y, _Tensor):
+        if y.numel():
+            y._backend.check_values(y._view, 0, 0, message, RuntimeError, inside=False)
+    elif y == 0:
+        raise RuntimeError(message.format(bad=y))
 
 
 # ---------------------------------------------------------------- unary
@@ -78,8 +99,9 @@ sin = _unary_op("sin", lambda m, a: m.sin(a), float_only=True, grad=lambda g, x:
 cos = _unary_op("cos", lambda m, a: m.cos(a), float_only=True, grad=lambda g, x: -(g * _ew("sin", x)))
 tanh = _unary_op("tanh", lambda m, a: m.tanh(a), float_only=True, fused_grad=lambda m, g, out: g * (1.0 - out * out))
 sigmoid = _unary_op("sigmoid", _sigmoid, float_only=True, fused_grad=lambda m, g, out: g * out * (1.0 - out))
+# relu(nan) = nan and relu(-0) = -0, its gradient g where x > 0 or x is NaN (PyTorch's threshold rules)
 relu = _unary_op(
-    "relu", lambda m, a: m.where(a > 0, a, 0), fused_grad=lambda m, g, x: m.where(x > 0, g, 0), inplace=True
+    "relu", lambda m, a: m.where(a < 0, 0, a), fused_grad=lambda m, g, x: m.where(x <= 0, 0, g), inplace=True
 )
 silu = _unary_op(
     "silu",
@@ -112,14 +134,24 @@ logical_not = _unary_op("logical_not", lambda m, a: m.logical_not(a), returns_bo
 _add = _binary_op("add", lambda m, a, b: a + b, grad=(lambda g: g, lambda g: g), method=False, export=False)
 _sub = _binary_op("sub", lambda m, a, b: a - b, grad=(lambda g: g, lambda g: -g), method=False, export=False)
 mul = _binary_op("mul", lambda m, a, b: a * b, grad=(lambda g, y: g * y, lambda g, x: g * x))
-div = _binary_op(
-    "div", lambda m, a, b: a / b, float_only=True, grad=(lambda g, y: g / y, lambda g, y, out: -(g * out) / y)
+# true division; ``vkblas.div`` (pointwise.py) adds ``rounding_mode``
+_div = _binary_op(
+    "div",
+    lambda m, a, b: a / b,
+    float_only=True,
+    grad=(lambda g, y: g / y, lambda g, y, out: -(g * out) / y),
+    method=False,
+    export=False,
 )
+# integers stay integers (negative scalar exponents refused, as PyTorch); PyTorch's gradients at x = 0: the base's
+# is 0 where y == 0, the exponent's 0 where x == 0 and y >= 0 (not 0 * inf or inf * log 0)
+_define("pow_grad_base", lambda m, g, a, b: m.where(b == 0, 0, g * b * m.pow(a, b - 1)))
+_define("pow_grad_exponent", lambda m, g, a, b, out: m.where(m.logical_and(a == 0, b >= 0), 0, g * out * m.log(a)))
 pow = _binary_op(  # noqa: A001
     "pow",
     lambda m, a, b: m.pow(a, b),
-    float_only=True,
-    grad=(lambda g, x, y: g * y * _ew("pow", x, y - 1), lambda g, x, out: g * out * _log(x)),
+    check=_no_negative_integer_power,
+    grad=(lambda g, x, y: _ew("pow_grad_base", g, x, y), lambda g, x, y, out: _ew("pow_grad_exponent", g, x, y, out)),
 )
 maximum = _binary_op(
     "maximum",
@@ -160,3 +192,54 @@ gt = _binary_op("gt", lambda m, a, b: a > b, returns_bool=True)
 ge = _binary_op("ge", lambda m, a, b: a >= b, returns_bool=True)
 logical_and = _binary_op("logical_and", lambda m, a, b: m.logical_and(a, b), returns_bool=True)
 logical_or = _binary_op("logical_or", lambda m, a, b: m.logical_or(a, b), returns_bool=True)
+
+
+# ---------------------------------------------------------------- integer ops: bitwise, shifts, integer division
+# (bool & bool is logical, as in PyTorch; floats are refused naming the dtype)
+bitwise_and = _binary_op(
+    "bitwise_and",
+    math=_Math(_np.bitwise_and, {"bool": "({0} && {1})", "*": "({0} & {1})"}, "same2"),
+    integer_only=True,
+)
+bitwise_or = _binary_op(
+    "bitwise_or", math=_Math(_np.bitwise_or, {"bool": "({0} || {1})", "*": "({0} | {1})"}, "same2"), integer_only=True
+)
+bitwise_xor = _binary_op(
+    "bitwise_xor",
+    math=_Math(_np.bitwise_xor, {"bool": "({0} != {1})", "*": "({0} ^ {1})"}, "same2"),
+    integer_only=True,
+)
+bitwise_not = _unary_op("bitwise_not", math=_Math(_np.invert, {"bool": "!{0}", "*": "~{0}"}, "same"), integer_only=True)
+# shifts by < 0 or >= 32 give 0 (left) or the sign (right), as PyTorch and numpy
+bitwise_left_shift = _binary_op(
+    "bitwise_left_shift", math=_Math(_np.left_shift, _mathlib.LEFT_SHIFT, "arith"), integer_only=True
+)
+bitwise_right_shift = _binary_op(
+    "bitwise_right_shift", math=_Math(_np.right_shift, _mathlib.RIGHT_SHIFT, "arith"), integer_only=True
+)
+# integer division by zero raises (PyTorch's ZeroDivisionError); float division by zero gives inf / nan
+floor_divide = _binary_op(
+    "floor_divide",
+    math=_Math(_mathlib.np_floor_divide, "vk_floor_divide_{T}({0}, {1})", "arith", helper=_mathlib.FLOOR_DIVIDE),
+    check=_nonzero_integer_divisor,
+)
+_trunc_divide = _binary_op(
+    "trunc_divide",
+    math=_Math(_mathlib.np_trunc_divide, "vk_trunc_divide_{T}({0}, {1})", "arith", helper=_mathlib.TRUNC_DIVIDE),
+    check=_nonzero_integer_divisor,
+    method=False,
+    export=False,
+)
+# x - y * trunc(x / y) and x - y * floor(x / y): the gradients PyTorch gives
+fmod = _binary_op(
+    "fmod",
+    math=_Math(_mathlib.np_fmod, "vk_fmod_{T}({0}, {1})", "arith", helper=_mathlib.FMOD),
+    check=_nonzero_integer_divisor,
+    grad=(lambda g: g, lambda g, x, y: -(g * _ew("trunc_divide", x, y))),
+)
+remainder = _binary_op(
+    "remainder",
+    math=_Math(_mathlib.np_remainder, "vk_remainder_{T}({0}, {1})", "arith", helper=_mathlib.REMAINDER),
+    check=_nonzero_integer_divisor,
+    grad=(lambda g: g, lambda g, x, y: -(g * _ew("floor_divide", x, y))),
+)

@@ -16,17 +16,24 @@ from ..autograd import Node, is_grad_enabled, record
 from ..backend.base import View
 from ..dtypes import bool_, int32
 from ..tensor import Tensor, empty, from_host, norm_dim
-from ._core import broadcast_shapes, cast, elementwise, same_backend, write_into
+from ._core import broadcast_shapes, cast, elementwise, numpy_aliases, same_backend, write_into
 from .pointwise import where
 
 Index = Any
 
 
 def _as_index_tensor(idx: Any, like: Tensor) -> Tensor:
+    """An index on ``like``'s device: host data (a list, an array) is uploaded; a cpu index tensor is moved, as
+    PyTorch moves cpu indices for CUDA tensors. An index on another accelerator is refused."""
     if isinstance(idx, Tensor):
-        if idx._backend is not like._backend:
-            raise RuntimeError(f"indices are on {idx.device} but the indexed tensor is on {like.device}")
-        return idx
+        if idx._backend is like._backend:
+            return idx
+        if idx.device.type == "cpu":
+            return idx.to(like.device)
+        raise RuntimeError(
+            f"indices should be either on cpu or on the same device as the indexed tensor ({like.device}), "
+            f"got indices on {idx.device}"
+        )
     return from_host(np.asarray(idx), None, like._backend)
 
 
@@ -49,6 +56,7 @@ def check_index(idx: Tensor, low: int, high: int, message: str) -> None:
         idx._backend.check_range(idx._view, low, high, message)
 
 
+@numpy_aliases
 def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:  # noqa: A002
     d = norm_dim(dim, input.ndim)
     same_backend("gather", [input, index])
@@ -84,6 +92,7 @@ def _scatter_add_into(out: Tensor, d: int, index: Tensor, src: Tensor) -> Tensor
     return out
 
 
+@numpy_aliases
 def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:  # noqa: A002
     d = norm_dim(dim, input.ndim)
     same_backend("scatter_add", [input, index, src])
@@ -110,6 +119,7 @@ def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor: 
     return record(out, "ScatterAddBackward", (input, None, src), rule)
 
 
+@numpy_aliases
 def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:  # noqa: A002
     d = norm_dim(dim, input.ndim)
     idx = _as_index_tensor(index, input)
@@ -206,7 +216,18 @@ def _basic(x: Tensor, items: list[Any]) -> tuple[View, list[tuple[int, Any]]]:
     return View(v.storage, tuple(shape), tuple(strides), offset), advanced
 
 
+def _index_items(x: Tensor, index: Index) -> Index:
+    """Lists, arrays and cpu tensors among the indices as index tensors on ``x``'s device (so a bool list is a
+    mask, as in PyTorch)."""
+    if _is_advanced(index):
+        return _as_index_tensor(index, x)
+    if isinstance(index, tuple):
+        return tuple(_as_index_tensor(it, x) if _is_advanced(it) else it for it in index)
+    return index
+
+
 def getitem(x: Tensor, index: Index) -> Tensor:
+    index = _index_items(x, index)
     if isinstance(index, Tensor) and index.dtype is bool_:
         return _mask_select(x, index)
     items = _expand_items(x, index)
@@ -272,6 +293,9 @@ def setitem(x: Tensor, index: Index, value: Any) -> None:
             "item assignment into a tensor that takes part in autograd is not supported; build the result with "
             "vkblas.where / vkblas.cat, or assign inside vkblas.no_grad()"
         )
+    index = _index_items(x, index)
+    if isinstance(value, Tensor) and value._backend is not x._backend:
+        value = value.to(x.device)  # as copy_ does
     if isinstance(index, Tensor) and index.dtype is bool_:
         if isinstance(value, Tensor):
             raise NotImplementedError("x[mask] = tensor is not supported; use vkblas.where(mask, value, x)")

@@ -34,7 +34,35 @@ def _rmul(self: Tensor, other: Any) -> Tensor:
 
 
 def _rtruediv(self: Tensor, other: Any) -> Tensor:
-    return ew.div(other, self)
+    return ew._div(other, self)
+
+
+def _rfloordiv(self: Tensor, other: Any) -> Tensor:
+    return ew.floor_divide(other, self)
+
+
+def _rmod(self: Tensor, other: Any) -> Tensor:
+    return ew.remainder(other, self)
+
+
+def _rand(self: Tensor, other: Any) -> Tensor:
+    return ew.bitwise_and(other, self)
+
+
+def _ror(self: Tensor, other: Any) -> Tensor:
+    return ew.bitwise_or(other, self)
+
+
+def _rxor(self: Tensor, other: Any) -> Tensor:
+    return ew.bitwise_xor(other, self)
+
+
+def _rlshift(self: Tensor, other: Any) -> Tensor:
+    return ew.bitwise_left_shift(other, self)
+
+
+def _rrshift(self: Tensor, other: Any) -> Tensor:
+    return ew.bitwise_right_shift(other, self)
 
 
 def _rpow(self: Tensor, other: Any) -> Tensor:
@@ -50,9 +78,11 @@ def _pos(self: Tensor) -> Tensor:
 
 
 def _invert(self: Tensor) -> Tensor:
-    if self.dtype is not bool_:
-        raise TypeError(f"~ is only supported for bool tensors here (got {self.dtype!r})")
-    return ew.logical_not(self)
+    if self.dtype.is_floating:
+        raise TypeError(
+            f"~ (operator.invert) is only implemented on integer and Boolean-type tensors, got {self.dtype!r}"
+        )
+    return ew.bitwise_not(self)
 
 
 Tensor.__add__ = ew._add
@@ -61,8 +91,12 @@ Tensor.__sub__ = ew._sub
 Tensor.__rsub__ = _rsub
 Tensor.__mul__ = ew.mul
 Tensor.__rmul__ = _rmul
-Tensor.__truediv__ = ew.div
+Tensor.__truediv__ = ew._div
 Tensor.__rtruediv__ = _rtruediv
+Tensor.__floordiv__ = ew.floor_divide
+Tensor.__rfloordiv__ = _rfloordiv
+Tensor.__mod__ = ew.remainder
+Tensor.__rmod__ = _rmod
 Tensor.__pow__ = ew.pow
 Tensor.__rpow__ = _rpow
 Tensor.__matmul__ = linalg.matmul
@@ -71,8 +105,16 @@ Tensor.__neg__ = ew.neg
 Tensor.__pos__ = _pos
 Tensor.__abs__ = ew.abs
 Tensor.__invert__ = _invert
-Tensor.__and__ = ew.logical_and
-Tensor.__or__ = ew.logical_or
+Tensor.__and__ = ew.bitwise_and
+Tensor.__or__ = ew.bitwise_or
+Tensor.__xor__ = ew.bitwise_xor
+Tensor.__rand__ = _rand
+Tensor.__ror__ = _ror
+Tensor.__rxor__ = _rxor
+Tensor.__lshift__ = ew.bitwise_left_shift
+Tensor.__rshift__ = ew.bitwise_right_shift
+Tensor.__rlshift__ = _rlshift
+Tensor.__rrshift__ = _rrshift
 Tensor.__eq__ = ew.eq  # type: ignore[assignment]
 Tensor.__ne__ = ew.ne  # type: ignore[assignment]
 Tensor.__lt__ = ew.lt
@@ -173,6 +215,9 @@ def _where(self: Tensor, condition: Tensor, other: Any) -> Tensor:
 
 Tensor.add = pointwise.add
 Tensor.sub = pointwise.sub
+Tensor.div = pointwise.div
+Tensor.divide = pointwise.div
+Tensor.true_divide = pointwise.true_divide
 Tensor.gelu = pointwise.gelu
 Tensor.leaky_relu = pointwise.leaky_relu
 Tensor.clamp = pointwise.clamp
@@ -181,6 +226,7 @@ Tensor.where = _where
 Tensor.masked_fill = pointwise.masked_fill
 
 Tensor.sum = reduction.sum
+Tensor.prod = reduction.prod
 Tensor.mean = reduction.mean
 Tensor.max = reduction.max
 Tensor.min = reduction.min

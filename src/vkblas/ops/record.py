@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..autograd import Node, is_grad_enabled, record
-from ..backend.elementwise import MathFunction, define, define_math
+from ..backend.elementwise import OPS, MathFunction, define, define_math
 from ..tensor import Tensor
 from ._core import alias, check_inplace, elementwise, rebase_inplace, write_into
 
@@ -62,6 +62,7 @@ def unary_op(
     grad: GradRule | None = None,
     fused_grad: Callable[..., Any] | None = None,
     float_only: bool = False,
+    integer_only: bool = False,
     returns_bool: bool = False,
     method: bool = True,
     inplace: bool = False,
@@ -69,7 +70,7 @@ def unary_op(
 ) -> Callable[[Tensor], Tensor]:
     """Record a one-operand elementwise op; returns its function (see the module docstring)."""
     formula = _formula(name, formula, math, 1)
-    define(name, formula, float_only=float_only, returns_bool=returns_bool)
+    define(name, formula, float_only=float_only, integer_only=integer_only, returns_bool=returns_bool)
     grads = None if grad is None and fused_grad is None else (grad or _fused(name, fused_grad, float_only),)
 
     def function(input: Tensor) -> Tensor:  # noqa: A002 - PyTorch's argument name
@@ -89,13 +90,17 @@ def binary_op(
     math: MathFunction | None = None,
     grad: tuple[GradRule, GradRule] | None = None,
     float_only: bool = False,
+    integer_only: bool = False,
     returns_bool: bool = False,
+    check: Callable[[Any, Any], None] | None = None,
     method: bool = True,
     export: bool = True,
 ) -> Callable[[Any, Any], Tensor]:
-    """Record a two-operand elementwise op (broadcasting, Python numbers on either side); returns its function."""
+    """Record a two-operand elementwise op (broadcasting, Python numbers on either side); returns its function.
+    ``check(input, other)`` runs first: a rule on the operands' values (a negative integer power, an integer
+    division by zero) that raises as PyTorch does."""
     formula = _formula(name, formula, math, 2)
-    define(name, formula, float_only=float_only, returns_bool=returns_bool)
+    define(name, formula, float_only=float_only, integer_only=integer_only, returns_bool=returns_bool)
 
     def function(input: Any, other: Any) -> Tensor:  # noqa: A002
         out = elementwise(name, input, other)
@@ -103,6 +108,13 @@ def binary_op(
             if grad is not None:
                 _attach(RECORDS[name], out, input, other)
         return out
+
+    if check is not None:
+        unchecked = function
+
+        def function(input: Any, other: Any) -> Tensor:  # noqa: A002
+            check(input, other)
+            return unchecked(input, other)
 
     _register(name, 2, function, grad, method, False, export, f"Elementwise ``{name}`` with broadcasting")
     return function
@@ -179,8 +191,11 @@ def _rule(grads: tuple[GradRule, ...], picks: tuple[tuple[int, ...], ...]) -> Ca
 def inplace_function(rec: OpRecord) -> Callable[[Tensor], Tensor]:
     """``Tensor.<name>_`` of a unary record: written through the tensor's view, recorded when autograd needs it."""
     name = rec.name
+    rec_float_only = OPS[name].float_only
 
     def function(t: Tensor) -> Tensor:
+        if not t.dtype.is_floating and rec_float_only:
+            raise RuntimeError(f"{name}_: result type float32 can't be cast to the desired output type {t.dtype.name}")
         if check_inplace(t, name + "_"):
             return rebase_inplace(t, rec.function(alias(t)))
         return write_into(t, name, t)

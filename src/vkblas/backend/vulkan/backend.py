@@ -24,7 +24,7 @@ from .. import elementwise as ew
 from ..base import RANDOM_DISTRIBUTIONS, REDUCE_OPS, Backend, BackendError, Capture, Scalar, UnsupportedError, View
 from .autotune import startup_check
 from .device import Device
-from .index_checks import IndexChecks
+from .device_checks import Check, DeviceChecks
 from .kernels import elementwise as ew_kernels
 from .kernels import indexing, random, reduce, window
 from .kernels.plan import Plan, out_of_bounds
@@ -71,7 +71,7 @@ class VulkanBackend(Backend):
         self.plans: dict[Any, Any] = {}
         self._np_storage = {bool_: np.dtype(np.uint32)}
         self._dtypes = frozenset(d for d in (float32, int32, bool_, float16) if self.supports(d))
-        self.checks = IndexChecks(self)
+        self.checks = DeviceChecks(self)
         startup_check(self)  # default GEMM variants vs numpy: a driver bug is caught before any user matmul
 
     @property
@@ -151,13 +151,21 @@ class VulkanBackend(Backend):
         if self.checks.unread:
             self.checks.raise_failed()
 
-    # -- index checks: recorded on the device, reported at the next sync point (see index_checks.py)
-    def check_range(self, index: View, low: int, high: int, message: str) -> None:
-        """Record a check that every value of ``index`` lies in ``[low, high)``: two dispatches and no host round
-        trip. A failure raises IndexError at the next ``to_numpy``/``synchronize``; kernels never read out of
-        bounds meanwhile (gather reads 0, scatter_add skips)."""
-        if index.numel:
-            self.checks.record(index, int(low), int(high), message)
+    # -- value checks: recorded on the device, reported at the next sync point (see device_checks.py)
+    def check_values(
+        self,
+        view: View,
+        low: float,
+        high: float,
+        message: str,
+        error: type[Exception] = IndexError,
+        inside: bool = True,
+    ) -> None:
+        """Record the check (two dispatches, no host round trip). A failure raises at the next
+        ``to_numpy``/``synchronize``; kernels never read out of bounds meanwhile (gather reads 0, scatter_add
+        skips)."""
+        if view.numel:
+            self.checks.record(Check(view, low, high, message, error, inside))
 
     # -- graph capture (the optional interface of backend/base.py; vkblas.graphs drives it)
     def capture_begin(self) -> Recording:
@@ -335,7 +343,7 @@ class VulkanBackend(Backend):
         kept = tuple(n for d, n in enumerate(x.shape) if d not in axes)
         if out.shape != kept:
             raise ValueError(f"output shape {out.shape} should be {kept} (input shape without axes {axes})")
-        if x.numel == 0 and op != "sum":
+        if x.numel == 0 and op not in ("sum", "prod"):
             raise ValueError(f"{op}() of an empty tensor of shape {x.shape} has no identity")
         return reduce.build(self.dev, op, out, x, axes)
 
