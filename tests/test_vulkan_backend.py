@@ -338,6 +338,7 @@ def test_gather_scatter_add(vk):
 # reference, the fused backward kernel of a record by the reference-gradient test; tests/test_ops.py)
 FORMULA_REFERENCES = {
     "copy": lambda a: a,
+    "add_scaled": lambda a, b, alpha: a + alpha * b,
     "pow_grad_base": lambda g, a, b: np.where(b == 0, 0, g * b * np.power(a, b - 1)),
     "pow_grad_exponent": lambda g, a, b, out: np.where((a == 0) & (b >= 0), 0, g * out * np.log(a)),
     "outside": lambda v, lo, hi: ~((v >= lo) & (v <= hi)),

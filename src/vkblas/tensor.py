@@ -80,7 +80,6 @@ class Tensor:
     def _version(self) -> int:
         return self._view.storage.version
 
-    @property
     def is_floating_point(self) -> bool:
         return self.dtype.is_floating
 

@@ -66,6 +66,8 @@ MATH: dict[str, MathFunction] = {
     "maximum": MathFunction(mathlib.np_maximum, "vk_maximum_{T}({0}, {1})", "arith", helper=mathlib.MAXIMUM),
     "minimum": MathFunction(mathlib.np_minimum, "vk_minimum_{T}({0}, {1})", "arith", helper=mathlib.MINIMUM),
     "pow": MathFunction(mathlib.np_pow, "vk_pow_{T}({0}, {1})", "arith", helper=mathlib.POW),
+    # a * b + c rounded once where the device has it (WGSL's fma; numpy rounds twice, in float64 on cpu)
+    "fma": MathFunction(lambda a, b, c: a * b + c, "fma({0}, {1}, {2})", "float3"),
     "logical_not": MathFunction(np.logical_not, "!{0}", "logic"),
     "logical_and": MathFunction(np.logical_and, "({0} && {1})", "logic"),
     "logical_or": MathFunction(np.logical_or, "({0} || {1})", "logic"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..autograd import no_grad
+from ..autograd import Node, no_grad, record
 from ..dtypes import bool_, float16, float64, int32
 from ..ops.conv import avg_pool2d, conv2d, max_pool2d, pad, unfold
 from ..ops.indexing import check_index, gather_unchecked, one_hot, take_along
@@ -347,10 +347,31 @@ def binary_cross_entropy(
     weight: Tensor | None = None,  # noqa: A002
     reduction: str = "mean",
 ) -> Tensor:
-    """``-(t log x + (1 - t) log(1 - x))`` of probabilities ``input``; the logs are clamped at -100 like PyTorch."""
+    """``-(t log x + (1 - t) log(1 - x))`` of probabilities ``input``; the logs are clamped at -100 and the
+    gradient's denominator ``x (1 - x)`` at 1e-12, as in PyTorch. Inputs or targets outside [0, 1] (NaN included)
+    raise RuntimeError as in PyTorch: at once on the cpu, at the next sync point on a Vulkan device (a device-side
+    check, as CUDA's assert; no host round trip per step)."""
     _check_reduction("binary_cross_entropy", reduction)
     _check_same_shape("binary_cross_entropy", input, target)
-    loss = -(target * input.log().clamp(min=-100) + (1 - target) * (1 - input).log().clamp(min=-100))
+    for name, t in (("input", input), ("target", target)):
+        if t.numel():
+            t._backend.check_values(
+                t._view,
+                0.0,
+                1.0,
+                f"binary_cross_entropy: all elements of {name} should be between 0 and 1 (found {{bad}})",
+                RuntimeError,
+            )
+    with no_grad():
+        log_x, log_1mx = input.log().clamp(min=-100), (1 - input).log().clamp(min=-100)
+        loss = -(target * log_x + (1 - target) * log_1mx)
+
+    def rule(n: Node, g: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        x, t, lx, l1 = n.saved
+        gx = g * (x - t) / ((1 - x) * x).clamp(min=1e-12) if n.needs[0] else None
+        return gx, (g * (l1 - lx) if n.needs[1] else None)
+
+    loss = record(loss, "BinaryCrossEntropyBackward", (input, target), rule, (input, target, log_x, log_1mx))
     return _reduce(loss if weight is None else loss * weight, reduction)
 
 

@@ -54,8 +54,9 @@ def _gelu_tanh_grad(m: _Any, g: _Any, x: _Any) -> _Any:
 
 
 def _pick_half(g: _Tensor, a: _Any, b: _Any) -> _Tensor:
-    """Gradient share of ``a`` in maximum(a, b): all where a wins, half on ties (PyTorch's rule)."""
-    share = _ew("gt", a, b).to(g.dtype) + _ew("eq", a, b).to(g.dtype) * 0.5
+    """Gradient share of ``a`` in maximum(a, b): all unless b wins, half on ties (PyTorch's rule: a NaN operand
+    takes the whole gradient on both sides)."""
+    share = 1.0 - _ew("lt", a, b).to(g.dtype) - _ew("eq", a, b).to(g.dtype) * 0.5
     return g * share
 
 
@@ -163,21 +164,34 @@ minimum = _binary_op(
     lambda m, a, b: m.minimum(a, b),
     grad=(lambda g, x, y: _pick_half(g, y, x), lambda g, x, y: _pick_half(g, x, y)),
 )
-# the angle of the point (other, input): a math function of its own, so the record gives numpy's and WGSL's spelling
-# (WGSL leaves atan2(0, 0) undefined; the helper returns IEEE's signed 0 or pi there, as numpy and PyTorch do)
+# the angle of the point (other, input): a math function of its own, so the record gives numpy's and WGSL's spelling.
+# WGSL leaves atan2 undefined at (0, 0), at infinities and for NaN; the helper gives C99's values there (signed 0 or
+# pi at the origin, multiples of pi/4 at infinities, NaN for NaN), as numpy and PyTorch do
 atan2 = _binary_op(
     "atan2",
     math=_Math(
         _np.arctan2,
         "vk_atan2_{T}({0}, {1})",
         "float",
-        helper="""
-fn vk_atan2_{T}(y: {T}, x: {T}) -> {T} {
-    if (y != {T}(0) || x != {T}(0)) { return atan2(y, x); }
-    let r = select({T}(0), {T}(3.141592653589793), (bitcast<u32>(f32(x)) >> 31u) != 0u);
-    return select(r, -r, (bitcast<u32>(f32(y)) >> 31u) != 0u);
-}
+        helper=_mathlib.per_float(
+            "atan2",
+            f"""fn vk_atan2_f32(y: f32, x: f32) -> f32 {{
+    if ({_mathlib.bits("isnan", "y")} || {_mathlib.bits("isnan", "x")}) {{ return {_mathlib.NAN}; }}
+    let sy = (bitcast<u32>(y) >> 31u) != 0u;
+    let sx = (bitcast<u32>(x) >> 31u) != 0u;
+    var r: f32;
+    if ({_mathlib.bits("isinf", "y")}) {{
+        let diagonal = select(0.7853981633974483, 2.356194490192345, sx);
+        r = select(1.5707963267948966, diagonal, {_mathlib.bits("isinf", "x")});
+    }} else if ({_mathlib.bits("isinf", "x")} || y == 0.0) {{  // +-0 or +-pi by the sign of x (-0 counts)
+        r = select(0.0, 3.141592653589793, sx);
+    }} else {{
+        return atan2(y, x);
+    }}
+    return select(r, -r, sy);
+}}
 """,
+        ),
     ),
     float_only=True,
     grad=(lambda g, x, y: g * y / (x * x + y * y), lambda g, x, y: -(g * x) / (x * x + y * y)),
@@ -185,7 +199,7 @@ fn vk_atan2_{T}(y: {T}, x: {T}) -> {T} {
 
 # ---------------------------------------------------------------- comparisons and logic: bool results, no gradient
 eq = _binary_op("eq", lambda m, a, b: a == b, returns_bool=True)
-ne = _binary_op("ne", lambda m, a, b: a != b, returns_bool=True)
+ne = _binary_op("ne", lambda m, a, b: a != b, returns_bool=True)  # true for NaN (IEEE), on every backend
 lt = _binary_op("lt", lambda m, a, b: a < b, returns_bool=True)
 le = _binary_op("le", lambda m, a, b: a <= b, returns_bool=True)
 gt = _binary_op("gt", lambda m, a, b: a > b, returns_bool=True)

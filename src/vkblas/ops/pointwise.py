@@ -25,16 +25,30 @@ define("clamp", lambda m, a, lo, hi: m.minimum(m.maximum(a, lo), hi))
 define("lerp", lambda m, a, b, w: a + w * (b - a))
 
 
-def _scaled(other: Any, alpha: float) -> Any:
-    return mul(other, alpha) if isinstance(other, Tensor) else other * alpha
+# input + alpha * other as one fused multiply-add (PyTorch's: no overflow of alpha * other on its own)
+define("add_scaled", lambda m, a, b, alpha: m.fma(b, alpha, a))
+
+
+def _add_scaled(input: Any, other: Any, alpha: float) -> Tensor:  # noqa: A002
+    floats = isinstance(input, Tensor) and isinstance(other, Tensor) and input.dtype.is_floating
+    if not (floats and other.dtype.is_floating):  # integers, Python numbers: no rounding to fuse away
+        return _add(input, mul(other, alpha) if isinstance(other, Tensor) else other * alpha)
+    out = elementwise("add_scaled", input, other, float(alpha))
+    return record(
+        out,
+        "AddBackward",
+        (input, other),
+        lambda n, g: (g if n.needs[0] else None, g * n.extra["alpha"] if n.needs[1] else None),
+        alpha=float(alpha),
+    )
 
 
 def add(input: Any, other: Any, alpha: float = 1) -> Tensor:  # noqa: A002
-    return _add(input, other if alpha == 1 else _scaled(other, alpha))
+    return _add(input, other) if alpha == 1 else _add_scaled(input, other, alpha)
 
 
 def sub(input: Any, other: Any, alpha: float = 1) -> Tensor:  # noqa: A002
-    return _sub(input, other if alpha == 1 else _scaled(other, alpha))
+    return _sub(input, other) if alpha == 1 else _add_scaled(input, other, -alpha)
 
 
 def div(input: Any, other: Any, *, rounding_mode: str | None = None) -> Tensor:  # noqa: A002
@@ -91,19 +105,17 @@ def clamp(input: Tensor, min: float | None = None, max: float | None = None) -> 
         out = elementwise("clamp", input, lo, hi)
 
     def rule(n: Node, g: G) -> tuple[Any]:
+        # PyTorch's: g where min <= x <= max (a missing bound always holds; NaN gets no gradient)
         x = n.saved[0]
-        keep = elementwise("logical_and", elementwise("ge", x, n.extra["lo"]), elementwise("le", x, n.extra["hi"]))
+        if min is None:
+            keep = elementwise("le", x, hi)
+        elif max is None:
+            keep = elementwise("ge", x, lo)
+        else:
+            keep = elementwise("logical_and", elementwise("ge", x, lo), elementwise("le", x, hi))
         return (where(keep, g, 0.0),)
 
-    return record(
-        out,
-        "ClampBackward",
-        (input,),
-        rule,
-        (input,),
-        lo=lo if min is not None else -3.4e38,
-        hi=hi if max is not None else 3.4e38,
-    )
+    return record(out, "ClampBackward", (input,), rule, (input,))
 
 
 clip = clamp
@@ -167,12 +179,16 @@ def _inplace(name: str, op: str, t: Tensor, *operands: Any, functional: Callable
 
 def add_(t: Tensor, other: Any, alpha: float = 1) -> Tensor:
     if alpha != 1:
-        other = _scaled(other, alpha)
+        if isinstance(other, Tensor) and t.dtype.is_floating and other.dtype.is_floating:
+            return _inplace("add_", "add_scaled", t, other, float(alpha), functional=_add_scaled)
+        other = mul(other, alpha) if isinstance(other, Tensor) else other * alpha
     return _inplace("add_", "add", t, other, functional=_add)
 
 
 def sub_(t: Tensor, other: Any, alpha: float = 1) -> Tensor:
-    return add_(t, other, -alpha)
+    if alpha != 1:
+        return add_(t, other, -alpha)
+    return _inplace("sub_", "sub", t, other, functional=_sub)
 
 
 def mul_(t: Tensor, other: Any) -> Tensor:

@@ -7,7 +7,7 @@ from collections import namedtuple
 from collections.abc import Sequence
 from typing import Any
 
-from ..autograd import Node, record
+from ..autograd import Node, no_grad, record
 from ..backend.elementwise import define
 from ..dtypes import bool_, float32, int32
 from ..tensor import Tensor, empty, norm_dim
@@ -83,14 +83,18 @@ def prod(input: Tensor, dim: int | None = None, keepdim: bool = False, dtype: An
     out = _raw_reduce("prod", x, axes, keepdim)
 
     def rule(n: Node, g: Tensor) -> tuple[Tensor]:
+        # d out / d x_i = the product of the other elements: out / x_i where no element is 0; else, with p the
+        # product of the non-zero elements, p for the only zero and 0 * p (or 0 * p / x_i) for the rest (NaN when
+        # p is inf or NaN, as the product of the others is in PyTorch)
         xs, o = n.saved
         zero = elementwise("eq", xs, 0)
         zeros = sum(cast(zero, int32), axes, keepdim=True)
-        others = _raw_reduce("prod", where(zero, 1.0, xs), axes, True)  # the product of the non-zero elements
+        p = _raw_reduce("prod", where(zero, 1.0, xs), axes, True)
         gk = _expand_back(g, xs.shape, axes, keepdim)
         ok = _expand_back(o, xs.shape, axes, keepdim)
-        one_zero = elementwise("logical_and", elementwise("eq", zeros, 1), zero)
-        return (where(elementwise("eq", zeros, 0), gk * ok / xs, where(one_zero, gk * others, 0.0)),)
+        at_zero = where(elementwise("eq", zeros, 1), p, p * 0.0)
+        others = where(zero, at_zero, (p / xs) * 0.0)
+        return (gk * where(elementwise("eq", zeros, 0), ok / xs, others),)
 
     return record(out, "ProdBackward", (x,), rule, (x, out.detach()))
 
@@ -120,8 +124,10 @@ def _minmax(op: str, input: Tensor, dim: int | None, keepdim: bool) -> Any:
 
         def rule_all(n: Node, g: Tensor) -> tuple[Tensor]:
             x, m = n.saved
-            mask = cast(elementwise("eq", x, m), x.dtype)
-            return (mask * (g / sum(mask)),)  # ties share the gradient evenly, as in PyTorch
+            # ties share the gradient evenly, as in PyTorch; a NaN result is tied with every NaN
+            tie = elementwise("logical_or", elementwise("eq", x, m), elementwise("ne", x, x) & (m != m))
+            mask = cast(tie, x.dtype)
+            return (mask * (g / sum(mask)),)
 
         return record(out, op.capitalize() + "Backward", (input,), rule_all, (input, out.detach()))
     d = norm_dim(dim, input.ndim)
@@ -237,10 +243,19 @@ def var(
     n = 1
     for a in axes:
         n *= input.shape[a]
-    centered = input - mean(input, axes, keepdim=True)
     # sum / max(0, n - correction), as PyTorch: inf past the count (nan where the sum is 0, e.g. one element)
     scale = 1.0 / (n - correction) if n - correction > 0 else float("inf")
-    return sum(square(centered), axes, keepdim) * scale
+    grad_scale = 2.0 / (n - correction) if n != correction else float("inf")  # unclamped, as PyTorch's
+    with no_grad():
+        centered = input - mean(input, axes, keepdim=True)
+        out = sum(square(centered), axes, keepdim) * scale
+
+    def rule(node: Node, g: Tensor) -> tuple[Tensor]:
+        # PyTorch's rule, 2 (x - mean) g / (n - correction): the mean's own gradient term vanishes mathematically
+        # (it would turn one infinite element into NaN gradients for its whole slice)
+        return (_expand_back(g, input.shape, axes, keepdim) * node.saved[0] * grad_scale,)
+
+    return record(out, "VarBackward", (input,), rule, (centered,))
 
 
 @numpy_aliases
@@ -266,9 +281,16 @@ def logsumexp(input: Tensor, dim: Dims, keepdim: bool = False) -> Tensor:  # noq
             (input,),
             lambda n, g: (g.new_zeros(input.shape),),
         )
-    m = amax(input.detach(), axes, keepdim=True)
-    m = where(elementwise("eq", abs(m), float("inf")), 0.0, m)  # all -inf rows stay -inf, not nan
-    out = log(sum(exp(input - m), axes, keepdim=True)) + m
+    with no_grad():
+        m = amax(input, axes, keepdim=True)
+        m = where(elementwise("eq", abs(m), float("inf")), 0.0, m)  # all -inf rows stay -inf, not nan
+        out = log(sum(exp(input - m), axes, keepdim=True)) + m
+
+    def rule(n: Node, g: Tensor) -> tuple[Tensor]:  # PyTorch's: g * exp(x - logsumexp(x))
+        x, o = n.saved
+        return (_expand_back(g, x.shape, axes, keepdim) * exp(x - o),)
+
+    out = record(out, "LogsumexpBackward", (input,), rule, (input, out))
     return out if keepdim else out.reshape(_reduced_shape(input.shape, axes, False))
 
 

@@ -58,8 +58,10 @@ _BETTER = """
 fn better(v: {A}, i: i32, bv: {A}, bi: i32) -> bool {{
     if (i < 0) {{ return false; }}
     if (bi < 0) {{ return true; }}
-    if (v {cmp} bv || (v != v && bv == bv)) {{ return true; }}
-    return (v == bv || (v != v && bv != bv)) && i < bi;
+    let vnan = !(v == v);  // not v != v: naga's != is ordered, false for NaN
+    let bnan = !(bv == bv);
+    if (v {cmp} bv || (vnan && !bnan)) {{ return true; }}
+    return (v == bv || (vnan && bnan)) && i < bi;
 }}
 """
 

@@ -38,8 +38,8 @@ def convert(code: str, src: str, dst: str) -> str:
     """Convert a WGSL value between compute types (bool <-> numbers included)."""
     if src == dst:
         return code
-    if dst == "bool":
-        return f"({code} != {src}(0))"
+    if dst == "bool":  # NaN is true: IEEE !=, spelled !(==) (naga emits an ordered != that NaN fails)
+        return f"!({code} == {src}(0))" if src in ("f32", "f16") else f"({code} != {src}(0))"
     return f"{dst}({code})"
 
 
@@ -142,6 +142,8 @@ class Expr:
 
     def _cmp(self, other: Any, op: str) -> Expr:
         ca, cb, ty = _unify(self.em, self, other, arith=op not in ("==", "!="))
+        if op == "!=" and ty in ("f32", "f16"):  # IEEE: NaN != x is true; naga's != is ordered (false for NaN)
+            return self.em.let(f"!({ca} == {cb})", "bool")
         return self.em.let(f"{ca} {op} {cb}", "bool")
 
     def __add__(self, o: Any) -> Expr:
@@ -222,6 +224,10 @@ class WgslMath:
         if rule == "same":
             code, ty = em.value(args[0])
             return [code], ty
+        if rule == "float3":  # three operands of one float type (fma): f16 when every tensor operand is
+            exprs = [a for a in args if isinstance(a, Expr)]
+            ty = "f16" if exprs and all(a.ty == "f16" for a in exprs) else "f32"
+            return [convert(*em.value(a, ty), ty) for a in args], ty
         if rule == "same2":
             ca, cb, ty = _unify(em, args[0], args[1], arith=False)
             return [ca, cb], ty
