@@ -477,9 +477,8 @@ def test_large_grid_2d(vk):
 
 
 def test_errors_then_success(vk):
-    limit = vk.describe()["limits"]["max-storage-buffer-binding-size"]
-    with pytest.raises(UnsupportedError, match=str(limit)):
-        vk.alloc(limit // 4 + 1024, D.float32)
+    with pytest.raises(MemoryError, match="bytes"):  # far beyond the device's memory: refused, not attempted
+        vk.alloc(2**42, D.float32)
     with pytest.raises(UnsupportedError, match="float64"):
         vk.alloc(4, D.float64)
     x = put(vk, np.arange(4, dtype=np.float32), D.float32)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..autograd import Node, no_grad, record
+from ..backend.base import numel
 from ..dtypes import bool_, float16, float64, int32
 from ..ops.conv import avg_pool2d, conv2d, max_pool2d, pad, unfold
 from ..ops.indexing import check_index, gather_unchecked, one_hot, take_along
@@ -225,7 +226,8 @@ def _rows(op: str, x: Tensor) -> Tensor:
     """(N, C, d1, ...) -> (N*d1*..., C): the class dim last, one row per prediction."""
     if x.ndim == 2:
         return x
-    return x.permute(0, *range(2, x.ndim), 1).reshape(-1, x.shape[1])
+    rows = x.shape[0] * numel(x.shape[2:])  # not -1: x may have no elements
+    return x.permute(0, *range(2, x.ndim), 1).reshape(rows, x.shape[1])
 
 
 def _nll_rows(

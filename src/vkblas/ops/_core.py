@@ -11,7 +11,7 @@ import numpy as np
 from ..autograd import is_grad_enabled, record
 from ..backend.base import Backend, View
 from ..backend.elementwise import OPS
-from ..dtypes import DType, bool_, float32, int32, promote, result_type
+from ..dtypes import INT32_MAX, INT32_MIN, DType, bool_, float32, int32, promote, result_type
 from ..tensor import Tensor, empty, norm_dim
 
 Scalar = bool | int | float
@@ -62,7 +62,10 @@ def coerce_scalar(v: Any, dtype: DType) -> Scalar:
         return float(v)
     if dtype is bool_:
         return bool(v)
-    return int(v)
+    i = int(v)
+    if not INT32_MIN <= i <= INT32_MAX:  # PyTorch's check (a kernel parameter could not hold it either)
+        raise RuntimeError(f"value {i} cannot be converted to type {dtype.name} without overflow")
+    return i
 
 
 def same_backend(op: str, tensors: Sequence[Tensor]) -> Backend:
@@ -198,7 +201,12 @@ def _binary_fast(op: str, spec: Any, a: Any, b: Any) -> Tensor | None:
     elif bc is float and dt.is_floating:
         arg = b
     elif bc is int and dt is not bool_:
-        arg = float(b) if dt.is_floating else b
+        if dt.is_floating:
+            arg = float(b)
+        elif INT32_MIN <= b <= INT32_MAX:
+            arg = b
+        else:
+            return None  # the general path raises, naming the value
     else:
         return None
     out = empty(va.shape, bool_ if spec.returns_bool else dt, a._backend)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..autograd import Node, is_grad_enabled, record
-from ..backend.base import View
+from ..backend.base import View, numel
 from ..dtypes import bool_, int32
 from ..tensor import Tensor, empty, from_host, norm_dim
 from ._core import broadcast_shapes, cast, elementwise, numpy_aliases, same_backend, write_into
@@ -34,7 +34,8 @@ def _as_index_tensor(idx: Any, like: Tensor) -> Tensor:
             f"indices should be either on cpu or on the same device as the indexed tensor ({like.device}), "
             f"got indices on {idx.device}"
         )
-    return from_host(np.asarray(idx), None, like._backend)
+    arr = np.asarray(idx)
+    return from_host(arr if arr.size else arr.astype(np.int32), None, like._backend)  # x[[]] is an int index
 
 
 def _check_range(idx: Tensor, size: int, dim: int, shape: tuple[int, ...]) -> Tensor:
@@ -258,7 +259,7 @@ def _bool_to_int(mask: Tensor, x: Tensor) -> Tensor:
 def _mask_select(x: Tensor, mask: Tensor) -> Tensor:
     if mask.shape != x.shape[: mask.ndim]:
         raise IndexError(f"The shape of the mask {mask.shape} does not match the shape of the indexed tensor {x.shape}")
-    flat = x.reshape((-1,) + x.shape[mask.ndim :])
+    flat = x.reshape((numel(mask.shape),) + x.shape[mask.ndim :])  # not -1: x may have no elements
     idx = _as_index_tensor(np.flatnonzero(mask.numpy()), x)
     return take_along(flat, 0, cast(idx, int32))
 
@@ -271,7 +272,7 @@ def _advanced(x: Tensor, advanced: list[tuple[int, Any]]) -> Tensor:
     # move the indexed dims to the front, merge them into one, and index it with the combined flat index
     rest = [d for d in range(x.ndim) if d not in dims]
     xp = x.permute(dims + rest)
-    merged = xp.reshape((-1,) + tuple(x.shape[d] for d in rest))
+    merged = xp.reshape((numel([x.shape[d] for d in dims]),) + tuple(x.shape[d] for d in rest))
     flat = None
     for d, i in zip(dims, checked, strict=True):
         flat = i if flat is None else elementwise("add", elementwise("mul", flat, x.shape[d]), i)

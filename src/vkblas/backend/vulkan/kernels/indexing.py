@@ -29,9 +29,11 @@ _ADD_F32 = """
 
 
 def _source(kind: str, data: Any, rank: int) -> str:
-    # params: 0..2 offsets of b0, b1, b2; 3 n; 4 size of the target along dim; 5 target stride along dim;
-    # 6.. shape, then strides of b0, b1, b2 (the target's stride at dim zeroed)
-    w_shape = 6
+    # params: 0..2 offsets of b0, b1, b2; 3 size of the target along dim, 4..5 the index range [lo, hi) this
+    # dispatch handles (the whole dim, except for targets larger than a binding: large.py), 6 n, 7 target stride
+    # along dim; 8.. shape, then strides of b0, b1, b2 (the target's stride at dim zeroed). The bound target view
+    # starts at index lo.
+    w_shape = 8
     w_str = [w_shape + rank * (i + 1) for i in range(3)]
     if kind == "gather":  # b0 = out (dense), b1 = x (target), b2 = index
         bufs = [("b0", STORAGE_TYPE[data]), ("b1", STORAGE_TYPE[data]), ("b2", "i32")]
@@ -40,14 +42,18 @@ def _source(kind: str, data: Any, rank: int) -> str:
         bufs = [("b0", "atomic<u32>" if data is float32 else "atomic<i32>"), ("b1", "i32"), ("b2", STORAGE_TYPE[data])]
         idx, t = "b1[u32(o1)]", "o0"
     src = header(bufs, STORAGE_TYPE[data] == "f16") + MAIN_1D
-    src += "    if (gid >= pu(3u)) { return; }\n"
+    src += "    if (gid >= pu(6u)) { return; }\n"
     src += strided_offsets("gid", rank, w_shape, ["o0", "o1", "o2"], ["pi(0u)", "pi(1u)", "pi(2u)"], w_str)
-    src += f"    var k = {idx};\n    if (k < 0) {{ k += pi(4u); }}\n    let ok = k >= 0 && k < pi(4u);\n"
-    src += f"    {t} += k * pi(5u);\n"
-    if kind == "gather":
+    src += f"    var k = {idx};\n    if (k < 0) {{ k += pi(3u); }}\n    let ok = k >= 0 && k < pi(3u);\n"
+    src += "    let mine = k >= pi(4u) && k < pi(5u);\n"
+    src += f"    {t} += (k - pi(4u)) * pi(7u);\n"
+    if kind == "gather":  # a bad index reads 0, written by the pass that starts at index 0
         zero = store_value("0", "i32", data)
-        return src + f"    if (ok) {{ b0[u32(o0)] = b1[u32(o1)]; }} else {{ b0[u32(o0)] = {zero}; }}\n}}\n"
-    src += "    if (!ok) { return; }\n    let p = u32(o0);\n"
+        return src + (
+            f"    if (ok && mine) {{ b0[u32(o0)] = b1[u32(o1)]; }} else if (!ok && pi(4u) == 0) "
+            f"{{ b0[u32(o0)] = {zero}; }}\n}}\n"
+        )
+    src += "    if (!(ok && mine)) { return; }\n    let p = u32(o0);\n"
     src += f"    let v = {load('b2', 'u32(o2)', data)};\n"
     return src + (_ADD_F32 if data is float32 else "    atomicAdd(&b0[p], v);\n") + "}\n"
 
@@ -55,7 +61,7 @@ def _source(kind: str, data: Any, rank: int) -> str:
 def build(dev: Device, kind: str, views: tuple[Any, Any, Any], target: Any, dim: int, index: Any) -> Plan:
     """``views`` in binding order (see ``_source``); ``target`` is the one indexed along ``dim``."""
     rank = len(index.shape)
-    if 6 + 4 * rank > PARAM_WORDS:
+    if 8 + 4 * rank > PARAM_WORDS:
         raise ValueError(f"rank {rank} is too high for the params window")
     data = views[0].dtype if kind == "gather" else views[2].dtype
     if kind == "scatter_add" and data not in (float32, int32):
@@ -68,7 +74,7 @@ def build(dev: Device, kind: str, views: tuple[Any, Any, Any], target: Any, dim:
             st[dim] = 0
         strides += st
     n = index.numel
-    fmt = "<iii" + "I" * 2 + "i" + "I" * rank + "i" * (3 * rank)
-    static = (n, target.shape[dim], target.strides[dim], *index.shape, *strides)
+    fmt = "<iii" + "iii" + "I" + "i" + "I" * rank + "i" * (3 * rank)  # (size, lo, hi) per dispatch
+    static = (n, target.strides[dim], *index.shape, *strides)
     spans = tuple(span(v.shape, v.strides) for v in views)
     return Plan(kernel, fmt, static, grid(-(-n // WORKGROUP)), spans)
