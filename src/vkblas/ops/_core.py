@@ -133,8 +133,6 @@ def compute_dtype(op: str, operands: Sequence[Any]) -> DType:
         dt = result_type(dt, o)
     if not dt.is_floating and spec.float_only:
         dt = float32
-    elif dt.is_floating and spec.integer_only:
-        raise NotImplementedError(f"{op} is only implemented for integer and bool tensors, got {dt!r}")
     return dt
 
 
@@ -187,10 +185,7 @@ def _binary_fast(op: str, spec: Any, a: Any, b: Any) -> Tensor | None:
         return None
     va = a._view
     dt = va.storage.dtype
-    if dt.is_floating:
-        if spec.integer_only:
-            return None
-    elif spec.float_only:
+    if not dt.is_floating and spec.float_only:
         return None
     bc = b.__class__
     if bc is Tensor:

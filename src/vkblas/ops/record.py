@@ -79,6 +79,9 @@ def unary_op(
             _attach(RECORDS[name], out, input, None)
         return out
 
+    if integer_only:
+        function = _integers_only(name, function)
+
     _register(name, 1, function, grads, method, inplace, export, f"Elementwise ``{name}``")
     return function
 
@@ -116,11 +119,28 @@ def binary_op(
             check(input, other)
             return unchecked(input, other)
 
+    if integer_only:
+        function = _integers_only(name, function)
+
     _register(name, 2, function, grad, method, False, export, f"Elementwise ``{name}`` with broadcasting")
     return function
 
 
 # ---------------------------------------------------------------- derived parts
+def _integers_only(name: str, function: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """Refuse float operands (bitwise ops) as PyTorch does, before the op runs: the common path of every other
+    op pays nothing for the rule."""
+
+    def checked(*operands: Any) -> Tensor:
+        for o in operands:
+            if isinstance(o, float) or (isinstance(o, Tensor) and o.dtype.is_floating):
+                what = repr(o.dtype) if isinstance(o, Tensor) else "a Python float"
+                raise NotImplementedError(f"{name} is only implemented for integer and bool tensors, got {what}")
+        return function(*operands)
+
+    return checked
+
+
 def _formula(name: str, formula: Callable[..., Any] | None, math: MathFunction | None, arity: int) -> Any:
     """The record's formula; ``math=`` adds a math function of the op's name and makes the formula a call of it."""
     if math is None:
