@@ -783,29 +783,14 @@ OPS += [
         differentiable=False,
         error_inputs=errors(((_Z(3),), {}, NotImplementedError, "only implemented for integer")),
     ),
-    _integer(
-        "bitwise_left_shift",
-        vb.bitwise_left_shift,
-        np_shift(np.left_shift, False),
-        samples=lambda rng: int_pairs(rng, shift=True),
-    ),
-    _integer(
-        "bitwise_left_shift (operator <<)",
-        operator.lshift,
-        np_shift(np.left_shift, False),
-        samples=lambda rng: int_pairs(rng, shift=True),
-    ),
-    _integer(
-        "bitwise_right_shift",
-        vb.bitwise_right_shift,
-        np_shift(np.right_shift, True),
-        samples=lambda rng: int_pairs(rng, shift=True),
-    ),
-    _integer(
-        "bitwise_right_shift (operator >>)",
-        operator.rshift,
-        np_shift(np.right_shift, True),
-        samples=lambda rng: int_pairs(rng, shift=True),
+    *(
+        _integer(name, op, ref, samples=lambda rng: int_pairs(rng, shift=True))
+        for name, op, ref in [
+            ("bitwise_left_shift", vb.bitwise_left_shift, np_shift(np.left_shift, False)),
+            ("bitwise_left_shift (operator <<)", operator.lshift, np_shift(np.left_shift, False)),
+            ("bitwise_right_shift", vb.bitwise_right_shift, np_shift(np.right_shift, True)),
+            ("bitwise_right_shift (operator >>)", operator.rshift, np_shift(np.right_shift, True)),
+        ]
     ),
     *(
         OpInfo(

@@ -382,6 +382,7 @@ class _NoEmptyDispatches:
 
 
 @requires_vulkan
+@pytest.mark.vulkan
 def test_random_ops_with_bad_calls_never_poison_the_device() -> None:
     with _NoEmptyDispatches("vulkan"):
         _sequence()

@@ -21,56 +21,14 @@ from .record import RECORDS, inplace_function
 
 
 # ---------------------------------------------------------------- operators
-def _radd(self: Tensor, other: Any) -> Tensor:
-    return ew._add(other, self)
+def _reflected(op: Any) -> Any:
+    """``other <op> tensor`` (Python's ``__radd__`` ...): the op with its operands in PyTorch's order."""
 
+    def reflected(self: Tensor, other: Any) -> Tensor:
+        return op(other, self)
 
-def _rsub(self: Tensor, other: Any) -> Tensor:
-    return ew._sub(other, self)
-
-
-def _rmul(self: Tensor, other: Any) -> Tensor:
-    return ew.mul(other, self)
-
-
-def _rtruediv(self: Tensor, other: Any) -> Tensor:
-    return ew._div(other, self)
-
-
-def _rfloordiv(self: Tensor, other: Any) -> Tensor:
-    return ew.floor_divide(other, self)
-
-
-def _rmod(self: Tensor, other: Any) -> Tensor:
-    return ew.remainder(other, self)
-
-
-def _rand(self: Tensor, other: Any) -> Tensor:
-    return ew.bitwise_and(other, self)
-
-
-def _ror(self: Tensor, other: Any) -> Tensor:
-    return ew.bitwise_or(other, self)
-
-
-def _rxor(self: Tensor, other: Any) -> Tensor:
-    return ew.bitwise_xor(other, self)
-
-
-def _rlshift(self: Tensor, other: Any) -> Tensor:
-    return ew.bitwise_left_shift(other, self)
-
-
-def _rrshift(self: Tensor, other: Any) -> Tensor:
-    return ew.bitwise_right_shift(other, self)
-
-
-def _rpow(self: Tensor, other: Any) -> Tensor:
-    return ew.pow(other, self)
-
-
-def _rmatmul(self: Tensor, other: Tensor) -> Tensor:
-    return linalg.matmul(other, self)
+    reflected.__name__ = reflected.__qualname__ = f"__r{getattr(op, '__name__', 'op')}__"
+    return reflected
 
 
 def _pos(self: Tensor) -> Tensor:
@@ -86,21 +44,21 @@ def _invert(self: Tensor) -> Tensor:
 
 
 Tensor.__add__ = ew._add
-Tensor.__radd__ = _radd
+Tensor.__radd__ = _reflected(ew._add)
 Tensor.__sub__ = ew._sub
-Tensor.__rsub__ = _rsub
+Tensor.__rsub__ = _reflected(ew._sub)
 Tensor.__mul__ = ew.mul
-Tensor.__rmul__ = _rmul
+Tensor.__rmul__ = _reflected(ew.mul)
 Tensor.__truediv__ = ew._div
-Tensor.__rtruediv__ = _rtruediv
+Tensor.__rtruediv__ = _reflected(ew._div)
 Tensor.__floordiv__ = ew.floor_divide
-Tensor.__rfloordiv__ = _rfloordiv
+Tensor.__rfloordiv__ = _reflected(ew.floor_divide)
 Tensor.__mod__ = ew.remainder
-Tensor.__rmod__ = _rmod
+Tensor.__rmod__ = _reflected(ew.remainder)
 Tensor.__pow__ = ew.pow
-Tensor.__rpow__ = _rpow
+Tensor.__rpow__ = _reflected(ew.pow)
 Tensor.__matmul__ = linalg.matmul
-Tensor.__rmatmul__ = _rmatmul
+Tensor.__rmatmul__ = _reflected(linalg.matmul)
 Tensor.__neg__ = ew.neg
 Tensor.__pos__ = _pos
 Tensor.__abs__ = ew.abs
@@ -108,13 +66,13 @@ Tensor.__invert__ = _invert
 Tensor.__and__ = ew.bitwise_and
 Tensor.__or__ = ew.bitwise_or
 Tensor.__xor__ = ew.bitwise_xor
-Tensor.__rand__ = _rand
-Tensor.__ror__ = _ror
-Tensor.__rxor__ = _rxor
+Tensor.__rand__ = _reflected(ew.bitwise_and)
+Tensor.__ror__ = _reflected(ew.bitwise_or)
+Tensor.__rxor__ = _reflected(ew.bitwise_xor)
 Tensor.__lshift__ = ew.bitwise_left_shift
 Tensor.__rshift__ = ew.bitwise_right_shift
-Tensor.__rlshift__ = _rlshift
-Tensor.__rrshift__ = _rrshift
+Tensor.__rlshift__ = _reflected(ew.bitwise_left_shift)
+Tensor.__rrshift__ = _reflected(ew.bitwise_right_shift)
 Tensor.__eq__ = ew.eq  # type: ignore[assignment]
 Tensor.__ne__ = ew.ne  # type: ignore[assignment]
 Tensor.__lt__ = ew.lt
