@@ -105,6 +105,12 @@ class BufferPool:
         #: buffer -> number of graphs that bind it; ``_parked``: pinned buffers whose storage was freed
         self._pinned: dict[PoolBuffer, int] = {}
         self._parked: set[PoolBuffer] = set()
+        #: every buffer allocated and not destroyed. A storage that dies in a garbage cycle returns its buffer from
+        #: its __del__; were the wgpu buffer object reachable only through that cycle, the collector would finalize
+        #: (release) it in the same pass, and the pool would hand out a dead buffer ("initializer for ctype
+        #: 'struct WGPUBufferImpl *' must be a cdata pointer, not NoneType", or a wgpu-native panic binding it).
+        #: Held here, the buffer objects are never part of a cycle's garbage.
+        self._owned: set[PoolBuffer] = set()
 
     def check_fits(self, nbytes: int, what: Any) -> None:
         """Refuse at once a tensor larger than the device's memory (``DeviceOutOfMemoryError``)."""
@@ -140,7 +146,9 @@ class BufferPool:
                     f"vulkan: allocating {size} bytes for {what} failed ({self.allocated_bytes} bytes in use): {e}"
                 ) from e
         self.allocated_bytes += size
-        return PoolBuffer(buf, size)
+        pb = PoolBuffer(buf, size)
+        self._owned.add(pb)
+        return pb
 
     def release(self, pb: PoolBuffer) -> None:
         if self._pinned and pb in self._pinned:
@@ -190,6 +198,7 @@ class BufferPool:
         for free in self._free.values():
             for pb in free:
                 self.allocated_bytes -= pb.size
+                self._owned.discard(pb)
                 pb.buf.destroy()
         self._free.clear()
         self.cached_bytes = 0
