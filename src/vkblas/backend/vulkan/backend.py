@@ -34,7 +34,7 @@ from .kernels.reduce import SplitPlan
 from .kernels.wgsl import PARAM_WORDS
 from .large import Splitter
 from .matmul import encode_matmul
-from .memory import BufferPool, LargeStorage, NeedsSplitting, VulkanStorage
+from .memory import BufferPool, LargeStorage, NeedsSplitting, TooLargeForABinding, VulkanStorage
 from .queue import Recording, Runtime
 
 _PY_SCALARS = (bool, int, float)
@@ -126,9 +126,10 @@ class VulkanBackend(Backend):
     def alloc(self, numel: int, dtype: DType) -> VulkanStorage:
         if dtype not in self._dtypes:
             raise UnsupportedError(f"alloc on {self.device_name()}: dtype {dtype.name} is not supported")
-        if numel * dtype.itemsize > self.pool.binding:  # beyond one binding: segments, reached through windows
+        try:
+            return VulkanStorage(self.pool, dtype, numel)
+        except TooLargeForABinding:  # beyond one binding: segments, reached through windows
             return LargeStorage(self.pool, dtype, numel)
-        return VulkanStorage(self.pool, dtype, numel)
 
     def from_numpy(self, array: np.ndarray, dtype: DType) -> VulkanStorage:
         if not self.supports(dtype):

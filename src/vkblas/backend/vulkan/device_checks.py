@@ -15,8 +15,7 @@ the flags buffer, so the next check starts from a freshly zeroed one instead of 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -31,10 +30,9 @@ if TYPE_CHECKING:
 SLOTS = 64
 
 
-@dataclass(frozen=True)
-class Check:
+class Check(NamedTuple):
     """Every value of ``view`` must lie in ``[low, high]`` (``inside``; NaN fails) or outside it (not ``inside``);
-    otherwise ``error(message.format(bad=value))``."""
+    otherwise ``error(message.format(bad=value))``. (A NamedTuple: one is made per checked index tensor.)"""
 
     view: View
     low: float

@@ -39,6 +39,10 @@ class NeedsSplitting(Exception):  # noqa: N818 - a signal between the backend's 
     """A view of a :class:`LargeStorage` reached a kernel binding: the primitive must run through ``large.py``."""
 
 
+class TooLargeForABinding(Exception):  # noqa: N818 - a signal: allocate a LargeStorage instead
+    """A storage of more bytes than one binding may span was asked of :meth:`BufferPool.acquire`."""
+
+
 class PoolBuffer:
     """A wgpu buffer with a stable identity (``uid``) used as the bind-group cache key; bound from byte 0."""
 
@@ -120,20 +124,22 @@ class BufferPool:
                 f"({self.allocated_bytes - self.cached_bytes} in use)"
             )
 
-    def acquire(self, nbytes: int, what: Any) -> PoolBuffer:
-        """A buffer of at least ``nbytes`` (at most ``limit``); ``what`` is (dtype, numel) of the tensor, named in
-        errors."""
-        if nbytes > self.limit:
+    def acquire(self, nbytes: int, what: Any, segment: bool = False) -> PoolBuffer:
+        """A buffer of at least ``nbytes``: at most a binding (else ``TooLargeForABinding``), or for a ``segment``
+        of a LargeStorage at most ``limit``; ``what`` is (dtype, numel) of the tensor, named in errors."""
+        if nbytes > (self.limit if segment else self.binding):
+            if not segment:
+                raise TooLargeForABinding
             raise UnsupportedError(
                 f"vulkan: {_what(what)} needs a buffer of {nbytes} bytes, above this adapter's max-buffer-size "
                 f"of {self.limit} bytes"
             )
-        self.check_fits(nbytes, what)
         size = _MIN_BUCKET if nbytes <= _MIN_BUCKET else min(bucket_size(nbytes), self.limit)
         free = self._free.get(size)
         if free:
             self.cached_bytes -= size
             return free.pop()
+        self.check_fits(size, what)  # only a new buffer adds to what the device holds
         try:
             buf = self.device.create_buffer(size=size, usage=_USAGE)
         except Exception:  # noqa: BLE001 - retry once with the cache released
@@ -251,7 +257,7 @@ class LargeStorage(VulkanStorage):
         self.segments: list[PoolBuffer] = []
         try:
             for start in range(0, nbytes, self.segment_bytes):
-                self.segments.append(pool.acquire(min(self.segment_bytes, nbytes - start), (dtype, numel)))
+                self.segments.append(pool.acquire(min(self.segment_bytes, nbytes - start), (dtype, numel), True))
         except BaseException:
             for pb in self.segments:  # an allocation that fails part way holds nothing
                 pool.release(pb)
