@@ -90,16 +90,16 @@ class CpuBackend(Backend):
     def reduce(self, op: str, out: View, x: View, axes: tuple[int, ...]) -> None:
         a = _np(x)
         target = _np(out)
-        if a.size == 0 and op != "sum":
+        if a.size == 0 and op not in ("sum", "prod"):
             raise ValueError(f"{op}() of an empty tensor of shape {x.shape} has no identity")
         if op in ("argmax", "argmin"):
             (axis,) = axes
             result = (np.argmax if op == "argmax" else np.argmin)(a, axis=axis)
         else:
-            fn = {"sum": np.sum, "max": np.max, "min": np.min}[op]
+            fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[op]
             # sums of floats accumulate in at least fp32 (as the GPU kernels do), float64 stays float64
             wide = np.float64 if x.dtype is float64 else np.float32
-            acc = a.astype(wide) if op == "sum" and x.dtype.is_floating else a
+            acc = a.astype(wide) if op in ("sum", "prod") and x.dtype.is_floating else a
             result = fn(acc, axis=axes)
         np.copyto(target, result, casting="unsafe")
 
@@ -111,9 +111,11 @@ class CpuBackend(Backend):
 
     def gather(self, out: View, x: View, dim: int, index: View) -> None:
         idx = _np(index).astype(np.intp)
-        # torch.gather allows an index smaller than x in the other dims; take_along_axis wants them equal
-        src = _np(x)[tuple(slice(None) if i == dim % idx.ndim else slice(0, n) for i, n in enumerate(idx.shape))]
-        np.copyto(_np(out), np.take_along_axis(src, idx, axis=dim))
+        # torch.gather allows an index smaller than x in the other dims: x's leading part there (take_along_axis
+        # would want them equal, or broadcast)
+        d = dim % max(idx.ndim, 1)
+        part = tuple(slice(None) if i == d else slice(0, n) for i, n in enumerate(idx.shape))
+        np.copyto(_np(out), np.take_along_axis(_np(x)[part], idx, axis=dim))
 
     def scatter(self, op: str, out: View, dim: int, index: View, src: View) -> None:
         target = _np(out)
