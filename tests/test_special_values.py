@@ -26,34 +26,48 @@ INF, NAN = math.inf, math.nan
 SPECIALS = [NAN, INF, -INF, 0.0, -0.0, 3e38, -1e30, 1e-30, 1e6, -12345.678, 88.75, 2.5, -0.5]
 #: no PyTorch counterpart to compare with (random streams are vkblas's own; ``to`` takes vkblas dtypes)
 SKIP = {"uniform_", "uniform_ (bounds)", "normal_", "bernoulli_", "to", "split"}
+#: dropout masks come from vkblas's generator: compared in ``test_dropout_special_values_match_torch``, with
+#: PyTorch's dropout formula applied to the same mask, keyed by the mask's shape for an input shape
+DROPOUT_MASKS = {
+    "dropout": lambda s: s,
+    "dropout1d": lambda s: s[:-1] + (1,),
+    "dropout2d": lambda s: s[:2] + (1, 1),
+    "dropout3d": lambda s: s[:2] + (1, 1, 1),
+    "alpha_dropout": lambda s: s,
+    "feature_alpha_dropout": lambda s: s[:2] + (1,) * (len(s) - 2),
+}
 #: between -0 and 0 of a window max, PyTorch's pooling kernel picks another one than its own max reduction does
 NO_ZERO_SIGN = {"max_pool2d"}
 
 
 def _has_floats(info: OpInfo) -> bool:
-    """Ops of integers and bools (their samples hold the integer extremes instead) have nothing to replace."""
+    """Ops of integers and bools (their samples hold the integer extremes instead), and entries of empty tensors
+    only, have nothing to replace."""
     return any(
-        (isinstance(a, np.ndarray) and a.dtype.kind == "f") or type(a) is float
+        (isinstance(a, np.ndarray) and a.dtype.kind == "f" and a.size) or type(a) is float
         for s in info.sample_list()
         for a in s.args
     )
 
 
-COMPARED = [info for info in OPS if info.name not in SKIP and _has_floats(info)]
+COMPARED = [info for info in OPS if info.name not in SKIP and info.name not in DROPOUT_MASKS and _has_floats(info)]
 
 
 #: on a float32 device, ops that sum products (matmul, conv) or squares (var, atan2's gradient), fuse a
-#: multiply-add (add with alpha) or order their products differently (gelu): the huge and tiny finite values
-#: become moderate ones, since where such terms overflow, underflow or cancel depends on each library's order of
-#: operations, not on semantics
+#: multiply-add (add with alpha), order their products differently (gelu) or accumulate products (cumprod: PyTorch's
+#: CPU kernel in float64, a GPU's in float32): the huge and tiny finite values become moderate ones, since where
+#: such terms overflow, underflow or cancel depends on each library's order of operations, not on semantics
 OVERFLOW_PRONE = {
     *("matmul", "matmul (operator @)", "mm", "bmm", "conv2d", "var", "std", "addcmul_", "add (alpha)", "gelu"),
-    "atan2",
+    *("atan2", "conv1d", "conv_transpose2d", "cumprod", "cumprod (zeros)"),
 }
 #: PyTorch's vectorised float32 gelu gives NaN at +inf (its float64 and scalar paths, and the definition, give inf)
 NO_INF = {"gelu"}
 #: PyTorch's prod gradient depends on whether any element of the whole tensor is 0; compared on finite inputs only
 GRAD_FINITE_ONLY = {"prod"}
+#: PyTorch's gradient at a NaN input depends on the tensor's length (its scalar kernel, for short tensors, and its
+#: vectorised one disagree; README "Differences"): compared everywhere else
+GRAD_AT_NAN_BY_LENGTH = {"elu", "selu", "celu", "hardswish", "hardtanh", "relu6"}
 
 
 def specials_for(info: OpInfo, float32: bool) -> list[float]:
@@ -164,7 +178,7 @@ def test_special_values_match_torch(info: OpInfo, device: str) -> None:
                 assert_same(ga, wa, what, signs=signs, **tol)
         finite = all(np.isfinite(a).all() for a in sample.args if isinstance(a, np.ndarray) and a.dtype.kind == "f")
         if grad and (finite or info.name not in GRAD_FINITE_ONLY):
-            _compare_grads(v_leaves, v_out, t_leaves, t_out, what, tol, torch)
+            _compare_grads(v_leaves, v_out, t_leaves, t_out, what, tol, torch, info.name in GRAD_AT_NAN_BY_LENGTH)
 
 
 def _compare_grads(
@@ -175,6 +189,7 @@ def _compare_grads(
     what: str,
     tol: dict[str, float],
     torch: Any,
+    skip_nan_inputs: bool = False,
 ) -> None:
     t_total = sum(o.sum() for o in t_out if getattr(o, "requires_grad", False))
     if not isinstance(t_total, torch.Tensor):
@@ -193,4 +208,41 @@ def _compare_grads(
         if getattr(t, "grad", None) is None:
             continue
         got = v.grad.numpy() if v.grad is not None else np.zeros(tuple(t.shape))
-        assert_same(got, t.grad.numpy(), f"{what}: gradient of argument {i}", **tol)
+        want = t.grad.numpy()
+        if skip_nan_inputs:
+            nan = np.isnan(t.detach().numpy())
+            got, want = np.where(nan, 0.0, got), np.where(nan, 0.0, want)
+        assert_same(got, want, f"{what}: gradient of argument {i}", **tol)
+
+
+def _torch_dropout(x: Any, keep: np.ndarray, p: float, alpha: bool, torch: Any) -> Any:
+    """PyTorch's ``_dropout_impl`` with its Bernoulli noise replaced by ``keep``: ``input * noise`` (alpha
+    dropout: ``input * (a * noise) + ((noise - 1) * alpha * a + alpha * a * p)``)."""
+    noise = torch.tensor(keep.astype(np.float64), dtype=x.dtype)
+    if not alpha:
+        return x * (noise / (1 - p))
+    alpha_ = 1.7580993408473766
+    a = 1.0 / math.sqrt((alpha_**2 * p + 1) * (1 - p))
+    return x * (noise * a) + ((noise - 1) * (alpha_ * a) + alpha_ * a * p)
+
+
+@pytest.mark.parametrize("name", sorted(DROPOUT_MASKS))
+def test_dropout_special_values_match_torch(name: str, device: str) -> None:
+    """The dropout family on NaN, ±inf, ±0 and huge values against PyTorch's formula on vkblas's mask (the
+    op table's entries draw with ``Generator(11)``, whose numbers ``references.pcg_uniform`` gives)."""
+    torch = require_torch()
+    from op_table import BY_NAME
+    from references import pcg_uniform
+
+    info = BY_NAME[name]
+    fdt = torch_float(device, torch)
+    tol = {"rtol": 1e-9, "atol": 1e-12} if fdt is torch.float64 else {"rtol": 3e-5, "atol": 2e-6}
+    for sample in special_samples(info, float32=fdt is torch.float32):
+        x, p = sample.args[0], sample.kwargs["p"]
+        what = f"{name}{sample.describe()} on {device}"
+        keep = pcg_uniform(DROPOUT_MASKS[name](x.shape), 11) >= p
+        (v_x,), (v_out,) = _run_vkblas(info, sample, device, True)
+        t_x = torch.tensor(x, dtype=fdt, requires_grad=True)
+        t_out = _torch_dropout(t_x, keep, p, "alpha" in name, torch)
+        assert_same(v_out.detach().numpy(), t_out.detach().numpy(), what, **tol)
+        _compare_grads([v_x], [v_out], [t_x], [t_out], what, tol, torch)

@@ -2,7 +2,8 @@
 ``helper_test_op`` idea; vkblas keeps PyTorch's names, so the same lambda means the same thing in both).
 
 ``as_torch(fn)`` rebuilds ``fn`` with its global ``vb`` bound to a namespace that looks names up in ``torch``, then
-in ``torch.nn.functional``; a function of ``vkblas`` itself (``vb.neg``) maps to the torch function of its name.
+in ``torch.nn.functional`` (and a global ``F`` that is ``vkblas.nn.functional`` bound to ``torch.nn.functional``);
+a function of ``vkblas`` itself (``vb.neg``) maps to the torch function of its name.
 """
 
 from __future__ import annotations
@@ -20,7 +21,25 @@ import vkblas as vb
 _RENAMED = {
     "gelu_tanh": lambda x: __import__("torch").nn.functional.gelu(x, approximate="tanh"),
     "contiguous": lambda x: x.contiguous(),
+    # vkblas's sorts are always stable (README "Differences"): compared with PyTorch's stable sort, which orders
+    # ties (-0 and 0 included) the same way
+    "sort": lambda x, dim=-1, descending=False, stable=False: __import__("torch").sort(
+        x, dim=dim, descending=descending, stable=True
+    ),
+    "argsort": lambda x, dim=-1, descending=False, stable=False: __import__("torch").argsort(
+        x, dim=dim, descending=descending, stable=True
+    ),
 }
+
+
+def _math_sdpa(*args: Any, **kwargs: Any) -> Any:
+    """PyTorch's reference attention, ``aten::_scaled_dot_product_attention_math``: softmax(q k^T * scale + mask) v,
+    fully masked rows 0. Its other backends disagree on special values (the fused CPU kernel treats a NaN score as
+    masked; ``F.scaled_dot_product_attention`` gives NaN for a NaN query with no keys), README "Differences"."""
+    return __import__("torch").ops.aten._scaled_dot_product_attention_math(*args, **kwargs)[0]
+
+
+_RENAMED["scaled_dot_product_attention"] = _math_sdpa
 
 
 class _TorchNamespace:
@@ -50,18 +69,21 @@ def as_torch(fn: Callable[..., Any], torch: Any) -> Callable[..., Any] | None:
     if isinstance(fn, types.FunctionType):
         glb = dict(fn.__globals__)
         glb["vb"] = _TorchNamespace(torch)
+        if glb.get("F") is vb.nn.functional:  # the nn table's lambdas call F.<name>
+            glb["F"] = torch.nn.functional
         return types.FunctionType(fn.__code__, glb, fn.__name__, fn.__defaults__, fn.__closure__)
     return None
 
 
 def to_torch(a: Any, torch: Any, float_dtype: Any) -> Any:
-    """A sample argument as PyTorch sees it: arrays as tensors (floats in ``float_dtype``, ints as int32)."""
+    """A sample argument as PyTorch sees it: arrays as tensors (floats in ``float_dtype``, ints as int64: PyTorch's
+    index dtype, which ``index_copy`` and ``index_fill`` insist on; vkblas's int32 holds the same values)."""
     if not isinstance(a, np.ndarray):
         return a
     if a.dtype == np.bool_:
         return torch.tensor(a)
     if a.dtype.kind in "iu":
-        return torch.tensor(a.astype(np.int32))
+        return torch.tensor(a.astype(np.int64))
     return torch.tensor(a, dtype=float_dtype)
 
 

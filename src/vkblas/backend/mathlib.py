@@ -25,6 +25,7 @@ about 1 ulp) chosen by the quadrant ``k mod 4``:
 from __future__ import annotations
 
 import fractions
+import math
 
 import numpy as np
 
@@ -246,6 +247,22 @@ fn vk_{name}_f32(x: f32) -> f32 {{
 
 SIN = _trig("sin", 0, odd=True)
 COS = _trig("cos", 1, odd=False)
+# tan from the same reduction: tan(r) in even quadrants, -1 / tan(r) in odd ones (drivers' tan does no reduction:
+# lavapipe's tan(3e38) is -1)
+TAN = per_float(
+    "tan",
+    TRIG_SOURCE
+    + f"""
+fn vk_tan_f32(x: f32) -> f32 {{
+    if ({bits("isnan", "x")} || {bits("isinf", "x")}) {{ return {NAN}; }}
+    let red = vk_trig_reduce(abs(x));
+    let s = vk_sin_poly(red.x);
+    let c = vk_cos_poly(red.x);
+    let t = select(s / c, -c / s, (u32(red.y) & 1u) == 1u);
+    return select(t, -t, (bitcast<u32>(x) >> 31u) != 0u);
+}}
+""",
+)
 
 
 # ---------------------------------------------------------------- WGSL helpers of the math table
@@ -305,6 +322,44 @@ TANH = per_float(
     f"""fn vk_tanh_f32(x: f32) -> f32 {{
     if ({_isnan("x")} || abs(x) < 0.000244140625) {{ return x; }}
     return tanh(clamp(x, -15.0, 15.0));
+}}
+""",
+)
+# atan: NaN stays NaN and x itself below 2**-12 (error x**3/3; keeps -0): lavapipe's atan(NaN) is a number, and
+# its atan(-0) is +0
+ATAN = per_float(
+    "atan",
+    f"fn vk_atan_f32(x: f32) -> f32 {{\n    if ({_isnan('x')} || abs(x) < 0.000244140625) {{ return x; }}\n"
+    "    return atan(x);\n}\n",
+)
+# sinh / cosh through h = exp(|x| / 2), h * h / 2: no overflow of exp(|x|) for |x| in (88.7, 89.4], where the
+# result is finite; sinh by its odd series below 1 (no cancellation; x itself below 2**-12 keeps -0); NaN stays NaN
+_SINH_SERIES = (
+    "".join(f"{1.0 / math.factorial(2 * k + 1)!r} + z * (" for k in range(1, 6))
+    + repr(1.0 / math.factorial(13))
+    + ")" * 5
+)
+SINH = per_float(
+    "sinh",
+    f"""fn vk_sinh_f32(x: f32) -> f32 {{
+    let a = abs(x);
+    if ({_isnan("x")} || a < 0.000244140625) {{ return x; }}
+    if (a < 1.0) {{
+        let z = x * x;
+        return x + x * z * ({_SINH_SERIES});
+    }}
+    let h = exp(0.5 * a);
+    let r = (0.5 * h) * h - 0.5 / (h * h);
+    return select(r, -r, x < 0.0);
+}}
+""",
+)
+COSH = per_float(
+    "cosh",
+    f"""fn vk_cosh_f32(x: f32) -> f32 {{
+    if ({_isnan("x")}) {{ return x; }}
+    let h = exp(0.5 * abs(x));
+    return (0.5 * h) * h + 0.5 / (h * h);
 }}
 """,
 )

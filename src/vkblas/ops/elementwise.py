@@ -35,7 +35,7 @@ def _erf(m: _Any, x: _Any) -> _Any:
     ax = m.abs(x)
     t = 1.0 / (1.0 + 0.3275911 * ax)
     poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    return m.sign(x) * (1.0 - poly * m.exp(-ax * ax))
+    return m.where(x == 0, x, m.sign(x) * (1.0 - poly * m.exp(-ax * ax)))  # erf(-0) = -0
 
 
 def _gelu_tanh_inner(m: _Any, a: _Any) -> _Any:

@@ -43,13 +43,20 @@ def cumsum(input: Tensor, dim: int, *, dtype: DType | None = None) -> Tensor:  #
 
 
 def _cumprod_grad(g: Tensor, x: Tensor, out: Tensor, d: int) -> Tensor:
+    """PyTorch's O(n) rule (``cumprod_backward``), in its order of operations so that infinities and NaN give its
+    results. With z1 and z2 a row's first and second zeros: before z1, the reversed cumulative sum of ``g * out``
+    over [0, z1) divided by ``x``; at z1, ``prod(x[:z1]) * sum_j g_j * prod(x[z1 + 1 : min(j, z2 - 1) + 1])``
+    with ``g_j`` zeroed outside [z1, z2); zero after z1."""
     zero = elementwise("eq", x, 0)
     zeros_so_far = _scan("sum", cast(zero, int32), d)
     before = elementwise("eq", zeros_so_far, 0)  # positions before the row's first zero (x != 0 there)
-    first = elementwise("logical_and", zero, elementwise("eq", zeros_so_far, 1))
-    before_zero = _scan("sum", g * out, d, reverse=True) / where(before, x, 1.0)
-    others = _scan("prod", where(first, 1.0, x), d)  # the products with the first zero left out
-    at_zero = _scan("sum", g * others, d, reverse=True)
+    one_zero = elementwise("eq", zeros_so_far, 1)  # [z1, z2)
+    first = elementwise("logical_and", zero, one_zero)
+    before_zero = _scan("sum", where(before, g * out, 0.0), d, reverse=True) / where(before, x, 1.0)
+    between = elementwise("logical_and", one_zero, elementwise("logical_not", first))  # (z1, z2)
+    tail = _scan("prod", where(between, x, 1.0), d)
+    after = _scan("sum", tail * where(one_zero, g, 0.0), d, reverse=True)  # at z1: the sum over j >= z1
+    at_zero = _scan("prod", where(before, x, 1.0), d) * after  # prod(x[:z1]) at z1
     return where(before, before_zero, where(first, at_zero, 0.0))
 
 
@@ -57,7 +64,7 @@ def cumprod(input: Tensor, dim: int, *, dtype: DType | None = None) -> Tensor:  
     """Cumulative product along ``dim``."""
     x = accumulated(input, dtype)
     d = norm_dim(dim, x.ndim)
-    if not x.ndim:
+    if not x.ndim or x.shape[d] == 1:  # a product of one factor: the gradient passes (PyTorch's, also for NaN)
         return record(x.clone(), "CumprodBackward", (x,), lambda n, g: (g,))
     out = _scan("prod", x, d)
 
