@@ -1,7 +1,9 @@
 """Tensors larger than one storage binding (``backend/vulkan/large.py``), against the cpu backend.
 
 Most tests run on a Vulkan device whose pool pretends the binding limit is 256 KiB and the buffer limit 1 MiB, so
-tensors of a few MB take every path (windows, segments, pieces, workspaces, staging) at lavapipe speed. A few real
+tensors of a few MB take every path (windows, segments, pieces, workspaces, staging) at lavapipe speed; every
+primitive is covered, scan, sort, scatter and attention included (or its clear refusal where a piece cannot be
+cut: one sort row, one attention head beyond a binding). A few real
 ones run on the device as it is, above lavapipe's 128 MiB binding limit: PyTorch's MNIST example network evaluated
 at batch 1000 (its conv activations), and a tensor above the 2 GiB buffer limit only with ``VKBLAS_BIG_TESTS=1``
 (memory: ~7 GB; the lead's GPU check runs it).
@@ -18,6 +20,7 @@ import pytest
 import vkblas as vb
 import vkblas.nn.functional as F
 from conftest import requires_vulkan
+from vkblas.backend.base import UnsupportedError
 from vkblas.tensor import from_host
 
 pytestmark = [requires_vulkan, pytest.mark.vulkan]
@@ -126,6 +129,62 @@ def test_gather_index_select_embedding_and_scatter_add(small: Any) -> None:
     same(vb.gather(on(small, table), 0, on(small, gi)), vb.gather(cpu(table), 0, cpu(gi)))
     with pytest.raises(IndexError, match="out of bounds"):
         on(small, table)[on(small, np.array([1, 5000]))].numpy()
+
+
+def test_scans_sorts_and_scatters_across_pieces(small: Any) -> None:
+    """The primitives of issue 14 on tensors larger than a binding: scan (rows cut, a long axis halved with a
+    carry), sort (rows cut, a strided row through compact copies), scatter with every reduction."""
+    a = RNG.uniform(0.99, 1.01, (600, 800)).astype(np.float32)
+    t, c = on(small, a, True), cpu(a, True)
+    for dim in (0, 1):
+        same(t.cumsum(dim), c.cumsum(dim), rtol=1e-4, atol=1e-3)
+        same(t.cumprod(dim), c.cumprod(dim), rtol=1e-3)
+    same(t.reshape(-1).cumsum(0), c.reshape(-1).cumsum(0), rtol=1e-4, atol=0.5)  # one axis of 480000
+    t.cumsum(1).sum().backward()  # the reversed scan of the gradient
+    c.cumsum(1).sum().backward()
+    same(t.grad, c.grad, rtol=1e-4, atol=1e-2)
+    for dim in (0, 1):
+        got, want = t.sort(dim, descending=True), c.sort(dim, descending=True)
+        same(got.values, want.values)
+        np.testing.assert_array_equal(got.indices.numpy(), want.indices.numpy())
+    np.testing.assert_array_equal(t.topk(5, 0).indices.numpy(), c.topk(5, 0).indices.numpy())
+    idx = RNG.integers(0, 600, (600, 800))
+    src = big(600, 800)
+    for reduce in ("sum", "prod", "amax", "amin", "mean"):
+        got = on(small, a).scatter_reduce(0, on(small, idx), on(small, src), reduce)
+        same(got, cpu(a).scatter_reduce(0, cpu(idx), cpu(src), reduce), rtol=1e-4, atol=1e-4)
+    perm = np.argsort(RNG.random((600, 800)), 0)  # distinct indices per column: assign has one winner
+    same(on(small, a).scatter(0, on(small, perm), on(small, src)), cpu(a).scatter(0, cpu(perm), cpu(src)))
+
+
+def test_a_sort_row_beyond_a_binding_is_refused_naming_the_limit(small: Any) -> None:
+    with pytest.raises(UnsupportedError, match=f"sort: .*binding limit of {BINDING} bytes"):
+        on(small, big(600 * 800)).sort()
+
+
+def test_attention_forward_and_backward_across_pieces(small: Any) -> None:
+    """Batches, then heads, halved; the dropout mask is the one the whole draws (the same as on the cpu)."""
+    q, k, v = big(4, 4, 256, 64), big(4, 4, 192, 64), big(4, 4, 192, 32)  # 1 MiB of queries, 64 KiB a head
+    mask = RNG.random((256, 192)) > 0.2
+    for kw in ({"is_causal": True}, {"attn_mask": mask, "dropout_p": 0.3}):
+        outs, grads = [], []
+        for make in (lambda x, g=True: on(small, x, g), lambda x, g=True: cpu(x, g)):
+            tq, tk, tv = make(q), make(k), make(v)
+            extra = {"attn_mask": make(mask, False)} if "attn_mask" in kw else {}
+            args = {**kw, **extra, "generator": vb.Generator(7)}
+            out = F.scaled_dot_product_attention(tq, tk, tv, **args)
+            out.backward(make(big(4, 4, 256, 32) * 0 + 1, False))
+            outs.append(out)
+            grads.append((tq.grad, tk.grad, tv.grad))
+        same(outs[0], outs[1], rtol=1e-4, atol=1e-4)
+        for g_small, g_cpu in zip(*grads, strict=True):
+            same(g_small, g_cpu, rtol=1e-3, atol=1e-3)
+
+
+def test_attention_of_one_head_beyond_a_binding_is_refused_naming_the_limit(small: Any) -> None:
+    q = on(small, big(1, 1, 1200, 64))  # 300 KiB: one (batch, head)
+    with pytest.raises(UnsupportedError, match=f"attention: .*binding limit of {BINDING} bytes"):
+        F.scaled_dot_product_attention(q, q, q).numpy()
 
 
 def test_conv_pool_and_their_gradients(small: Any) -> None:

@@ -508,7 +508,10 @@ class VulkanBackend(Backend):
 
             plan = self._plan(key, "scan " + op, [out, x], build)
         if x.numel:
-            self.launch("scan " + op, plan, (out, x))
+            try:
+                self.launch("scan " + op, plan, (out, x))
+            except NeedsSplitting:
+                self.large.scan(op, out, x, axis % len(x.shape))
 
     def sort(self, values: View, indices: View, x: View, descending: bool) -> None:
         key = ("sort", bool(descending), values[0].dtype, values[1], values[2], indices[0].dtype, indices[2])
@@ -525,7 +528,11 @@ class VulkanBackend(Backend):
         sp: sort.SortPlan = plan
         ws = [View(self.alloc(sp.ws_numel or 1, d), (sp.ws_numel or 1,), (1,), 0) for d in (sp.key_dtype, int32)]
         views = (values, indices, x, *ws)
-        self.launch("sort", sp.first, views, (0,))
+        try:  # every dispatch binds the same views: the first one tells whether they fit
+            self.launch("sort", sp.first, views, (0,))
+        except NeedsSplitting:
+            self.large.sort(values, indices, x, descending)
+            return
         if sp.global_step is None:
             return
         k = 2 * sp.block
@@ -623,7 +630,11 @@ class VulkanBackend(Backend):
         views = [out, lse, rng, q, k, v] + ([mask] if mask is not None else [])
         shape = (*q.shape[:3], k.shape[2], float(scale), float(dropout_p))
         plan = self._attention_plan("forward", views, [q, k, v] + ([mask] if mask is not None else []), shape, flags)
-        self.launch("attention", plan, views, (pcg_host(seed & 0xFFFFFFFF), counter & 0xFFFFFFFF))
+        try:
+            self.launch("attention", plan, views, (pcg_host(seed & 0xFFFFFFFF), counter & 0xFFFFFFFF))
+        except NeedsSplitting:
+            self.large.attention((out, lse, rng), (q, k, v, mask), causal, scale, dropout_p, seed, counter)
+            return
         rec = self.rt.recording
         if rec is not None:  # a replay re-seeds this dispatch: its seed words follow the views' offsets
             rec.seed_words[len(rec.ops) - 1] = len(views)
@@ -655,9 +666,13 @@ class VulkanBackend(Backend):
         shape = (*q.shape[:3], k.shape[2], float(scale), float(dropout_p))
         views = [dq, delta, rng, q, k, v, out, dout, lse] + masks + ([dmask] if dmask is not None else [])
         dq_flags = (*flags, dmask is not None)
-        self.launch("attention backward", self._attention_plan("dq", views, strided, shape, dq_flags), views)
-        views = [dk, dv, rng, q, k, v, dout, lse, delta] + masks
-        self.launch("attention backward", self._attention_plan("dkv", views, strided, shape, flags), views)
+        dkv_views = [dk, dv, rng, q, k, v, dout, lse, delta] + masks
+        try:  # a dq recorded before dkv turns out not to fit is recomputed by the pieces (it is overwritten)
+            self.launch("attention backward", self._attention_plan("dq", views, strided, shape, dq_flags), views)
+            self.launch("attention backward", self._attention_plan("dkv", dkv_views, strided, shape, flags), dkv_views)
+        except NeedsSplitting:
+            saved = (q, k, v, out, dout, lse, rng, mask, dmask)
+            self.large.attention_backward((dq, dk, dv), saved, causal, scale, dropout_p)
 
     def unfold(
         self,

@@ -13,8 +13,17 @@ than that, the op is split into pieces that each fit, and every piece runs as an
 * ``matmul``: rows and batches of the output are cut first (the output must stay contiguous; columns go through
   a contiguous workspace), an operand whose slice is strided but small is copied compact, and only a K too long
   for any binding is halved into partial sums;
-* ``gather`` / ``scatter_add``: the dense side is cut like a pointwise op; a target too long along ``dim`` (an
-  embedding table) is visited in index ranges ``[lo, hi)``, each pass taking only the indices in its range;
+* ``gather`` / ``scatter`` (every reduction): the dense side is cut like a pointwise op; a target too long along
+  ``dim`` (an embedding table) is visited in index ranges ``[lo, hi)``, each pass taking only the indices in its
+  range;
+* ``scan``: the other dims are cut like a pointwise op; an axis too long for a binding is halved, and the second
+  half's scan then takes in the first half's last value (added or multiplied, broadcast along the axis);
+* ``sort``: rows (the dims before the sorted one) are halved, a strided row is sorted through compact copies; one
+  row larger than a binding (with its workspace) raises ``UnsupportedError`` naming the limit;
+* ``attention`` (forward and backward): batches, then heads, are halved, each piece's dropout counter moved to
+  where its elements start, so that the mask is the one the whole would draw; one (batch, head) larger than a
+  binding raises ``UnsupportedError`` naming the limit (as does dropout on such tensors inside a graph capture:
+  a replay re-seeds one dispatch per op);
 * ``unfold`` / ``fold``: cut by images and channels (one (H, W) plane must fit in a binding).
 
 Every piece goes back through the backend's public primitive, so a piece that fits takes the ordinary path (plan
@@ -28,7 +37,8 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...dtypes import float32, int32
-from ..base import UnsupportedError, View, contiguous_strides, numel
+from ..base import SCAN_OPS, UnsupportedError, View, contiguous_strides, numel
+from .kernels.random import pcg_host
 from .memory import LargeStorage, VulkanStorage, Window
 
 if TYPE_CHECKING:
@@ -317,6 +327,111 @@ class Splitter:
                 done_target()
             lo = hi
 
+    # ---------------------------------------------------------------- scan
+    def scan(self, op: str, out: View, x: View, axis: int) -> None:
+        if fits(out) and fits(x):
+            self.be.scan(op, bind(out), bind(x), axis)
+            return
+        d = _worst_dim([out, x])
+        if d is None:
+            raise UnsupportedError("vulkan: scan: one element of a view does not fit in a storage binding")
+        (_, mid), (_, n) = halves(x.shape[d])
+        self.be.scan(op, narrow(out, d, 0, mid), narrow(x, d, 0, mid), axis)
+        second = narrow(out, d, mid, n)
+        self.be.scan(op, second, narrow(x, d, mid, n), axis)
+        if d == axis:  # the second half continues from the first half's last value
+            strides = second.strides[:d] + (0,) + second.strides[d + 1 :]
+            carry = View(out.storage, second.shape, strides, out.offset + (mid - 1) * out.strides[d])
+            self.be.elementwise("add" if op == SCAN_OPS[0] else "mul", second, [second, carry])
+
+    # ---------------------------------------------------------------- sort
+    def sort(self, values: View, indices: View, x: View, descending: bool) -> None:
+        """Rows halved until they fit; a strided row is sorted through compact copies. Views that all fit come
+        here when the sort's workspace does not (its rows are halved too), or one row is too long: refused."""
+        views = [values, indices, x]
+        rows = [d for d in range(len(x.shape) - 1) if x.shape[d] > 1]
+        if all(fits(v) for v in views):
+            if any(is_large(v) for v in views):  # a piece that fits: run it on its windows
+                self.be.sort(*(bind(v) for v in views), descending)
+                return
+            if not rows:
+                self._row_too_long(x)
+            d = max(rows, key=lambda i: x.shape[i])
+        elif rows:
+            d = _worst_dim(views, rows) if _worst_dim(views, rows) is not None else max(rows, key=lambda i: x.shape[i])
+        else:
+            if not all(self.compact_fits(v) for v in views):
+                self._row_too_long(x)
+            (v_b, v_done), (i_b, i_done) = self.stage_out(values), self.stage_out(indices)
+            self.be.sort(v_b, i_b, self.stage_in(x), descending)
+            v_done()
+            i_done()
+            return
+        for lo, hi in halves(x.shape[d]):
+            self.be.sort(narrow(values, d, lo, hi), narrow(indices, d, lo, hi), narrow(x, d, lo, hi), descending)
+
+    def _row_too_long(self, x: View) -> None:
+        n = x.shape[-1] if x.shape else 1
+        raise UnsupportedError(
+            f"vulkan: sort: one row of {n} {x.dtype.name} elements along the sorted dim needs more than this "
+            f"adapter's storage binding limit of {self.be.pool.binding} bytes (with its workspace); sorting longer "
+            "rows is not implemented"
+        )
+
+    # ---------------------------------------------------------------- attention
+    def _attention_split(self, op: str, q: View, k: View, dropout_p: float) -> tuple[int, int]:
+        """(the dim to halve: batch, else heads; dropout elements per index along it), or UnsupportedError."""
+        b, h, n_q, _ = q.shape
+        if dropout_p > 0 and self.be.rt.recording is not None:
+            raise UnsupportedError(
+                f"vulkan: {op}: dropout on tensors larger than a storage binding inside a graph capture is not "
+                "supported (a replay re-seeds one dispatch per op)"
+            )
+        if b > 1:
+            return 0, h * n_q * k.shape[2]
+        if h > 1:
+            return 1, n_q * k.shape[2]
+        raise UnsupportedError(
+            f"vulkan: {op}: one (batch, head) of query {q.shape[2:]}, key {k.shape[2:]} (and its mask) exceeds this "
+            f"adapter's storage binding limit of {self.be.pool.binding} bytes; splitting a head is not implemented"
+        )
+
+    def attention(self, outputs: tuple[View, View, View], inputs: tuple[View, ...], *args: Any) -> None:
+        """``outputs`` (out, lse, rng); ``inputs`` (q, k, v, mask); ``args`` the rest of ``Backend.attention``."""
+        out, lse, rng = outputs
+        q, k, v, mask = inputs
+        causal, scale, dropout_p, seed, counter = args
+        if all(fits(t) for t in (*outputs, *inputs) if t is not None):  # a piece that fits: on its windows
+            views = [None if t is None else bind(t) for t in (*outputs, *inputs)]
+            self.be.attention(*views, causal, scale, dropout_p, seed, counter)
+            return
+        d, per = self._attention_split("attention", q, k, dropout_p)
+        scratch = self._alloc((2,), int32)  # each piece writes its own (seed, counter); rng gets the whole's
+        for lo, hi in halves(q.shape[d]):
+            cut = [None if t is None else narrow(t, d, lo, hi) for t in (out, lse, q, k, v, mask)]
+            c = (counter + lo * per) & 0xFFFFFFFF
+            self.be.attention(cut[0], cut[1], scratch, *cut[2:], causal, scale, dropout_p, seed, c)
+        for i, word in enumerate((pcg_host(seed & 0xFFFFFFFF), counter & 0xFFFFFFFF)):
+            self.be.elementwise("copy", View(rng.storage, (), (), rng.offset + i), [_signed(word)])
+
+    def attention_backward(self, grads: tuple[View, View, View], saved: tuple[View, ...], *args: Any) -> None:
+        """``grads`` (dq, dk, dv); ``saved`` (q, k, v, out, dout, lse, rng, mask, dmask)."""
+        q, k, v, out, dout, lse, rng, mask, dmask = saved
+        causal, scale, dropout_p = args
+        if all(fits(t) for t in (*grads, *saved) if t is not None):  # a piece that fits: on its windows
+            views = [None if t is None else bind(t) for t in (*grads, *saved)]
+            self.be.attention_backward(*views[:11], causal, scale, dropout_p, views[11])
+            return
+        d, per = self._attention_split("attention backward", q, k, dropout_p)
+        for lo, hi in halves(q.shape[d]):
+            piece_rng = self._alloc((2,), int32)  # the forward piece's counter: the whole's moved to lo
+            self.be.elementwise("copy", piece_rng, [rng])
+            step = View(piece_rng.storage, (), (), 1)
+            self.be.elementwise("add", step, [step, _signed((lo * per) & 0xFFFFFFFF)])
+            cut = [None if t is None else narrow(t, d, lo, hi) for t in (*grads, q, k, v, out, dout, lse)]
+            m, dm = (None if t is None else narrow(t, d, lo, hi) for t in (mask, dmask))
+            self.be.attention_backward(*cut, piece_rng, m, causal, scale, dropout_p, dm)
+
     # ---------------------------------------------------------------- unfold / fold
     def window_op(self, op: str, out: View, src: View, geometry: tuple[int, ...], scalars: tuple[float, ...]) -> None:
         image, cols = (src, out) if op == "unfold" else (out, src)
@@ -336,6 +451,11 @@ class Splitter:
             sub_cols = narrow(cols, 0, lo, hi) if d == 0 else narrow(cols, 1, lo * kk, hi * kk)
             pair = (sub_cols, sub_image) if op == "unfold" else (sub_image, sub_cols)
             self.window_op(op, *pair, geometry, scalars)
+
+
+def _signed(word: int) -> int:
+    """A uint32 as the int32 with its bits (a Python-number operand of an int32 op)."""
+    return word - (1 << 32) if word >= 1 << 31 else word
 
 
 def _row(v: View, i: int) -> View:
