@@ -109,20 +109,21 @@ atan = _unary_op(
     fused_grad=lambda m, g, x: g / (1.0 + x * x),
     inplace=True,
 )
+# 1 - x^2 as (1 - x)(1 + x) in the gradients: exact near |x| = 1, where x * x - 1 loses f32's digits
 # through atan, which drivers compute accurately (lavapipe's asin is off by 2e-4): asin(x) = atan(x / sqrt(1 - x^2)),
 # acos(x) = 2 atan(sqrt((1 - x) / (1 + x))) (no cancellation near x = 1)
 asin = _unary_op(
     "asin",
     lambda m, a: m.where(m.abs(a) > 1.0, _NAN, m.atan(a / m.sqrt(1.0 - a * a))),
     float_only=True,
-    fused_grad=lambda m, g, x: g / m.sqrt(1.0 - x * x),
+    fused_grad=lambda m, g, x: g / m.sqrt((1.0 - x) * (1.0 + x)),
     inplace=True,
 )
 acos = _unary_op(
     "acos",
     lambda m, a: m.where(m.abs(a) > 1.0, _NAN, 2.0 * m.atan(m.sqrt((1.0 - a) / (1.0 + a)))),
     float_only=True,
-    fused_grad=lambda m, g, x: -g / m.sqrt(1.0 - x * x),
+    fused_grad=lambda m, g, x: -g / m.sqrt((1.0 - x) * (1.0 + x)),
     inplace=True,
 )
 tan = _unary_op(
@@ -165,7 +166,7 @@ acosh = _unary_op(
     "acosh",
     lambda m, a: m.where(a < 1.0, _NAN, _log_hypot1(m, a, -1.0)),
     float_only=True,
-    fused_grad=lambda m, g, x: g / m.sqrt(x * x - 1.0),
+    fused_grad=lambda m, g, x: g / m.sqrt((x - 1.0) * (x + 1.0)),
     inplace=True,
 )
 atanh = _unary_op(
@@ -176,7 +177,7 @@ atanh = _unary_op(
         _near_zero(m, a, [1.0 / (2 * k + 1) for k in range(7)], 0.5 * m.log((1.0 + a) / (1.0 - a))),
     ),
     float_only=True,
-    fused_grad=lambda m, g, x: g / (1.0 - x * x),
+    fused_grad=lambda m, g, x: g / ((1.0 - x) * (1.0 + x)),
     inplace=True,
 )
 
