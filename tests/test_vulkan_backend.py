@@ -57,9 +57,12 @@ def empty(be, shape, dtype: D.DType) -> View:
 
 
 def both(arr, dtype, vk, **layout):
-    """The same view on vulkan (``dtype``) and on cpu (float64 for floats, as the precise reference)."""
+    """The same view on vulkan (``dtype``) and on cpu (float64 for floats, as the precise reference). The reference
+    takes the values vulkan holds (rounded to ``dtype``): an ill-conditioned op (atanh's gradient near |x| = 1)
+    would otherwise show the input's rounding, amplified, as the kernel's error."""
     ref = D.float64 if dtype.is_floating else dtype
-    return put(vk, arr, dtype, **layout), put(CPU, arr, ref, **layout)
+    held = np.asarray(arr).astype(dtype.np) if dtype.is_floating else arr
+    return put(vk, arr, dtype, **layout), put(CPU, held, ref, **layout)
 
 
 # ---------------------------------------------------------------- device
