@@ -4,8 +4,12 @@
 (b) GB/s (bytes read + written) for ``add`` on 2**26-element float32 tensors, and for a plain copy of the same
     bytes on the same device (on Vulkan a buffer-to-buffer copy command, ``copy_buffer_to_buffer``; numpy
     ``ndarray.copy``; PyTorch ``clone``); the last column is add as % of that copy bandwidth.
+(c) with ``--per-op``: µs per call of common small ops (64-element or 32x32 operands; host cost, the runtime's
+    floor), each repeated ``--calls`` times between two syncs, minimum of ``--repeat`` runs. Run it alternately on two
+    checkouts (``PYTHONPATH=other/src``) to see whether a change made the common path slower.
 
     python benchmarks/ops.py [--chain 10000] [--log2n 26] [--json out.json]
+    python benchmarks/ops.py --per-op [--devices vulkan] [--calls 2000] [--repeat 7]
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -135,13 +140,63 @@ def bw_torch(torch: object, dev: str, n: int, reps: int = 10) -> tuple[float, fl
     return ga * reps, gc * reps
 
 
+def small_ops(dev: str) -> dict[str, Callable[[], object]]:
+    """The calls (c) times, on small operands made once."""
+    import vkblas
+
+    x, y = vkblas.rand(64, device=dev), vkblas.rand(64, device=dev)
+    m = vkblas.rand(32, 32, device=dev)
+    idx = vkblas.tensor([3, 1, 4, 1, 5], device=dev)
+    mask = x > 0.5
+    return {
+        "x + y": lambda: x + y,
+        "x * 2.0": lambda: x * 2.0,
+        "relu": lambda: x.relu(),
+        "exp": lambda: x.exp(),
+        "clamp": lambda: x.clamp(0.1, 0.9),
+        "where": lambda: vkblas.where(mask, x, y),
+        "x.sum()": lambda: x.sum(),
+        "m.sum(1)": lambda: m.sum(1),
+        "softmax": lambda: m.softmax(-1),
+        "m @ m": lambda: m @ m,
+        "x[idx]": lambda: x[idx],
+        "m.T contiguous": lambda: m.T.contiguous(),
+        "x.add_(y)": lambda: x.add_(y),
+    }
+
+
+def per_op(dev: str, calls: int, repeat: int) -> list[list[object]]:
+    import vkblas
+
+    rows = []
+    for name, fn in small_ops(dev).items():
+
+        def run(fn: Callable[[], object] = fn) -> None:
+            for _ in range(calls):
+                fn()
+            vkblas.synchronize(dev)
+
+        rows.append([name, best_of(run, repeat=repeat) / calls * 1e6])
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--chain", type=int, default=10_000, help="ops in the dependent chain (default 10000)")
     p.add_argument("--log2n", type=int, default=26, help="log2 of the bandwidth tensors' size (default 26)")
     p.add_argument("--devices", nargs="*", help="vkblas devices (default: all)")
     p.add_argument("--json", help="also write the results here")
+    p.add_argument("--per-op", action="store_true", help="only (c): µs per call of common small ops")
+    p.add_argument("--calls", type=int, default=2000, help="calls per timed run in --per-op (default 2000)")
+    p.add_argument("--repeat", type=int, default=7, help="timed runs in --per-op; the minimum is shown (default 7)")
     args = p.parse_args(argv)
+    if args.per_op:
+        for dev in args.devices or vkblas_devices():
+            rows = per_op(dev, args.calls, args.repeat)
+            print_table(f"per-op cost on {dev}, {args.calls} calls, min of {args.repeat}", ["op", "us/call"], rows)
+            if args.json:
+                Path(args.json).write_text(json.dumps({"device": dev, "rows": rows}, indent=1))
+        return 0
     n = 1 << args.log2n
     torch = torch_or_none()
     rows = []

@@ -5,13 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-have_vulkan_icd() { ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1; }
-if ! have_vulkan_icd || ! ldconfig -p 2>/dev/null | grep -q libvulkan.so.1; then
+if ! bash scripts/have_vulkan.sh; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "setup: installing lavapipe (mesa-vulkan-drivers, libvulkan1)"
     apt-get update -qq >/dev/null
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mesa-vulkan-drivers libvulkan1 >/dev/null
   else
+    bash scripts/have_vulkan.sh -v || true
     echo "setup: no Vulkan driver found; vkblas will use the cpu backend (install your GPU's Vulkan driver," \
          "or as root: apt-get install mesa-vulkan-drivers libvulkan1)" >&2
   fi

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp} LP_NUM_THREADS=${LP_NUM_THREADS:-0}
-if [ -z "${VKBLAS_DATA:-}" ] && [ -d ../shared/data ]; then export VKBLAS_DATA=$PWD/../shared/data; fi
+source scripts/data_env.sh
 .venv/bin/python -m ruff check src tests benchmarks examples
 .venv/bin/python -m ruff format --check src tests benchmarks examples
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -129,6 +129,17 @@ def np_scatter_add(x: np.ndarray, dim: int, index: np.ndarray, src: np.ndarray) 
     return out
 
 
+def np_pow(a: Any, b: Any) -> np.ndarray:
+    """PyTorch's pow: C's for floats; integers stay integers, and a negative integer exponent gives 1 for a base of
+    1, +-1 for -1 (by parity), else 0 (numpy refuses it)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind == "f" or b.dtype.kind == "f":
+        return np.power(a, b)
+    out = np.power(a, np.abs(b)).astype(np.result_type(a, b))
+    parity = np.where(b % 2 == 0, 1, -1)
+    return np.where(b >= 0, out, np.where(a == 1, 1, np.where(a == -1, parity, 0))).astype(out.dtype)
+
+
 def axis_arg(dim: Any) -> Any:
     return tuple(dim) if isinstance(dim, list) else dim
 
@@ -432,3 +443,65 @@ def np_expand(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 def np_one_hot(x: np.ndarray, num_classes: int) -> np.ndarray:
     n = int(x.max()) + 1 if num_classes < 0 else num_classes
     return (x[..., None] == np.arange(n)).astype(np.int32)
+
+
+# ---------------------------------------------------------------- the integer ops and integer division (issue 9)
+def int_pairs(rng: Rng, divisor: bool = False, shift: bool = False) -> Iterator[Sample]:
+    """int32 operands with negatives, broadcasting and Python ints (nonzero divisors; shift amounts in -2..33)."""
+
+    def rhs(shape: tuple[int, ...]) -> np.ndarray:
+        if shift:
+            return rng.integers(-2, 34, shape).astype(np.int32)
+        v = rng.integers(-7, 8, shape).astype(np.int32)
+        return np.where(v == 0, 3, v) if divisor else v
+
+    big = np.array([2**31 - 1, -(2**31), 7, -7], np.int32)
+    yield Sample((rng.integers(-50, 50, (3, 4)).astype(np.int32), rhs((3, 4))))
+    yield Sample((rng.integers(-50, 50, (2, 3)).astype(np.int32), rhs((3,))))
+    yield Sample((big, rhs((4,))))
+    yield Sample((rng.integers(-50, 50, (0, 2)).astype(np.int32), rhs((2,))))
+    yield Sample((rng.integers(-50, 50, (3,)).astype(np.int32), 3))
+    yield Sample((-9, rhs((3,))))
+
+
+def bool_pairs(rng: Rng) -> Iterator[Sample]:
+    yield Sample((rng.random((3, 4)) < 0.5, rng.random((3, 4)) < 0.5))
+    yield Sample((rng.random((2, 1)) < 0.5, True))
+
+
+def divide_samples(rng: Rng) -> Iterator[Sample]:
+    """Floats with x / y kept away from whole numbers (the gradients of fmod / remainder jump there), then ints."""
+    for shape in [(3, 4), (5,), ()]:
+        y = away(uniform(rng, shape), gap=0.5)
+        x = np.asarray(y * (rng.integers(-3, 3, shape) + rng.uniform(0.2, 0.8, shape)))
+        yield Sample((x, y))
+    yield Sample((uniform(rng, (2, 3)), 0.75))
+    yield Sample((np.array([5.5, -5.5, 7.0, -7.0]), np.array([3.0, 3.0, -2.0, -2.0])))
+
+
+def np_remainder(a: Any, b: Any) -> np.ndarray:
+    """PyTorch's remainder: C's fmod moved into the divisor's sign (numpy's % differs on signed zeros)."""
+    r = np.fmod(a, b)
+    return np.where((r != 0) & ((np.asarray(b) < 0) != (r < 0)), r + b, r)
+
+
+def np_trunc_divide(a: Any, b: Any) -> np.ndarray:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind == "f" or b.dtype.kind == "f":
+        return np.trunc(a / b)
+    q = np.floor_divide(a, b)
+    return q + ((np.fmod(a, b) != 0) & ((a < 0) != (b < 0)))
+
+
+def np_shift(fn: Callable[..., np.ndarray], fill_sign: bool) -> Callable[..., np.ndarray]:
+    """Shifts by < 0 or >= 32 give 0 (left) or the sign (right), as PyTorch."""
+
+    def ref(a: Any, b: Any) -> np.ndarray:
+        a, b = np.asarray(a), np.asarray(b)
+        ok = (b >= 0) & (b < 32)
+        out = fn(a.astype(np.int64), np.where(ok, b, 0)).astype(np.int64)
+        out = ((out + 2**31) % 2**32 - 2**31).astype(np.int32)  # wrap into int32
+        spill = np.where(a < 0, -1, 0) if fill_sign else 0
+        return np.where(ok, out, spill).astype(np.int32)
+
+    return ref

@@ -25,11 +25,13 @@ from op_samples import (
     away,
     axis_arg,
     binary_samples,
+    bool_pairs,
     cat_samples,
     chunk_samples,
     clamp_samples,
     compare_samples,
     conv_samples,
+    divide_samples,
     expand_samples,
     flatten_samples,
     fresh,
@@ -39,6 +41,7 @@ from op_samples import (
     index_array_samples,
     inplace_ref,
     inplace_samples,
+    int_pairs,
     integral,
     kinked,
     logical_samples,
@@ -54,11 +57,15 @@ from op_samples import (
     np_gelu_tanh,
     np_logsumexp,
     np_one_hot,
+    np_pow,
+    np_remainder,
     np_scatter_add,
+    np_shift,
     np_sigmoid,
     np_softmax,
     np_split,
     np_squeeze,
+    np_trunc_divide,
     np_var,
     one_dim_samples,
     one_hot_samples,
@@ -168,9 +175,7 @@ OPS: list[OpInfo] = [
     OpInfo("mul (operator *)", operator.mul, np.multiply, binary_samples()),
     OpInfo("div", vb.div, np.divide, binary_samples(make_b=nonzero), dtypes=NUMERIC),
     OpInfo("div (operator /)", operator.truediv, np.divide, binary_samples(make_b=nonzero, scalars=(1.5, 4.0))),
-    OpInfo(
-        "pow", vb.pow, np.power, binary_samples(make_a=positive, scalars=(2.0, 3.0)), dtypes=NUMERIC, int_to_float=True
-    ),
+    OpInfo("pow", vb.pow, np_pow, binary_samples(make_a=positive, scalars=(2.0, 3.0)), dtypes=NUMERIC),
     OpInfo("pow (operator **)", operator.pow, np.power, binary_samples(make_a=positive, scalars=(0.5, 2.0))),
     OpInfo("atan2", vb.atan2, np.arctan2, binary_samples(make_a=nonzero, make_b=nonzero), dtypes=NUMERIC),
     OpInfo("maximum", vb.maximum, np.maximum, binary_samples(), dtypes=ANY),
@@ -693,6 +698,67 @@ OPS: list[OpInfo] = [
     ),
 ]
 
+
+# ---------------------------------------------------------------- integer ops and integer division (issue 9)
+_FLOAT_BITWISE = errors(((_Z(3), _Z(3)), {}, NotImplementedError, "only implemented for integer and bool"))
+_ZERO_DIVISOR = errors(
+    ((np.array([1, 2], np.int32), 0), {}, RuntimeError, "ZeroDivisionError"),
+    ((np.array([1, 2], np.int32), np.array([1, 0], np.int32)), {}, RuntimeError, "ZeroDivisionError"),
+)
+
+
+def _integer(name: str, op: Callable[..., Any], ref: Callable[..., Any], **kw: Any) -> OpInfo:
+    samples = kw.pop("samples", lambda rng: (*int_pairs(rng), *bool_pairs(rng)))
+    return OpInfo(name, op, ref, samples, differentiable=False, error_inputs=_FLOAT_BITWISE, **kw)
+
+
+OPS += [
+    _integer("bitwise_and", vb.bitwise_and, np.bitwise_and),
+    _integer("bitwise_and (operator &)", operator.and_, np.bitwise_and),
+    _integer("bitwise_or", vb.bitwise_or, np.bitwise_or),
+    _integer("bitwise_or (operator |)", operator.or_, np.bitwise_or),
+    _integer("bitwise_xor", vb.bitwise_xor, np.bitwise_xor),
+    _integer("bitwise_xor (operator ^)", operator.xor, np.bitwise_xor),
+    OpInfo(
+        "bitwise_not",
+        vb.bitwise_not,
+        np.invert,
+        lambda rng: (Sample((a,)) for a in (rng.integers(-9, 9, (3, 4)).astype(np.int32), rng.random(5) < 0.5)),
+        differentiable=False,
+        error_inputs=errors(((_Z(3),), {}, NotImplementedError, "only implemented for integer")),
+    ),
+    *(
+        _integer(name, op, ref, samples=lambda rng: int_pairs(rng, shift=True))
+        for name, op, ref in [
+            ("bitwise_left_shift", vb.bitwise_left_shift, np_shift(np.left_shift, False)),
+            ("bitwise_left_shift (operator <<)", operator.lshift, np_shift(np.left_shift, False)),
+            ("bitwise_right_shift", vb.bitwise_right_shift, np_shift(np.right_shift, True)),
+            ("bitwise_right_shift (operator >>)", operator.rshift, np_shift(np.right_shift, True)),
+        ]
+    ),
+    *(
+        OpInfo(
+            name,
+            op,
+            ref,
+            lambda rng: (*divide_samples(rng), *int_pairs(rng, divisor=True)),
+            differentiable=differentiable,
+            dtypes=(F16,),
+            error_inputs=_ZERO_DIVISOR,
+        )
+        for name, op, ref, differentiable in [
+            ("floor_divide", vb.floor_divide, np.floor_divide, False),
+            ("floor_divide (operator //)", operator.floordiv, np.floor_divide, False),
+            ("div (rounding_mode='floor')", lambda a, b: vb.div(a, b, rounding_mode="floor"), np.floor_divide, False),
+            ("div (rounding_mode='trunc')", lambda a, b: vb.div(a, b, rounding_mode="trunc"), np_trunc_divide, False),
+            ("fmod", vb.fmod, np.fmod, True),
+            ("remainder", vb.remainder, np_remainder, True),
+            ("remainder (operator %)", operator.mod, np_remainder, True),
+        ]
+    ),
+    OpInfo("divide", vb.divide, np.divide, binary_samples(make_b=nonzero)),
+    OpInfo("true_divide", vb.true_divide, np.divide, binary_samples(make_b=nonzero)),
+]
 
 # more entries live in their own modules (this one stays under 1000 lines); they share opinfo.py with this one
 OPS += MATH_OPS + INDEX_OPS + NN_OPS

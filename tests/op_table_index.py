@@ -1,4 +1,4 @@
-"""OpInfo entries of the scans (``cumsum``, ``cumprod``, ``prod``), sorting (``sort``, ``argsort``, ``topk``),
+"""OpInfo entries of the scans (``cumsum``, ``cumprod``) and ``prod``, sorting (``sort``, ``argsort``, ``topk``),
 ``multinomial``, the rearranging ops (``flip``, ``roll``, ``tril``/``triu``, ``diagonal``, ``Tensor.unfold``,
 ``repeat_interleave``), ``einsum``, and the scatters (``scatter``, ``scatter_reduce``, ``index_add`` / ``_copy`` /
 ``_fill``, ``masked_scatter``, ``nonzero``) with their in-place methods; ``tests/op_table.py`` appends them.
@@ -158,7 +158,9 @@ def prod_samples(rng: Rng) -> Iterator[Sample]:
     yield Sample((z,), {"dim": 1})
     yield Sample((z[:1],), {})
     yield Sample((uniform(rng, (), 0.5, 1.5),), {})
+    yield Sample((uniform(rng, (), 0.5, 1.5),), {"dim": 0})  # a 0-d tensor takes dim 0
     yield Sample((_Z((2, 0)),), {"dim": 1})
+    yield Sample((_Z((0, 3)),), {"dim": 0})
 
 
 def sort_samples(rng: Rng) -> Iterator[Sample]:
@@ -327,7 +329,14 @@ INDEX_OPS: list[OpInfo] = [
     ),
     OpInfo("cumprod", vb.cumprod, np_scan(np.cumprod), scan_samples, dtypes=NUMERIC),
     OpInfo("cumprod (zeros)", vb.cumprod, np_scan(np.cumprod), cumprod_zero_samples),
-    OpInfo("prod", vb.prod, np_prod, prod_samples, dtypes=NUMERIC),
+    OpInfo(
+        "prod",
+        vb.prod,
+        np_prod,
+        prod_samples,
+        dtypes=NUMERIC,
+        error_inputs=errors(((_Z((3, 4)),), {"dim": 2}, IndexError, "Dimension out of range")),
+    ),
     # --- sorting
     OpInfo(
         "sort",

@@ -52,8 +52,6 @@ class OpInfo:
     #: bool: x > 0, float16: rounded); the result's dtype follows the reference's (float results of int inputs are
     #: float32, of float16 inputs float16)
     dtypes: tuple[vb.DType, ...] = ()
-    #: int32 inputs compute in float (float32 result) where numpy and PyTorch keep ints (pow)
-    int_to_float: bool = False
     #: inputs the op must refuse
     error_inputs: Callable[[Rng], Iterator[ErrorInput]] | None = None
 

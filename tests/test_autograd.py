@@ -151,6 +151,36 @@ def test_no_grad_and_enable_grad(device: str) -> None:
         assert not (x + 1).requires_grad
 
 
+def test_grad_mode_decorators_with_and_without_parentheses(device: str) -> None:
+    x = t([1.0, 2.0], device, requires_grad=True)
+
+    @vb.no_grad
+    def bare(a: vb.Tensor) -> vb.Tensor:
+        return a * 3
+
+    @vb.inference_mode
+    def inference(a: vb.Tensor) -> vb.Tensor:
+        return a * 3
+
+    @vb.inference_mode()
+    def inference_called(a: vb.Tensor) -> vb.Tensor:
+        return a * 3
+
+    with vb.no_grad():
+
+        @vb.enable_grad
+        def tracked(a: vb.Tensor) -> vb.Tensor:
+            return a * 3
+
+        assert tracked(x).requires_grad
+    assert not bare(x).requires_grad and not inference(x).requires_grad and not inference_called(x).requires_grad
+    assert bare.__name__ == "bare" and vb.is_grad_enabled()
+    with vb.inference_mode():
+        assert not (x * 2).requires_grad
+    with vb.inference_mode(False):
+        assert (x * 2).requires_grad
+
+
 def test_no_grad_allows_inplace_update_of_leaf(device: str) -> None:
     w = t([1.0, 2.0], device, requires_grad=True)
     (w * w).sum().backward()

@@ -129,3 +129,67 @@ def test_train_then_eval_reproduces_accuracy(capsys: pytest.CaptureFixture[str],
     assert code == 0, err
     result = json.loads(stdout)
     assert result["samples"] == 1000 and result["test_accuracy"] == pytest.approx(accuracy, abs=1e-9)
+
+
+def test_data_not_found_says_what_the_cli_offers(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI has --download, not download=True: the message names what the user can type."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("VKBLAS_DATA", raising=False)
+    code, _, err = run(capsys, "train", "mnist", "--data", str(tmp_path), "--out", str(tmp_path / "run"), "--quiet")
+    assert code == 1 and "--download" in err and "download=True" not in err
+
+
+def test_bench_gemm_runs_only_the_sizes_asked_for_header_first(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bench = pytest.importorskip("vkblas.bench.gemm")
+    seen: list[str] = []
+
+    def fake_run(shapes, *args, **kwargs):  # the measuring loop; its own header line is tested below
+        seen.extend(s.label for s in shapes)
+        return ["shape"], [], {"date": "-", "adapter": "-", "driver": "-"}
+
+    monkeypatch.setattr(bench, "run", fake_run)
+    code, _, _ = run(capsys, "bench", "gemm", "--sizes", "256,512", "--no-torch")
+    assert code == 0 and seen == ["square 256", "square 512"]
+    code, _, err = run(capsys, "bench", "gemm", "--sizes", "big")
+    assert code == 2 and "--sizes" in err
+
+
+@pytest.mark.vulkan
+def test_bench_gemm_prints_its_header_before_the_first_row(capsys: pytest.CaptureFixture[str]) -> None:
+    bench = pytest.importorskip("vkblas.bench.gemm")
+    from conftest import vulkan_available
+
+    if not vulkan_available():
+        pytest.skip("no Vulkan adapter")
+    bench.run(bench.square_shapes([8]), "vulkan", f16=False, cpu=False, use_torch=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[0] == "shape" and lines[1].split()[0] == "square"
+
+
+@needs_data
+def test_eval_finds_the_data_training_found(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run.sh passes the data through $VKBLAS_DATA; a later `vkblas eval` in another shell has no such variable."""
+    out = tmp_path / "run"
+    monkeypatch.setenv("VKBLAS_DATA", str(DATA))
+    argv = ["train", "mnist", "--epochs", "1", "--limit", "200", "--device", "cpu", "--out", str(out), "--quiet"]
+    code, _, err = run(capsys, *argv)
+    assert code == 0, err
+    recorded = json.loads((out / "metrics.json").read_text())["config"]["data"]
+    assert recorded is not None and Path(recorded).is_absolute() and (Path(recorded) / "train-images-idx3-ubyte.gz")
+    monkeypatch.delenv("VKBLAS_DATA")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    code, _, err = run(capsys, "eval", str(out / "model.safetensors"), "--device", "cpu", "--quiet")
+    assert code == 0, err
+    assert (out / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

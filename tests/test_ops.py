@@ -260,7 +260,7 @@ def in_dtype(sample: Sample, dtype: vb.DType) -> tuple[Sample, list[int]] | None
 
 
 def dtype_reference(info: OpInfo, sample: Sample, changed: list[int], dtype: vb.DType) -> tuple[np.ndarray, ...]:
-    wide = np.float64 if dtype is vb.float16 or info.int_to_float else None
+    wide = np.float64 if dtype is vb.float16 else None
     args = [a.astype(wide) if i in changed and wide is not None else a for i, a in enumerate(sample.args)]
     return tuple(np.asarray(r) for r in as_tuple(info.ref(*args, **sample.kwargs)))
 
@@ -270,7 +270,7 @@ def dtype_expected(ref: np.ndarray, info: OpInfo, dtype: vb.DType) -> vb.DType:
         return vb.bool
     if ref.dtype in (np.uint8, np.int8):
         return vb.uint8 if ref.dtype == np.uint8 else vb.int8
-    if ref.dtype.kind in "iu" and not (info.int_to_float and dtype is vb.int32):
+    if ref.dtype.kind in "iu":
         return vb.int32
     return vb.float16 if dtype is vb.float16 else vb.float32
 

@@ -64,6 +64,23 @@ def test_like_constructors_keep_shape_dtype_device(device: str) -> None:
     assert vb.zeros_like(x, dtype=vb.int32).dtype is vb.int32
 
 
+def test_new_tensors_take_sizes_as_pytorch_does(device: str) -> None:
+    x = vb.ones(2, 3, device=device)
+    for made in (x.new_zeros(2), x.new_zeros((2,)), x.new_zeros([2])):
+        assert made.shape == (2,) and made.device == x.device and made.tolist() == [0.0, 0.0]
+    assert x.new_ones(2, 3).shape == (2, 3) and x.new_empty(4).shape == (4,) and x.new_zeros(()).shape == ()
+    assert x.new_full((2,), 7).tolist() == [7.0, 7.0] and x.new_zeros(2, dtype=vb.int32).dtype is vb.int32
+
+
+def test_double(device: str) -> None:
+    x = vb.tensor([1.5, 2.0], device=device)
+    if device == "cpu":
+        assert x.double().dtype is vb.float64 and x.double().tolist() == [1.5, 2.0]
+    else:
+        with pytest.raises(vb.UnsupportedError, match="float64"):
+            x.double()
+
+
 def test_from_numpy_copies(device: str) -> None:
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     t = vb.from_numpy(a, device=device)

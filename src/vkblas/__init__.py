@@ -11,7 +11,7 @@ tensor([2., 2., 2.])
 from __future__ import annotations
 
 from . import ops as _ops  # noqa: F401  (binds the Tensor methods)
-from .autograd import enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled
+from .autograd import enable_grad, grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from .backend.base import BackendError, DeviceOutOfMemoryError, NoAdapterError, UnsupportedError
 from .creation import (
     arange,
@@ -47,7 +47,7 @@ from .ops.elementwise import *  # noqa: F403  (one function per elementwise op r
 from .ops.indexing import gather, index_select, one_hot, scatter_add
 from .ops.linalg import bmm, matmul, mm
 from .ops.parametric import allclose, isclose, round
-from .ops.pointwise import add, clamp, clip, gelu, leaky_relu, masked_fill, sub, where
+from .ops.pointwise import add, clamp, clip, div, divide, gelu, leaky_relu, masked_fill, sub, true_divide, where
 from .ops.rearrange import diagonal, flip, repeat_interleave, roll, tril, triu
 from .ops.reduction import (
     all,
@@ -61,13 +61,14 @@ from .ops.reduction import (
     max,
     mean,
     min,
+    prod,
     softmax,
     std,
     sum,
     var,
 )
 from .ops.sampling import multinomial
-from .ops.scan import cumprod, cumsum, prod
+from .ops.scan import cumprod, cumsum
 from .ops.scatter import index_add, index_copy, index_fill, masked_scatter, nonzero, scatter, scatter_reduce
 from .ops.shape import (
     cat,

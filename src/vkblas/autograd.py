@@ -49,16 +49,50 @@ class set_grad_enabled(contextlib.ContextDecorator):
         _mode.enabled = self.prev
 
 
-class no_grad(set_grad_enabled):
+class _NoArgsDecorator(set_grad_enabled):
+    """A grad-mode context that is also a decorator with or without parentheses: ``@no_grad`` and ``@no_grad()``
+    (PyTorch's ``_NoParamDecoratorContextManager``)."""
+
+    _mode_value = False
+
+    def __new__(cls, orig_func: Callable[..., Any] | None = None) -> Any:
+        if orig_func is None:
+            return super().__new__(cls)
+        if not callable(orig_func):
+            raise TypeError(f"{cls.__name__}() takes no arguments, got {orig_func!r}")
+        return cls()(orig_func)
+
+    def __init__(self, orig_func: Callable[..., Any] | None = None) -> None:
+        super().__init__(self._mode_value)
+
+
+class no_grad(_NoArgsDecorator):
     """Ops inside record nothing: for evaluation and for optimizer updates."""
 
-    def __init__(self) -> None:
+    _mode_value = False
+
+
+class enable_grad(_NoArgsDecorator):
+    _mode_value = True
+
+
+class inference_mode(set_grad_enabled):
+    """PyTorch's ``inference_mode``: here exactly ``no_grad`` (``mode=False``: grad mode unchanged, as ``enable_grad``
+    is not implied); usable as ``with``, ``@inference_mode`` and ``@inference_mode()``."""
+
+    def __new__(cls, mode: Any = True) -> Any:
+        if callable(mode):
+            return cls()(mode)
+        return super().__new__(cls)
+
+    def __init__(self, mode: Any = True) -> None:
         super().__init__(False)
+        self.active = bool(mode)
 
-
-class enable_grad(set_grad_enabled):
-    def __init__(self) -> None:
-        super().__init__(True)
+    def __enter__(self) -> None:
+        self.prev = _mode.enabled
+        if self.active:
+            _mode.enabled = False
 
 
 class Node:

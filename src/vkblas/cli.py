@@ -117,6 +117,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         out=out,
         limit=args.limit,
         data=args.data,
+        download=args.download,
         progress=not args.quiet,
         graph=not args.no_graph,
     )
@@ -247,6 +248,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         limit=args.limit,
         batch_size=args.batch_size,
         progress=not args.quiet,
+        download=args.download,
     )
     cfg = info["config"]
     if args.json:
@@ -500,6 +502,11 @@ def _common(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="DIR",
         help="directory with the dataset's .gz files (searched before $VKBLAS_DATA and ~/.cache/vkblas)",
+    )
+    p.add_argument(
+        "--download",
+        action="store_true",
+        help="fetch missing dataset files from the canonical mirrors (sha256-checked; needs network access)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 

@@ -27,8 +27,8 @@ Rules (as in PyTorch, with the differences marked):
   ``synchronize``, nested captures, and ``optimizer.step()`` of an optimizer built without ``capturable=True``.
   Optimizer state must exist before capture: run one eager warm-up step first (PyTorch asks for warm-up too).
 * Matmul planning (autotuning, GEMM self-checks) for a shape first seen inside capture runs eagerly, unrecorded.
-* Index checks (``check_range``: cross-entropy targets, embeddings, gather) are replayed: a failure in any replay
-  raises IndexError at the next sync point, as in eager mode.
+* Device checks (``check_values``: cross-entropy targets, embeddings, gather, BCE inputs, divisors) are replayed: a
+  failure in any replay raises (IndexError, RuntimeError) at the next sync point, as in eager mode.
 * Random numbers (dropout, ``rand``) take fresh seeds/counters from their generator on each replay, in the same
   order as eager steps would (PyTorch: the philox offset of the graph-safe generator).
 * Python-number operands are frozen. Optimizers with ``capturable=True`` keep lr, step and bias corrections in

@@ -55,6 +55,14 @@ def save(obj: Tensor | Mapping[str, Tensor], f: str | os.PathLike[str], metadata
         arr = v.detach().numpy()
         arrays[k] = arr if arr.flags.c_contiguous else np.array(arr, order="C")  # (ascontiguousarray makes 0-d 1-d)
     save_file(arrays, path, metadata=metadata)
+    # safetensors creates the file with mode 0600; give it the mode any other new file gets (0644 under umask 022)
+    os.chmod(path, 0o666 & ~_umask())
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def load(

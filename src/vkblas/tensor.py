@@ -9,7 +9,7 @@ nothing from this module.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -80,7 +80,6 @@ class Tensor:
     def _version(self) -> int:
         return self._view.storage.version
 
-    @property
     def is_floating_point(self) -> bool:
         return self.dtype.is_floating
 
@@ -193,8 +192,15 @@ class Tensor:
     def new_tensor(self, data: Any, dtype: DType | None = None) -> Tensor:
         return from_host(data, dtype or self.dtype, self._backend)
 
-    def new_empty(self, shape: Sequence[int], dtype: DType | None = None) -> Tensor:
-        return empty(tuple(shape), dtype or self.dtype, self._backend)
+    def new_empty(self, *size: Any, dtype: DType | None = None) -> Tensor:
+        return empty(size_arg(size), dtype or self.dtype, self._backend)
+
+
+def size_arg(size: tuple[Any, ...]) -> tuple[int, ...]:
+    """``f(2, 3)``, ``f((2, 3))`` and ``f([2, 3])`` alike: PyTorch's ways of passing a size."""
+    if len(size) == 1 and not isinstance(size[0], (int, np.integer)):
+        size = tuple(size[0])
+    return tuple(int(n) for n in size)
 
 
 def norm_dim(dim: int, ndim: int) -> int:

@@ -9,8 +9,9 @@ Primitives (all outputs are views the caller allocated; inputs may be any views,
 =====================  ==============================================================================================
 ``elementwise``        ``out = OPS[op](*args)`` where args are views shaped like ``out`` (broadcast by strides) or
                        Python numbers; see ``backend/elementwise.py``. Casts happen on store when dtypes differ.
-``reduce``             sum / max / min / argmax / argmin of ``x`` over ``axes``; ``out`` has ``x``'s shape with
-                       those axes removed. argmax/argmin take one axis and give int32 (first index on ties).
+``reduce``             sum / prod / max / min / argmax / argmin of ``x`` over ``axes``; ``out`` has ``x``'s shape
+                       with those axes removed (sum and prod of nothing: 0 and 1). argmax/argmin take one axis and
+                       give int32 (first index on ties; NaN is the largest and the smallest).
 ``matmul``             ``out[..., m, n] = sum_k a[..., m, k] * b[..., k, n]``; equal batch shapes (broadcast by
                        strides), ``out`` contiguous.
 ``gather``             ``out[i][j][k] = x[i][index[i][j][k]][k]`` (for ``dim=1``; ``torch.gather`` semantics).
@@ -32,6 +33,8 @@ Primitives (all outputs are views the caller allocated; inputs may be any views,
 ``random``             fill ``out`` from the counter-based generator: ``uniform`` in [0, 1) or ``normal`` (0, 1),
                        from ``(seed, counter)``; the same numbers on every backend (up to float rounding).
 ``to_numpy`` / ``from_numpy``   the only host transfers; ``to_numpy`` is a sync point.
+``check_values``       values of a view must lie in (or outside) a closed interval: indices, probabilities,
+                       divisors; an asynchronous backend may report a failure at its next sync point.
 =====================  ==============================================================================================
 
 Optional: **graph capture** (``vkblas.graphs``). A backend with ``can_capture = True`` records the device work issued
@@ -284,17 +287,27 @@ class Backend(ABC):
         sum of the ``cols`` (N, C*kh*kw, OH*OW) entries that ``unfold`` reads from it (0 where none does).
         Deterministic: no atomics, each output pixel gathers its own terms. ``out`` must not overlap ``cols``."""
 
-    def check_range(self, index: View, low: int, high: int, message: str, error: type[Exception] = IndexError) -> None:
-        """Raise ``error(message.format(bad=value))`` (IndexError unless told) if an index lies outside
-        ``[low, high)``; value checks that are not about indices (``multinomial``'s weights) name their error.
+    def check_values(
+        self,
+        view: View,
+        low: float,
+        high: float,
+        message: str,
+        error: type[Exception] = IndexError,
+        inside: bool = True,
+    ) -> None:
+        """Raise ``error(message.format(bad=value))`` if a value of ``view`` lies outside ``[low, high]`` (NaN
+        counts as outside), or, with ``inside=False``, if one lies inside it (a divisor equal to 0).
 
         Synchronous backends check at once. An asynchronous backend may instead record the check on the device and
         raise at its next sync point, as CUDA's device-side asserts do, so a training step needs no host round
         trip; the kernels themselves never read out of bounds either way. This default reads the values back."""
-        a = self.to_numpy(index)
-        bad = a[(a < low) | (a >= high)]
+        a = self.to_numpy(view)
+        with np.errstate(invalid="ignore"):
+            within = (a >= low) & (a <= high)
+        bad = a[~within if inside else within]
         if bad.size:
-            raise error(message.format(bad=int(bad.reshape(-1)[0])))
+            raise error(message.format(bad=bad.reshape(-1)[0].item()))
 
     # -- graph capture (optional: ``can_capture``)
     def _cannot_capture(self) -> UnsupportedError:
@@ -342,7 +355,7 @@ def window_output_size(
     return out[0], out[1]
 
 
-REDUCE_OPS = ("sum", "max", "min", "argmax", "argmin")
+REDUCE_OPS = ("sum", "prod", "max", "min", "argmax", "argmin")
 SCATTER_OPS = ("assign", "sum", "prod", "amax", "amin")
 SCAN_OPS = ("sum", "prod")
 RANDOM_DISTRIBUTIONS = ("uniform", "normal")

@@ -90,16 +90,16 @@ class CpuBackend(Backend):
     def reduce(self, op: str, out: View, x: View, axes: tuple[int, ...]) -> None:
         a = _np(x)
         target = _np(out)
-        if a.size == 0 and op != "sum":
+        if a.size == 0 and op not in ("sum", "prod"):
             raise ValueError(f"{op}() of an empty tensor of shape {x.shape} has no identity")
         if op in ("argmax", "argmin"):
             (axis,) = axes
             result = (np.argmax if op == "argmax" else np.argmin)(a, axis=axis)
         else:
-            fn = {"sum": np.sum, "max": np.max, "min": np.min}[op]
+            fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[op]
             # sums of floats accumulate in at least fp32 (as the GPU kernels do), float64 stays float64
             wide = np.float64 if x.dtype is float64 else np.float32
-            acc = a.astype(wide) if op == "sum" and x.dtype.is_floating else a
+            acc = a.astype(wide) if op in ("sum", "prod") and x.dtype.is_floating else a
             result = fn(acc, axis=axes)
         np.copyto(target, result, casting="unsafe")
 
@@ -111,9 +111,11 @@ class CpuBackend(Backend):
 
     def gather(self, out: View, x: View, dim: int, index: View) -> None:
         idx = _np(index).astype(np.intp)
-        # torch.gather allows an index smaller than x in the other dims; take_along_axis wants them equal
-        src = _np(x)[tuple(slice(None) if i == dim % idx.ndim else slice(0, n) for i, n in enumerate(idx.shape))]
-        np.copyto(_np(out), np.take_along_axis(src, idx, axis=dim))
+        # torch.gather allows an index smaller than x in the other dims: x's leading part there (take_along_axis
+        # would want them equal, or broadcast)
+        d = dim % max(idx.ndim, 1)
+        part = tuple(slice(None) if i == d else slice(0, n) for i, n in enumerate(idx.shape))
+        np.copyto(_np(out), np.take_along_axis(_np(x)[part], idx, axis=dim))
 
     def scatter(self, op: str, out: View, dim: int, index: View, src: View) -> None:
         target = _np(out)
@@ -132,7 +134,10 @@ class CpuBackend(Backend):
         a = _np(x)
         wide = np.float64 if x.dtype is float64 else np.float32 if x.dtype.is_floating else np.int64
         fn = np.cumsum if op == "sum" else np.cumprod
-        np.copyto(_np(out), fn(a.astype(wide), axis=axis), casting="unsafe")  # ints wrap to int32 as on the GPU
+        result = fn(a.astype(wide), axis=axis)
+        if op == "sum" and x.dtype.is_floating:
+            result += 0.0  # a sum starts from +0 (PyTorch's and the GPU's): -0 alone sums to +0
+        np.copyto(_np(out), result, casting="unsafe")  # ints wrap to int32 as on the GPU
 
     def sort(self, values: View, indices: View, x: View, descending: bool) -> None:
         a = _np(x)
@@ -181,19 +186,14 @@ class CpuBackend(Backend):
         seed: int,
         counter: int,
     ) -> None:
-        s, ok, m = _attention_probs(_wide(q), _wide(k), None if mask is None else _wide_mask(mask), causal, scale)
-        e = np.where(ok, np.exp(s - m), 0.0)
-        total = e.sum(-1, keepdims=True)
-        probs = np.where(total > 0, e / np.where(total > 0, total, 1.0), 0.0)
+        probs, m, total = _attention_probs(_wide(q), _wide(k), _mask_of(mask), causal, scale)
         state = np.array([int(pcg_hash(np.array([seed & 0xFFFFFFFF], np.uint32))[0]), counter & 0xFFFFFFFF], np.int64)
         np.copyto(_np(rng), state.astype(np.uint32).view(np.int32))
         if dropout_p > 0:
             probs = probs * _dropout_keep(state, probs.shape, dropout_p) * _keep_scale(dropout_p)
         np.copyto(_np(out), np.matmul(probs, _wide(v)), casting="unsafe")
-        with np.errstate(divide="ignore"):
-            np.copyto(
-                _np(lse), np.where(total[..., 0] > 0, np.log(total[..., 0]) + m[..., 0], -np.inf), casting="unsafe"
-            )
+        with np.errstate(divide="ignore", invalid="ignore"):
+            np.copyto(_np(lse), np.log(total[..., 0]) + m[..., 0], casting="unsafe")  # -inf: a fully masked row
 
     def attention_backward(
         self,
@@ -214,9 +214,7 @@ class CpuBackend(Backend):
         dmask: View | None = None,
     ) -> None:
         Q, K, V, dO = _wide(q), _wide(k), _wide(v), _wide(dout)
-        s, ok, _ = _attention_probs(Q, K, None if mask is None else _wide_mask(mask), causal, scale)
-        row = _np(lse)[..., None].astype(s.dtype)
-        probs = np.where(ok, np.exp(np.where(ok, s, 0) - np.where(np.isfinite(row), row, 0)), 0.0)
+        probs = _attention_probs(Q, K, _mask_of(mask), causal, scale)[0]  # recomputed: lse is not needed here
         dp = np.matmul(dO, np.swapaxes(V, -1, -2))
         kept = probs
         if dropout_p > 0:
@@ -224,8 +222,9 @@ class CpuBackend(Backend):
                 dropout_p
             )
             kept, dp = probs * keep, dp * keep
-        delta = (dO * _wide(out)).sum(-1, keepdims=True)
-        ds = probs * (dp - delta)
+        # softmax's backward as PyTorch's reference computes it (the sum over dp * p, not dO . out: they differ
+        # where a masked key's value is inf or NaN)
+        ds = probs * (dp - (dp * probs).sum(-1, keepdims=True))
         if dmask is not None:
             np.copyto(_np(dmask), ds, casting="unsafe")
         np.copyto(_np(dv), np.matmul(np.swapaxes(kept, -1, -2), dO), casting="unsafe")
@@ -275,23 +274,28 @@ class CpuBackend(Backend):
 
 
 # ---------------------------------------------------------------- attention, as plain matrices (the reference)
+def _mask_of(mask: View | None) -> np.ndarray | None:
+    return None if mask is None else _wide_mask(mask)
+
+
 def _attention_probs(
     q: np.ndarray, k: np.ndarray, mask: np.ndarray | None, causal: bool, scale: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(scores, which count, row max) of (B, H, L, S) attention scores; masked entries hold -inf."""
-    s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
-    ok = np.ones(s.shape, bool)
-    if causal:
-        ok &= np.tril(np.ones(s.shape[-2:], bool))
-    if mask is not None:
-        if mask.dtype == np.bool_:
-            ok &= mask
-        else:
-            ok &= ~np.isneginf(mask)
-            s = s + np.where(ok, mask, 0)
-    s = np.where(ok, s, -np.inf)
-    m = np.max(s, -1, keepdims=True, initial=-np.inf)
-    return s, ok, np.where(np.isfinite(m), m, 0.0)
+    """(probabilities, row max, row sum of exp(s - max)) of (B, H, L, S) attention, as PyTorch's reference
+    defines them: softmax(q k^T * scale + mask) with masked scores -inf (a float mask is added), NaN and +inf
+    scores making their row NaN, and a row with every score -inf all 0 (row max 0, sum 0)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
+        if causal:
+            s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+        if mask is not None:
+            s = np.where(mask, s, -np.inf) if mask.dtype == np.bool_ else s + mask
+        masked = np.all(s == -np.inf, -1, keepdims=True)
+        m = np.where(masked, 0.0, np.max(s, -1, keepdims=True, initial=-np.inf))
+        e = np.exp(s - m)
+        total = e.sum(-1, keepdims=True)
+        probs = np.where(masked, 0.0, e / np.where(masked, 1.0, total))
+    return probs, m, total
 
 
 def _dropout_keep(rng: np.ndarray, shape: tuple[int, ...], p: float) -> np.ndarray:

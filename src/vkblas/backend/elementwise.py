@@ -10,7 +10,7 @@ when the formula is defined, naming the op, on every backend alike.
 The registry is owned here and filled from above by :func:`define`: ``ops/`` defines every op's formula (one record
 per op, ``ops/elementwise.py``; the softmax family in ``ops/reduction.py``), ``optim/`` its fused updates
 (``optim/fused.py``). This module defines only what the backends' own primitives use: ``copy`` (casts, fills,
-contiguous copies), ``out_of_range`` and ``flag_or`` (index checks).
+contiguous copies), ``outside`` / ``inside`` and ``flag_or`` (the device-side value checks).
 
 Operand rules (enforced by ``vkblas.ops``, not here): all tensor operands of one op share the *compute dtype*, except
 the condition of ``where`` (bool). Python-number operands are allowed anywhere and act as that dtype. The result has
@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from . import mathlib
+
 
 @dataclass(frozen=True)
 class MathFunction:
@@ -37,68 +39,35 @@ class MathFunction:
     #: WGSL template: ``{0}``, ``{1}``, ... are the operands (typed by ``operands``), ``{T}`` the result type; a
     #: mapping gives a template per result type, ``"*"`` for the other types
     wgsl: str | Mapping[str, str]
-    #: how operands are typed: ``float`` (one common type; ints become f32), ``same`` (as it is), ``arith`` (one
-    #: common type, bool as i32), ``logic`` (each as bool; the result is bool), ``select`` (a bool condition, then
-    #: two values of one common type)
+    #: how operands are typed: ``float`` (one common type; ints become f32), ``same`` (as it is), ``same2`` (two
+    #: operands of one common type, bool kept as bool), ``arith`` (one common type, bool as i32), ``logic`` (each as
+    #: bool; the result is bool), ``select`` (a bool condition, then two values of one common type)
     operands: str
     #: WGSL source of the helper function(s) the template calls (``{T}``: the type; a mapping per type like
     #: ``wgsl``), emitted once per kernel
     helper: str | Mapping[str, str] | None = None
 
 
-# WGSL helpers, per type T. pow follows numpy: pow(x, 0) = 1 (NaN included), negative bases only with
-# integral exponents (sign from the exponent's parity), 0 ** negative = inf; ints by repeated squaring (wrapping).
-_POW_FLOAT = """
-fn vk_pow_{T}(a: {T}, b: {T}) -> {T} {
-    if (b == {T}(0)) { return {T}(1); }
-    if (a == {T}(0)) {
-        if (b > {T}(0)) { return {T}(0); }
-        return {T}(bitcast<f32>(0x7f800000u));
-    }
-    let r = pow(abs(a), b);
-    if (a > {T}(0)) { return r; }
-    if (floor(b) != b) { return {T}(bitcast<f32>(0x7fc00000u)); }
-    if (floor(b * {T}(0.5)) != b * {T}(0.5)) { return -r; }
-    return r;
-}
-"""
-_POW_INT = """
-fn vk_pow_i32(a: i32, b: i32) -> i32 {
-    if (b < 0) { return select(select(0, 1, a == 1), select(1, -1, (b & 1) != 0), a == -1); }
-    var r = 1;
-    var base = a;
-    var e = b;
-    loop {
-        if (e == 0) { break; }
-        if ((e & 1) != 0) { r = r * base; }
-        base = base * base;
-        e = e >> 1u;
-    }
-    return r;
-}
-"""
-
-_SIGN = "select(select({T}(0), -{T}(1), {0} < {T}(0)), {T}(1), {0} > {T}(0))"
-_SIGN_NAN = f"select({_SIGN}, {{0}}, {{0}} != {{0}})"  # sign(nan) = nan, as numpy
-
-#: every math function a formula may call (ops may add one with :func:`define_math`)
+#: every math function a formula may call (ops may add one with :func:`define_math`). The ones whose edge cases
+#: (NaN, infinities, signed zeros, huge arguments, integer corners) need code have it in ``mathlib.py``.
 MATH: dict[str, MathFunction] = {
     "exp": MathFunction(np.exp, "exp({0})", "float"),
-    "log": MathFunction(np.log, "log({0})", "float"),
-    "sqrt": MathFunction(np.sqrt, "sqrt({0})", "float"),
-    "sin": MathFunction(np.sin, "sin({0})", "float"),
-    "cos": MathFunction(np.cos, "cos({0})", "float"),
-    # clamped: some drivers compute tanh through exp and return NaN for large |x|; tanh(15) rounds to 1 in f32
-    "tanh": MathFunction(np.tanh, "tanh(clamp({0}, {T}(-15.0), {T}(15.0)))", "float"),
+    "log": MathFunction(np.log, "vk_log_{T}({0})", "float", helper=mathlib.LOG),
+    "sqrt": MathFunction(np.sqrt, "vk_sqrt_{T}({0})", "float", helper=mathlib.SQRT),
+    # range-reduced in the kernel: some drivers' sin/cos do no range reduction
+    "sin": MathFunction(np.sin, "vk_sin_{T}({0})", "float", helper=mathlib.SIN),
+    "cos": MathFunction(np.cos, "vk_cos_{T}({0})", "float", helper=mathlib.COS),
+    "tanh": MathFunction(mathlib.np_tanh, "vk_tanh_{T}({0})", "float", helper=mathlib.TANH),
     "abs": MathFunction(np.abs, {"bool": "{0}", "*": "abs({0})"}, "same"),
-    # sign(nan) = nan, as numpy
-    "sign": MathFunction(
-        np.sign, {"bool": "{0}", "i32": _SIGN, "*": f"select({_SIGN}, {{0}}, {{0}} != {{0}})"}, "same"
-    ),
+    # PyTorch's sign: 0 for NaN
+    "sign": MathFunction(mathlib.np_sign, {"bool": "{0}", "*": "vk_sign_{T}({0})"}, "same", helper=mathlib.SIGN),
     "where": MathFunction(np.where, "select({2}, {1}, {0})", "select"),
-    "maximum": MathFunction(np.maximum, "max({0}, {1})", "arith"),
-    "minimum": MathFunction(np.minimum, "min({0}, {1})", "arith"),
-    "pow": MathFunction(np.power, "vk_pow_{T}({0}, {1})", "arith", helper={"i32": _POW_INT, "*": _POW_FLOAT}),
+    # NaN propagates; ties return the first operand (PyTorch)
+    "maximum": MathFunction(mathlib.np_maximum, "vk_maximum_{T}({0}, {1})", "arith", helper=mathlib.MAXIMUM),
+    "minimum": MathFunction(mathlib.np_minimum, "vk_minimum_{T}({0}, {1})", "arith", helper=mathlib.MINIMUM),
+    "pow": MathFunction(mathlib.np_pow, "vk_pow_{T}({0}, {1})", "arith", helper=mathlib.POW),
+    # a * b + c rounded once where the device has it (WGSL's fma; numpy rounds twice, in float64 on cpu)
+    "fma": MathFunction(lambda a, b, c: a * b + c, "fma({0}, {1}, {2})", "float3"),
     "logical_not": MathFunction(np.logical_not, "!{0}", "logic"),
     "logical_and": MathFunction(np.logical_and, "({0} && {1})", "logic"),
     "logical_or": MathFunction(np.logical_or, "({0} || {1})", "logic"),
@@ -126,6 +95,8 @@ class ElementwiseOp:
     bool_operand: int | None = None
     #: integer (and bool) operands compute in float32: exp, div, ...
     float_only: bool = False
+    #: float operands are refused (bitwise ops): ``ops`` raises naming the dtype
+    integer_only: bool = False
 
 
 OPS: dict[str, ElementwiseOp] = {}
@@ -153,24 +124,26 @@ def define(
     returns_bool: bool = False,
     bool_operand: int | None = None,
     float_only: bool = False,
+    integer_only: bool = False,
 ) -> str:
     """Register the formula ``fn(m, *operands)`` as elementwise op ``name``; returns ``name``.
 
     The formula is evaluated once here on numpy scalars, so that a call to a function the math table lacks fails
     now, naming the op, instead of at its first use on one backend."""
     arity = len(inspect.signature(fn).parameters) - 1
-    op = ElementwiseOp(name, arity, fn, returns_bool, bool_operand, float_only)
+    op = ElementwiseOp(name, arity, fn, returns_bool, bool_operand, float_only, integer_only)
     if name in OPS and OPS[name] != op:
         raise ValueError(f"elementwise op {name!r} is already defined")
     with np.errstate(all="ignore"):
-        fn(_Probe(name), *[np.float64(0.5)] * arity)
+        fn(_Probe(name), *[np.int32(1) if integer_only else np.float64(0.5)] * arity)
     OPS[name] = op
     return name
 
 
 # ---------------------------------------------------------------- what the backends' primitives use themselves
 define("copy", lambda m, a: a)
-# index validation: true where low <= v < high fails
-define("out_of_range", lambda m, v, lo, hi: m.logical_or(v < lo, v >= hi), returns_bool=True)
+# value checks (device_checks.py): true where lo <= v <= hi fails (NaN fails), or where it holds
+define("outside", lambda m, v, lo, hi: m.logical_not(m.logical_and(v >= lo, v <= hi)), returns_bool=True)
+define("inside", lambda m, v, lo, hi: m.logical_and(v >= lo, v <= hi), returns_bool=True)
 # the device-side index checks merge the flags of several steps
 define("flag_or", lambda m, a, b: m.maximum(a, b))

@@ -43,8 +43,13 @@ class Shape:
         return 2.0 * self.batch * self.m * self.n * self.k
 
 
+def square_shapes(squares: Sequence[int]) -> list[Shape]:
+    return [Shape(f"square {s}", 1, s, s, s) for s in squares]
+
+
 def default_shapes(squares: Sequence[int] = _SQUARE) -> list[Shape]:
-    shapes = [Shape(f"square {s}", 1, s, s, s) for s in squares]
+    """The squares, then the model layers and the special shapes (what ``vkblas bench gemm`` runs by default)."""
+    shapes = square_shapes(squares)
     shapes += [
         # MNIST MLP 784-512-256-10, batch 512 (Linear: x @ W.T; backward dX = dY @ W, dW = dY.T @ X)
         Shape("mlp fc1 fwd", 1, 512, 784, 512, "nt"),
@@ -202,6 +207,7 @@ def run(
     if has_cuda:
         cols += ["cuBLAS fp32 GF/s", "err", "cuBLAS tf32 GF/s", "err"]
     cols += ["vk/torch fp32"]
+    print("  " + "  ".join(cols), flush=True)  # the header first: each row is printed as soon as it is measured
     rng = np.random.default_rng(seed)
     rows: list[list[Any]] = []
     for s in shapes:
@@ -281,15 +287,29 @@ def format_table(cols: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="vkblas bench gemm", description=__doc__.split("\n")[0])
     p.add_argument("--device", default="vulkan", help="vkblas device (default: the best Vulkan adapter)")
-    p.add_argument("--sizes", default=",".join(map(str, _SQUARE)), help="square sizes, comma separated")
+    p.add_argument(
+        "--sizes",
+        default=None,
+        help="run only these square sizes, comma separated (default: "
+        + ",".join(map(str, _SQUARE))
+        + " and the model shapes)",
+    )
     p.add_argument("--only", default="", help="run only shapes whose label contains one of these (comma separated)")
     p.add_argument("--no-f16", action="store_true", help="skip the vkblas f16 path")
     p.add_argument("--no-cpu", action="store_true", help="skip numpy and PyTorch on the CPU")
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch")
     p.add_argument("--json", default="", help="also write the results (and the tuner's measurements) here")
     args = p.parse_args(argv)
-    squares = [int(x) for x in args.sizes.split(",") if x.strip()]
-    shapes = default_shapes(squares)
+    if args.sizes is None:
+        shapes = default_shapes()
+    else:
+        try:
+            squares = [int(x) for x in args.sizes.split(",") if x.strip()]
+        except ValueError:
+            p.error(f"--sizes: expected comma-separated integers, got {args.sizes!r}")
+        if not squares or min(squares) < 1:
+            p.error(f"--sizes: expected positive sizes, got {args.sizes!r}")
+        shapes = square_shapes(squares)
     if args.only:
         keys = [k.strip() for k in args.only.split(",") if k.strip()]
         shapes = [s for s in shapes if any(k in s.label for k in keys)]

@@ -97,13 +97,20 @@ def find(source: Source, root: str | os.PathLike[str] | None = None) -> Path | N
     return None
 
 
-def _not_found(source: Source, root: str | os.PathLike[str] | None, why: str = "") -> DataError:
+#: how a Python caller fetches missing files (the CLI says ``--download`` instead: ``training.load_dataset``)
+DOWNLOAD_HINT = "or pass download=True with network access"
+
+
+def not_found(
+    source: Source, root: str | os.PathLike[str] | None, why: str = "", download_hint: str = DOWNLOAD_HINT
+) -> DataError:
+    """The error for files of ``source`` that are in none of the searched folders; names every folder."""
     places = [str(root)] if root is not None else []
     places.append(os.environ.get("VKBLAS_DATA") or "$VKBLAS_DATA (unset)")
     places.append(str(cache_dir() / source.dirnames[0]))
     return DataError(
         f"{source.name} not found{why}: put {', '.join(source.sha256)} in one of: {'; '.join(places)} "
-        f"(or a '{source.dirnames[0]}/' folder inside), or pass download=True with network access"
+        f"(or a '{source.dirnames[0]}/' folder inside), {download_hint}"
     )
 
 
@@ -123,7 +130,7 @@ def download_source(source: Source, dest: str | os.PathLike[str], timeout: float
             except (OSError, urllib.error.URLError, DataError) as e:
                 errors.append(f"{mirror}{fname}: {e}")
         else:
-            raise _not_found(source, dest, f" and download failed ({'; '.join(errors)})")
+            raise not_found(source, dest, f" and download failed ({'; '.join(errors)})")
     return dest
 
 
@@ -180,7 +187,7 @@ class IDXImageDataset(Dataset):
         directory = find(self.source, root)
         if directory is None:
             if not download:
-                raise _not_found(self.source, root)
+                raise not_found(self.source, root)
             dest = Path(root) if root is not None else cache_dir() / self.source.dirnames[0]
             directory = download_source(self.source, dest)
         self.directory = directory

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..autograd import no_grad
+from ..autograd import Node, no_grad, record
+from ..backend.base import numel
 from ..dtypes import bool_, float16, float64, int32
 from ..ops.attention import scaled_dot_product_attention
 from ..ops.conv import avg_pool2d, conv2d, max_pool2d, unfold
@@ -321,7 +322,8 @@ def _rows(op: str, x: Tensor) -> Tensor:
     """(N, C, d1, ...) -> (N*d1*..., C): the class dim last, one row per prediction."""
     if x.ndim == 2:
         return x
-    return x.permute(0, *range(2, x.ndim), 1).reshape(-1, x.shape[1])
+    rows = x.shape[0] * numel(x.shape[2:])  # not -1: x may have no elements
+    return x.permute(0, *range(2, x.ndim), 1).reshape(rows, x.shape[1])
 
 
 def _nll_rows(
@@ -443,10 +445,31 @@ def binary_cross_entropy(
     weight: Tensor | None = None,  # noqa: A002
     reduction: str = "mean",
 ) -> Tensor:
-    """``-(t log x + (1 - t) log(1 - x))`` of probabilities ``input``; the logs are clamped at -100 like PyTorch."""
+    """``-(t log x + (1 - t) log(1 - x))`` of probabilities ``input``; the logs are clamped at -100 and the
+    gradient's denominator ``x (1 - x)`` at 1e-12, as in PyTorch. Inputs or targets outside [0, 1] (NaN included)
+    raise RuntimeError as in PyTorch: at once on the cpu, at the next sync point on a Vulkan device (a device-side
+    check, as CUDA's assert; no host round trip per step)."""
     _check_reduction("binary_cross_entropy", reduction)
     _check_same_shape("binary_cross_entropy", input, target)
-    loss = -(target * input.log().clamp(min=-100) + (1 - target) * (1 - input).log().clamp(min=-100))
+    for name, t in (("input", input), ("target", target)):
+        if t.numel():
+            t._backend.check_values(
+                t._view,
+                0.0,
+                1.0,
+                f"binary_cross_entropy: all elements of {name} should be between 0 and 1 (found {{bad}})",
+                RuntimeError,
+            )
+    with no_grad():
+        log_x, log_1mx = input.log().clamp(min=-100), (1 - input).log().clamp(min=-100)
+        loss = -(target * log_x + (1 - target) * log_1mx)
+
+    def rule(n: Node, g: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        x, t, lx, l1 = n.saved
+        gx = g * (x - t) / ((1 - x) * x).clamp(min=1e-12) if n.needs[0] else None
+        return gx, (g * (l1 - lx) if n.needs[1] else None)
+
+    loss = record(loss, "BinaryCrossEntropyBackward", (input, target), rule, (input, target, log_x, log_1mx))
     return _reduce(loss if weight is None else loss * weight, reduction)
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -10,13 +11,14 @@ import numpy as np
 from ..autograd import is_grad_enabled, record
 from ..backend.base import Backend, View
 from ..backend.elementwise import OPS
-from ..dtypes import DType, bool_, float32, int32, promote, result_type
+from ..dtypes import INT32_MAX, INT32_MIN, DType, bool_, float32, int32, promote, result_type
 from ..tensor import Tensor, empty, norm_dim
 
 Scalar = bool | int | float
 
 
 def norm_dims(dims: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
+    """The reduced dims, sorted; a 0-d tensor accepts dim 0 and -1 (PyTorch) and has none to reduce."""
     if dims is None:
         return tuple(range(ndim))
     if isinstance(dims, int):
@@ -24,7 +26,26 @@ def norm_dims(dims: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
     out = tuple(sorted({norm_dim(d, ndim) for d in dims}))
     if len(out) != len(tuple(dims)):
         raise RuntimeError(f"dim {tuple(dims)} appears multiple times in the list of dims")
-    return out
+    return out if ndim else ()
+
+
+_NUMPY_NAMES = {"axis": "dim", "keepdims": "keepdim"}
+
+
+def numpy_aliases(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Accept PyTorch's NumPy-style keyword aliases: ``axis=`` for ``dim=``, ``keepdims=`` for ``keepdim=``."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if "axis" in kwargs or "keepdims" in kwargs:
+            for alias, name in _NUMPY_NAMES.items():
+                if alias in kwargs:
+                    if name in kwargs:
+                        raise TypeError(f"{fn.__name__}() got both {name!r} and its alias {alias!r}")
+                    kwargs[name] = kwargs.pop(alias)
+        return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def full(shape: tuple[int, ...], value: Scalar, dtype: DType, backend: Backend) -> Tensor:
@@ -41,7 +62,10 @@ def coerce_scalar(v: Any, dtype: DType) -> Scalar:
         return float(v)
     if dtype is bool_:
         return bool(v)
-    return int(v)
+    i = int(v)
+    if not INT32_MIN <= i <= INT32_MAX:  # PyTorch's check (a kernel parameter could not hold it either)
+        raise RuntimeError(f"value {i} cannot be converted to type {dtype.name} without overflow")
+    return i
 
 
 def same_backend(op: str, tensors: Sequence[Tensor]) -> Backend:
@@ -172,7 +196,12 @@ def _binary_fast(op: str, spec: Any, a: Any, b: Any) -> Tensor | None:
     elif bc is float and dt.is_floating:
         arg = b
     elif bc is int and dt is not bool_:
-        arg = float(b) if dt.is_floating else b
+        if dt.is_floating:
+            arg = float(b)
+        elif INT32_MIN <= b <= INT32_MAX:
+            arg = b
+        else:
+            return None  # the general path raises, naming the value
     else:
         return None
     out = empty(va.shape, bool_ if spec.returns_bool else dt, a._backend)

@@ -22,7 +22,8 @@ from ..autograd import Node, is_grad_enabled, no_grad, record
 from ..backend.base import Backend, View, window_output_size
 from ..dtypes import int32
 from ..tensor import Tensor, empty
-from ._core import elementwise, full, same_backend, write_into
+from ._core import cast, elementwise, full, same_backend, write_into
+from .scan import flip_view
 
 IntOr2 = int | Sequence[int]
 Pair = tuple[int, int]
@@ -284,7 +285,8 @@ def max_pool2d(
     ceil_mode: bool = False,
     return_indices: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Max over each window (padding counts as -inf); the gradient goes to the first maximum of each window.
+    """Max over each window (padding counts as -inf); the gradient goes to the first maximum of each window (its
+    last NaN where it has one, as in PyTorch).
     ``return_indices`` also gives, per output, the int32 index of its maximum in the flattened (H*W) input plane."""
     k, s, p = _pool_args("max_pool2d", kernel_size, stride, padding)
     d = _pair(dilation, "dilation", "max_pool2d", 1)
@@ -298,6 +300,7 @@ def max_pool2d(
         windows = _unfold(src, k, s, sp, d, lowest, "max_pool2d").reshape(n, c, kk, oh * ow)
         if needs_grad or return_indices:
             values, indices = windows.max(dim=2, keepdim=True)
+            indices = _last_nan(windows, values, indices, kk)
         else:  # inference: no argmax pass
             values = windows.amax(dim=2, keepdim=True)
     out = values.reshape(n, c, oh, ow)
@@ -318,6 +321,17 @@ def max_pool2d(
     origin, taps = (x.new_tensor(a, int32) for a in _window_origins(w, k, s, p, d, oh, ow))
     flat = elementwise("add", origin, _take_taps(taps, indices)).reshape(n, c, oh, ow)
     return out, flat.squeeze(0) if unbatched else flat
+
+
+def _last_nan(windows: Tensor, values: Tensor, first: Tensor, kk: int) -> Tensor:
+    """PyTorch's max-pooling index: the first maximum of a window (``first``), but its *last* NaN where it holds one
+    (PyTorch's kernels take every NaN they meet)."""
+    if not windows.dtype.is_floating:
+        return first
+    nan = cast(elementwise("ne", windows, windows), int32)
+    backwards = Tensor._make(flip_view(nan._view, 2), nan._backend)  # the window dim walked from its end
+    last = elementwise("sub", kk - 1, backwards.argmax(dim=2, keepdim=True))
+    return elementwise("where", elementwise("ne", values, values), last, first)
 
 
 def _take_taps(taps: Tensor, indices: Tensor) -> Tensor:

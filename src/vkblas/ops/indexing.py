@@ -1,7 +1,7 @@
 """Indexing: basic slicing (views), integer-array indexing (gather), scatter-add, one_hot, setitem.
 
 Index tensors are checked against the indexed size before use, so a bad index raises IndexError instead of reading
-out of bounds: at once on the cpu, at the next sync point on an asynchronous device (``Backend.check_range``; see
+out of bounds: at once on the cpu, at the next sync point on an asynchronous device (``Backend.check_values``; see
 README "Differences").
 """
 
@@ -13,21 +13,29 @@ from typing import Any
 import numpy as np
 
 from ..autograd import Node, is_grad_enabled, record
-from ..backend.base import View
+from ..backend.base import View, numel
 from ..dtypes import bool_, int32
 from ..tensor import Tensor, empty, from_host, norm_dim
-from ._core import broadcast_shapes, cast, elementwise, same_backend, write_into
+from ._core import broadcast_shapes, cast, elementwise, numpy_aliases, same_backend, write_into
 from .pointwise import where
 
 Index = Any
 
 
 def _as_index_tensor(idx: Any, like: Tensor) -> Tensor:
+    """An index on ``like``'s device: host data (a list, an array) is uploaded; a cpu index tensor is moved, as
+    PyTorch moves cpu indices for CUDA tensors. An index on another accelerator is refused."""
     if isinstance(idx, Tensor):
-        if idx._backend is not like._backend:
-            raise RuntimeError(f"indices are on {idx.device} but the indexed tensor is on {like.device}")
-        return idx
-    return from_host(np.asarray(idx), None, like._backend)
+        if idx._backend is like._backend:
+            return idx
+        if idx.device.type == "cpu":
+            return idx.to(like.device)
+        raise RuntimeError(
+            f"indices should be either on cpu or on the same device as the indexed tensor ({like.device}), "
+            f"got indices on {idx.device}"
+        )
+    arr = np.asarray(idx)
+    return from_host(arr if arr.size else arr.astype(np.int32), None, like._backend)  # x[[]] is an int index
 
 
 def _check_range(idx: Tensor, size: int, dim: int, shape: tuple[int, ...]) -> Tensor:
@@ -44,11 +52,12 @@ def _check_range(idx: Tensor, size: int, dim: int, shape: tuple[int, ...]) -> Te
 
 def check_index(idx: Tensor, low: int, high: int, message: str, error: type[Exception] = IndexError) -> None:
     """Raise ``error`` (formatted with ``bad=``) if a value of ``idx`` is outside ``[low, high)``; see
-    ``Backend.check_range`` for when an asynchronous device reports it."""
+    ``Backend.check_values`` for when an asynchronous device reports it."""
     if idx.numel():
-        idx._backend.check_range(idx._view, low, high, message, error)
+        idx._backend.check_values(idx._view, low, high - 1, message, error)
 
 
+@numpy_aliases
 def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:  # noqa: A002
     d = norm_dim(dim, input.ndim)
     same_backend("gather", [input, index])
@@ -84,6 +93,7 @@ def _scatter_add_into(out: Tensor, d: int, index: Tensor, src: Tensor) -> Tensor
     return out
 
 
+@numpy_aliases
 def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:  # noqa: A002
     d = norm_dim(dim, input.ndim)
     same_backend("scatter_add", [input, index, src])
@@ -110,6 +120,7 @@ def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor: 
     return record(out, "ScatterAddBackward", (input, None, src), rule)
 
 
+@numpy_aliases
 def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:  # noqa: A002
     d = norm_dim(dim, input.ndim)
     idx = _as_index_tensor(index, input)
@@ -206,7 +217,18 @@ def _basic(x: Tensor, items: list[Any]) -> tuple[View, list[tuple[int, Any]]]:
     return View(v.storage, tuple(shape), tuple(strides), offset), advanced
 
 
+def _index_items(x: Tensor, index: Index) -> Index:
+    """Lists, arrays and cpu tensors among the indices as index tensors on ``x``'s device (so a bool list is a
+    mask, as in PyTorch)."""
+    if _is_advanced(index):
+        return _as_index_tensor(index, x)
+    if isinstance(index, tuple):
+        return tuple(_as_index_tensor(it, x) if _is_advanced(it) else it for it in index)
+    return index
+
+
 def getitem(x: Tensor, index: Index) -> Tensor:
+    index = _index_items(x, index)
     if isinstance(index, Tensor) and index.dtype is bool_:
         return _mask_select(x, index)
     items = _expand_items(x, index)
@@ -237,7 +259,7 @@ def _bool_to_int(mask: Tensor, x: Tensor) -> Tensor:
 def _mask_select(x: Tensor, mask: Tensor) -> Tensor:
     if mask.shape != x.shape[: mask.ndim]:
         raise IndexError(f"The shape of the mask {mask.shape} does not match the shape of the indexed tensor {x.shape}")
-    flat = x.reshape((-1,) + x.shape[mask.ndim :])
+    flat = x.reshape((numel(mask.shape),) + x.shape[mask.ndim :])  # not -1: x may have no elements
     idx = _as_index_tensor(np.flatnonzero(mask.numpy()), x)
     return take_along(flat, 0, cast(idx, int32))
 
@@ -250,7 +272,7 @@ def _advanced(x: Tensor, advanced: list[tuple[int, Any]]) -> Tensor:
     # move the indexed dims to the front, merge them into one, and index it with the combined flat index
     rest = [d for d in range(x.ndim) if d not in dims]
     xp = x.permute(dims + rest)
-    merged = xp.reshape((-1,) + tuple(x.shape[d] for d in rest))
+    merged = xp.reshape((numel([x.shape[d] for d in dims]),) + tuple(x.shape[d] for d in rest))
     flat = None
     for d, i in zip(dims, checked, strict=True):
         flat = i if flat is None else elementwise("add", elementwise("mul", flat, x.shape[d]), i)
@@ -272,6 +294,9 @@ def setitem(x: Tensor, index: Index, value: Any) -> None:
             "item assignment into a tensor that takes part in autograd is not supported; build the result with "
             "vkblas.where / vkblas.cat, or assign inside vkblas.no_grad()"
         )
+    index = _index_items(x, index)
+    if isinstance(value, Tensor) and value._backend is not x._backend:
+        value = value.to(x.device)  # as copy_ does
     if isinstance(index, Tensor) and index.dtype is bool_:
         if isinstance(value, Tensor):
             raise NotImplementedError("x[mask] = tensor is not supported; use vkblas.where(mask, value, x)")

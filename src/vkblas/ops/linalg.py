@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from ..autograd import Node, record
 from ..backend.base import View
-from ..dtypes import promote
 from ..tensor import Tensor, empty
-from ._core import broadcast_shapes, cast, expand_view, same_backend
+from ._core import broadcast_shapes, expand_view, same_backend
 
 
 def _matmul_nd(a: Tensor, b: Tensor) -> Tensor:
@@ -41,13 +40,16 @@ def matmul(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
         raise RuntimeError(
             f"both arguments to matmul need to be at least 1D, but they are {input.ndim}D and {other.ndim}D"
         )
-    dt = promote(input.dtype, other.dtype)
-    if not dt.is_floating:
+    if input.dtype is not other.dtype:  # PyTorch does not promote in matmul
+        raise RuntimeError(
+            f"expected m1 and m2 to have the same dtype, but got: {input.dtype!r} != {other.dtype!r} "
+            f"(shapes {tuple(input.shape)} and {tuple(other.shape)})"
+        )
+    if not input.dtype.is_floating:
         raise RuntimeError(
             f"matmul is implemented for floating point dtypes only (got {input.dtype!r} and {other.dtype!r})"
         )
-    a = input if input.dtype is dt else cast(input, dt)
-    b = other if other.dtype is dt else cast(other, dt)
+    a, b = input, other
     a2 = a.unsqueeze(0) if a.ndim == 1 else a
     b2 = b.unsqueeze(-1) if b.ndim == 1 else b
     out = _matmul_nd(a2, b2)

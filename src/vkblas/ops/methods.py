@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from .. import device as _dev
-from ..dtypes import DType, bool_, float16, float32, int8, int32, to_dtype, uint8
-from ..tensor import Tensor
+from ..dtypes import DType, bool_, float16, float32, float64, int8, int32, to_dtype, uint8
+from ..tensor import Tensor, size_arg
 from . import elementwise as ew
 from . import (  # noqa: F401  (unary_math: records)
     indexing,
@@ -34,28 +34,14 @@ from .record import RECORDS, inplace_function
 
 
 # ---------------------------------------------------------------- operators
-def _radd(self: Tensor, other: Any) -> Tensor:
-    return ew._add(other, self)
+def _reflected(op: Any) -> Any:
+    """``other <op> tensor`` (Python's ``__radd__`` ...): the op with its operands in PyTorch's order."""
 
+    def reflected(self: Tensor, other: Any) -> Tensor:
+        return op(other, self)
 
-def _rsub(self: Tensor, other: Any) -> Tensor:
-    return ew._sub(other, self)
-
-
-def _rmul(self: Tensor, other: Any) -> Tensor:
-    return ew.mul(other, self)
-
-
-def _rtruediv(self: Tensor, other: Any) -> Tensor:
-    return ew.div(other, self)
-
-
-def _rpow(self: Tensor, other: Any) -> Tensor:
-    return ew.pow(other, self)
-
-
-def _rmatmul(self: Tensor, other: Tensor) -> Tensor:
-    return linalg.matmul(other, self)
+    reflected.__name__ = reflected.__qualname__ = f"__r{getattr(op, '__name__', 'op')}__"
+    return reflected
 
 
 def _pos(self: Tensor) -> Tensor:
@@ -63,29 +49,43 @@ def _pos(self: Tensor) -> Tensor:
 
 
 def _invert(self: Tensor) -> Tensor:
-    if self.dtype is not bool_:
-        raise TypeError(f"~ is only supported for bool tensors here (got {self.dtype!r})")
-    return ew.logical_not(self)
+    if self.dtype.is_floating:
+        raise TypeError(
+            f"~ (operator.invert) is only implemented on integer and Boolean-type tensors, got {self.dtype!r}"
+        )
+    return ew.bitwise_not(self)
 
 
 Tensor.__add__ = ew._add
-Tensor.__radd__ = _radd
+Tensor.__radd__ = _reflected(ew._add)
 Tensor.__sub__ = ew._sub
-Tensor.__rsub__ = _rsub
+Tensor.__rsub__ = _reflected(ew._sub)
 Tensor.__mul__ = ew.mul
-Tensor.__rmul__ = _rmul
-Tensor.__truediv__ = ew.div
-Tensor.__rtruediv__ = _rtruediv
+Tensor.__rmul__ = _reflected(ew.mul)
+Tensor.__truediv__ = ew._div
+Tensor.__rtruediv__ = _reflected(ew._div)
+Tensor.__floordiv__ = ew.floor_divide
+Tensor.__rfloordiv__ = _reflected(ew.floor_divide)
+Tensor.__mod__ = ew.remainder
+Tensor.__rmod__ = _reflected(ew.remainder)
 Tensor.__pow__ = ew.pow
-Tensor.__rpow__ = _rpow
+Tensor.__rpow__ = _reflected(ew.pow)
 Tensor.__matmul__ = linalg.matmul
-Tensor.__rmatmul__ = _rmatmul
+Tensor.__rmatmul__ = _reflected(linalg.matmul)
 Tensor.__neg__ = ew.neg
 Tensor.__pos__ = _pos
 Tensor.__abs__ = ew.abs
 Tensor.__invert__ = _invert
-Tensor.__and__ = ew.logical_and
-Tensor.__or__ = ew.logical_or
+Tensor.__and__ = ew.bitwise_and
+Tensor.__or__ = ew.bitwise_or
+Tensor.__xor__ = ew.bitwise_xor
+Tensor.__rand__ = _reflected(ew.bitwise_and)
+Tensor.__ror__ = _reflected(ew.bitwise_or)
+Tensor.__rxor__ = _reflected(ew.bitwise_xor)
+Tensor.__lshift__ = ew.bitwise_left_shift
+Tensor.__rshift__ = ew.bitwise_right_shift
+Tensor.__rlshift__ = _reflected(ew.bitwise_left_shift)
+Tensor.__rrshift__ = _reflected(ew.bitwise_right_shift)
 Tensor.__eq__ = ew.eq  # type: ignore[assignment]
 Tensor.__ne__ = ew.ne  # type: ignore[assignment]
 Tensor.__lt__ = ew.lt
@@ -152,6 +152,7 @@ def _type_as(self: Tensor, other: Tensor) -> Tensor:
 Tensor.to = _to
 Tensor.cpu = _cpu
 Tensor.float = _caster(float32, "float")
+Tensor.double = _caster(float64, "double")  # cpu only: Vulkan devices raise, naming the dtype
 Tensor.half = _caster(float16, "half")
 Tensor.int = _caster(int32, "int")
 Tensor.long = _caster(int32, "long")  # no int64 storage (see dtypes.py)
@@ -162,16 +163,16 @@ Tensor.type_as = _type_as
 
 
 # ---------------------------------------------------------------- new tensors on this one's device
-def _new_zeros(self: Tensor, size: Any, dtype: DType | None = None) -> Tensor:
-    return full(tuple(size), 0, dtype or self.dtype, self._backend)
+def _new_zeros(self: Tensor, *size: Any, dtype: DType | None = None) -> Tensor:
+    return full(size_arg(size), 0, dtype or self.dtype, self._backend)
 
 
-def _new_ones(self: Tensor, size: Any, dtype: DType | None = None) -> Tensor:
-    return full(tuple(size), 1, dtype or self.dtype, self._backend)
+def _new_ones(self: Tensor, *size: Any, dtype: DType | None = None) -> Tensor:
+    return full(size_arg(size), 1, dtype or self.dtype, self._backend)
 
 
 def _new_full(self: Tensor, size: Any, fill_value: float, dtype: DType | None = None) -> Tensor:
-    return full(tuple(size), fill_value, dtype or self.dtype, self._backend)
+    return full(size_arg((size,)), fill_value, dtype or self.dtype, self._backend)
 
 
 Tensor.new_zeros = _new_zeros
@@ -187,6 +188,9 @@ def _where(self: Tensor, condition: Tensor, other: Any) -> Tensor:
 
 Tensor.add = pointwise.add
 Tensor.sub = pointwise.sub
+Tensor.div = pointwise.div
+Tensor.divide = pointwise.div
+Tensor.true_divide = pointwise.true_divide
 Tensor.gelu = pointwise.gelu
 Tensor.leaky_relu = pointwise.leaky_relu
 Tensor.clamp = pointwise.clamp
@@ -195,6 +199,7 @@ Tensor.where = _where
 Tensor.masked_fill = pointwise.masked_fill
 
 Tensor.sum = reduction.sum
+Tensor.prod = reduction.prod
 Tensor.mean = reduction.mean
 Tensor.max = reduction.max
 Tensor.min = reduction.min
@@ -262,7 +267,6 @@ Tensor.allclose = parametric.allclose
 # ---------------------------------------------------------------- scans, sorting, rearranging, scattering
 Tensor.cumsum = scan.cumsum
 Tensor.cumprod = scan.cumprod
-Tensor.prod = scan.prod
 Tensor.sort = sorting.sort
 Tensor.argsort = sorting.argsort
 Tensor.topk = sorting.topk

@@ -49,13 +49,14 @@ _softplus = _parametric("softplus", _softplus_formula, _softplus_grad)
 # elu(x; alpha, scale, input_scale): PyTorch's one kernel behind elu, selu and celu
 _elu = _parametric(
     "elu",
-    lambda m, a, alpha, scale, s_in: scale * m.where(a > 0, a, alpha * (m.exp(a * s_in) - 1.0)),
+    # a >= 0 keeps -0 (PyTorch's expm1(-0) = -0)
+    lambda m, a, alpha, scale, s_in: scale * m.where(a >= 0, a, alpha * (m.exp(a * s_in) - 1.0)),
     lambda m, g, x, alpha, scale, s_in: g * scale * m.where(x > 0, 1.0, alpha * s_in * m.exp(x * s_in)),
 )
 _hardtanh = _parametric(
     "hardtanh",
     lambda m, a, lo, hi: m.minimum(m.maximum(a, lo), hi),
-    # PyTorch's hardtanh_backward: zero at the bounds themselves, unlike clamp's
+    # PyTorch's hardtanh_backward: zero at the bounds themselves, unlike clamp's (and for NaN: README "Differences")
     lambda m, g, x, lo, hi: m.where(m.logical_and(x > lo, x < hi), g, 0.0),
 )
 

@@ -10,10 +10,10 @@ from typing import Any
 
 from ..autograd import Node, is_grad_enabled, record
 from ..backend.elementwise import define
-from ..dtypes import float32
+from ..dtypes import DType, bool_, float32
 from ..tensor import Tensor, from_host
-from ._core import alias, check_inplace, elementwise, rebase_inplace, write_into
-from .elementwise import _add, _gelu, _sub, div, gelu_tanh, maximum, minimum, mul, pow
+from ._core import alias, check_inplace, compute_dtype, elementwise, rebase_inplace, write_into
+from .elementwise import _add, _div, _gelu, _sub, _trunc_divide, floor_divide, gelu_tanh, maximum, minimum, mul, pow
 
 G = Tensor
 
@@ -25,16 +25,46 @@ define("clamp", lambda m, a, lo, hi: m.minimum(m.maximum(a, lo), hi))
 define("lerp", lambda m, a, b, w: a + w * (b - a))
 
 
-def _scaled(other: Any, alpha: float) -> Any:
-    return mul(other, alpha) if isinstance(other, Tensor) else other * alpha
+# input + alpha * other as one fused multiply-add (PyTorch's: no overflow of alpha * other on its own)
+define("add_scaled", lambda m, a, b, alpha: m.fma(b, alpha, a))
+
+
+def _add_scaled(input: Any, other: Any, alpha: float) -> Tensor:  # noqa: A002
+    floats = isinstance(input, Tensor) and isinstance(other, Tensor) and input.dtype.is_floating
+    if not (floats and other.dtype.is_floating):  # integers, Python numbers: no rounding to fuse away
+        return _add(input, mul(other, alpha) if isinstance(other, Tensor) else other * alpha)
+    out = elementwise("add_scaled", input, other, float(alpha))
+    return record(
+        out,
+        "AddBackward",
+        (input, other),
+        lambda n, g: (g if n.needs[0] else None, g * n.extra["alpha"] if n.needs[1] else None),
+        alpha=float(alpha),
+    )
 
 
 def add(input: Any, other: Any, alpha: float = 1) -> Tensor:  # noqa: A002
-    return _add(input, other if alpha == 1 else _scaled(other, alpha))
+    return _add(input, other) if alpha == 1 else _add_scaled(input, other, alpha)
 
 
 def sub(input: Any, other: Any, alpha: float = 1) -> Tensor:  # noqa: A002
-    return _sub(input, other if alpha == 1 else _scaled(other, alpha))
+    return _sub(input, other) if alpha == 1 else _add_scaled(input, other, -alpha)
+
+
+def div(input: Any, other: Any, *, rounding_mode: str | None = None) -> Tensor:  # noqa: A002
+    """True division, or rounded: ``"trunc"`` towards zero, ``"floor"`` down (``//``); integer results stay integer
+    and an integer division by zero raises, as in PyTorch."""
+    if rounding_mode is None:
+        return _div(input, other)
+    if rounding_mode == "floor":
+        return floor_divide(input, other)
+    if rounding_mode == "trunc":
+        return _trunc_divide(input, other)
+    raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found {rounding_mode!r}")
+
+
+true_divide = _div
+divide = div
 
 
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:  # noqa: A002
@@ -75,19 +105,17 @@ def clamp(input: Tensor, min: float | None = None, max: float | None = None) -> 
         out = elementwise("clamp", input, lo, hi)
 
     def rule(n: Node, g: G) -> tuple[Any]:
+        # PyTorch's: g where min <= x <= max (a missing bound always holds; NaN gets no gradient)
         x = n.saved[0]
-        keep = elementwise("logical_and", elementwise("ge", x, n.extra["lo"]), elementwise("le", x, n.extra["hi"]))
+        if min is None:
+            keep = elementwise("le", x, hi)
+        elif max is None:
+            keep = elementwise("ge", x, lo)
+        else:
+            keep = elementwise("logical_and", elementwise("ge", x, lo), elementwise("le", x, hi))
         return (where(keep, g, 0.0),)
 
-    return record(
-        out,
-        "ClampBackward",
-        (input,),
-        rule,
-        (input,),
-        lo=lo if min is not None else -3.4e38,
-        hi=hi if max is not None else 3.4e38,
-    )
+    return record(out, "ClampBackward", (input,), rule, (input,))
 
 
 clip = clamp
@@ -124,7 +152,25 @@ def masked_fill(input: Tensor, mask: Tensor, value: float) -> Tensor:  # noqa: A
 
 
 # ---------------------------------------------------------------- in-place (optimizers, init, user code)
+def can_cast(src: DType, dst: DType) -> bool:
+    """PyTorch's rule for in-place results: no float into an integer or bool tensor, no integer into bool."""
+    if src.is_floating:
+        return dst.is_floating
+    return dst is not bool_ or src is bool_
+
+
+def check_result_type(name: str, op: str, t: Tensor, operands: tuple[Any, ...]) -> None:
+    """``int_tensor.add_(1.5)`` raises as in PyTorch instead of truncating the float result into the tensor."""
+    if not t.dtype.is_floating:  # a float target takes every result
+        result = compute_dtype(op, (t, *operands))
+        if not can_cast(result, t.dtype):
+            raise RuntimeError(
+                f"{name}: result type {result.name} can't be cast to the desired output type {t.dtype.name}"
+            )
+
+
 def _inplace(name: str, op: str, t: Tensor, *operands: Any, functional: Callable[..., Tensor] | None = None) -> Tensor:
+    check_result_type(name, op, t, operands)
     if check_inplace(t, name):
         assert functional is not None, name
         return rebase_inplace(t, functional(alias(t), *operands))
@@ -133,12 +179,16 @@ def _inplace(name: str, op: str, t: Tensor, *operands: Any, functional: Callable
 
 def add_(t: Tensor, other: Any, alpha: float = 1) -> Tensor:
     if alpha != 1:
-        other = _scaled(other, alpha)
+        if isinstance(other, Tensor) and t.dtype.is_floating and other.dtype.is_floating:
+            return _inplace("add_", "add_scaled", t, other, float(alpha), functional=_add_scaled)
+        other = mul(other, alpha) if isinstance(other, Tensor) else other * alpha
     return _inplace("add_", "add", t, other, functional=_add)
 
 
 def sub_(t: Tensor, other: Any, alpha: float = 1) -> Tensor:
-    return add_(t, other, -alpha)
+    if alpha != 1:
+        return add_(t, other, -alpha)
+    return _inplace("sub_", "sub", t, other, functional=_sub)
 
 
 def mul_(t: Tensor, other: Any) -> Tensor:
@@ -146,7 +196,7 @@ def mul_(t: Tensor, other: Any) -> Tensor:
 
 
 def div_(t: Tensor, other: Any) -> Tensor:
-    return _inplace("div_", "div", t, other, functional=div)
+    return _inplace("div_", "div", t, other, functional=_div)
 
 
 def pow_(t: Tensor, other: Any) -> Tensor:
@@ -154,6 +204,9 @@ def pow_(t: Tensor, other: Any) -> Tensor:
 
 
 def clamp_(t: Tensor, min: float | None = None, max: float | None = None) -> Tensor:  # noqa: A002
+    for bound in (min, max):
+        if bound is not None:
+            check_result_type("clamp_", "maximum", t, (bound,))
     if check_inplace(t, "clamp_"):
         return rebase_inplace(t, clamp(alias(t), min, max))
     if min is not None and max is not None:
@@ -202,6 +255,7 @@ def addcdiv_(t: Tensor, tensor1: Tensor, tensor2: Tensor, value: float = 1) -> T
 
 def lerp_(t: Tensor, end: Any, weight: float) -> Tensor:
     """``t += weight * (end - t)`` (no autograd: an optimizer helper)."""
+    check_result_type("lerp_", "lerp", t, (end, float(weight)))
     return write_into(t, "lerp", t, end, float(weight))
 
 

@@ -158,7 +158,7 @@ def _segment_of(repeats: Tensor, total: int) -> Tensor:
     """For each of ``total`` output positions, the index of the segment (of ``repeats[i]`` positions each) it lies
     in: the count of segment ends at or before it (a scatter-add of ones at the ends, then a cumulative sum)."""
     ends = cumsum(repeats, 0)
-    ones = repeats.new_ones(ends.shape, int32)
+    ones = repeats.new_ones(ends.shape, dtype=int32)
     marks = full((total + 1,), 0, int32, repeats._backend).scatter_add(0, elementwise("minimum", ends, total), ones)
     return cumsum(marks[:total], 0)
 

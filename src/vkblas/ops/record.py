@@ -62,6 +62,7 @@ def unary_op(
     grad: GradRule | None = None,
     fused_grad: Callable[..., Any] | None = None,
     float_only: bool = False,
+    integer_only: bool = False,
     returns_bool: bool = False,
     method: bool = True,
     inplace: bool = False,
@@ -69,7 +70,7 @@ def unary_op(
 ) -> Callable[[Tensor], Tensor]:
     """Record a one-operand elementwise op; returns its function (see the module docstring)."""
     formula = _formula(name, formula, math, 1)
-    define(name, formula, float_only=float_only, returns_bool=returns_bool)
+    define(name, formula, float_only=float_only, integer_only=integer_only, returns_bool=returns_bool)
     grads = None if grad is None and fused_grad is None else (grad or _fused(name, fused_grad, float_only),)
 
     def function(input: Tensor) -> Tensor:  # noqa: A002 - PyTorch's argument name
@@ -77,6 +78,9 @@ def unary_op(
         if input.requires_grad and is_grad_enabled() and grads is not None:
             _attach(RECORDS[name], out, input, None)
         return out
+
+    if integer_only:
+        function = _integers_only(name, function)
 
     _register(name, 1, function, grads, method, inplace, export, f"Elementwise ``{name}``")
     return function
@@ -89,13 +93,17 @@ def binary_op(
     math: MathFunction | None = None,
     grad: tuple[GradRule, GradRule] | None = None,
     float_only: bool = False,
+    integer_only: bool = False,
     returns_bool: bool = False,
+    check: Callable[[Any, Any], None] | None = None,
     method: bool = True,
     export: bool = True,
 ) -> Callable[[Any, Any], Tensor]:
-    """Record a two-operand elementwise op (broadcasting, Python numbers on either side); returns its function."""
+    """Record a two-operand elementwise op (broadcasting, Python numbers on either side); returns its function.
+    ``check(input, other)`` runs first: a rule on the operands' values (a negative integer power, an integer
+    division by zero) that raises as PyTorch does."""
     formula = _formula(name, formula, math, 2)
-    define(name, formula, float_only=float_only, returns_bool=returns_bool)
+    define(name, formula, float_only=float_only, integer_only=integer_only, returns_bool=returns_bool)
 
     def function(input: Any, other: Any) -> Tensor:  # noqa: A002
         out = elementwise(name, input, other)
@@ -104,11 +112,35 @@ def binary_op(
                 _attach(RECORDS[name], out, input, other)
         return out
 
+    if check is not None:
+        unchecked = function
+
+        def function(input: Any, other: Any) -> Tensor:  # noqa: A002
+            check(input, other)
+            return unchecked(input, other)
+
+    if integer_only:
+        function = _integers_only(name, function)
+
     _register(name, 2, function, grad, method, False, export, f"Elementwise ``{name}`` with broadcasting")
     return function
 
 
 # ---------------------------------------------------------------- derived parts
+def _integers_only(name: str, function: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """Refuse float operands (bitwise ops) as PyTorch does, before the op runs: the common path of every other
+    op pays nothing for the rule."""
+
+    def checked(*operands: Any) -> Tensor:
+        for o in operands:
+            if isinstance(o, float) or (isinstance(o, Tensor) and o.dtype.is_floating):
+                what = repr(o.dtype) if isinstance(o, Tensor) else "a Python float"
+                raise NotImplementedError(f"{name} is only implemented for integer and bool tensors, got {what}")
+        return function(*operands)
+
+    return checked
+
+
 def _formula(name: str, formula: Callable[..., Any] | None, math: MathFunction | None, arity: int) -> Any:
     """The record's formula; ``math=`` adds a math function of the op's name and makes the formula a call of it."""
     if math is None:
@@ -183,7 +215,7 @@ def inplace_function(rec: OpRecord) -> Callable[[Tensor], Tensor]:
 
     def function(t: Tensor) -> Tensor:
         if float_only and not t.dtype.is_floating:  # PyTorch: the float result cannot be stored in place
-            raise RuntimeError(f"{name}_: result type Float can't be cast to the desired output type {t.dtype!r}")
+            raise RuntimeError(f"{name}_: result type float32 can't be cast to the desired output type {t.dtype.name}")
         if check_inplace(t, name + "_"):
             return rebase_inplace(t, rec.function(alias(t)))
         return write_into(t, name, t)

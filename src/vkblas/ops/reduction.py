@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import builtins
 from collections import namedtuple
 from collections.abc import Sequence
 from typing import Any
 
-from ..autograd import Node, record
+from ..autograd import Node, no_grad, record
 from ..backend.elementwise import define
-from ..dtypes import BYTES, bool_, float32, int32
+from ..dtypes import BYTES, bool_, float32, int32, to_dtype
 from ..tensor import Tensor, empty, norm_dim
-from ._core import cast, elementwise, norm_dims
+from ._core import cast, elementwise, full, norm_dims, numpy_aliases
 from .elementwise import abs, exp, log, maximum, minimum, sqrt, square
 from .pointwise import where
 
@@ -30,14 +31,17 @@ def _reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdim: bool)
     return tuple(n for i, n in enumerate(shape) if i not in axes)
 
 
-def _raw_reduce(op: str, x: Tensor, axes: tuple[int, ...], keepdim: bool) -> Tensor:
+def _raw_reduce(op: str, x: Tensor, axes: tuple[int, ...], keepdim: bool, name: str | None = None) -> Tensor:
+    """The backend reduction; ``name`` is the op the user called (named in the error for an empty dim)."""
     if x.dtype in BYTES:  # 8-bit storage reduces in int32; max/min give the input's dtype back
-        out = _raw_reduce(op, cast(x, int32), axes, keepdim)
+        out = _raw_reduce(op, cast(x, int32), axes, keepdim, name)
         return cast(out, x.dtype) if op in ("max", "min") else out
-    if op != "sum":
+    if op not in ("sum", "prod"):
         for a in axes:
             if x.shape[a] == 0:
-                raise IndexError(f"{op}(): Expected reduction dim {a} to have non-zero size (input shape {x.shape})")
+                raise IndexError(
+                    f"{name or op}(): Expected reduction dim {a} to have non-zero size (input shape {x.shape})"
+                )
     odt = int32 if op.startswith("arg") else x.dtype
     out = empty(_reduced_shape(x.shape, axes, False), odt, x._backend)
     if out.numel():
@@ -51,12 +55,17 @@ def _expand_back(g: Tensor, shape: tuple[int, ...], axes: tuple[int, ...], keepd
     return g.expand(shape)
 
 
-def sum(input: Tensor, dim: Dims = None, keepdim: bool = False, dtype: Any = None) -> Tensor:  # noqa: A001,A002
-    x = input
-    if x.dtype is bool_ or x.dtype in BYTES:  # PyTorch: int64
-        x = cast(x, int32)
+def accumulated(x: Tensor, dtype: Any) -> Tensor:
+    """The input of a sum or product: cast to ``dtype`` when given, else bool and 8-bit ints as int32 (PyTorch:
+    int64)."""
     if dtype is not None:
-        x = x.to(dtype)
+        return x.to(to_dtype(dtype))
+    return cast(x, int32) if x.dtype is bool_ or x.dtype in BYTES else x
+
+
+@numpy_aliases
+def sum(input: Tensor, dim: Dims = None, keepdim: bool = False, dtype: Any = None) -> Tensor:  # noqa: A001,A002
+    x = accumulated(input, dtype)
     axes = norm_dims(dim, x.ndim)
     if not axes and dim is not None and not isinstance(dim, int):
         return x
@@ -66,6 +75,34 @@ def sum(input: Tensor, dim: Dims = None, keepdim: bool = False, dtype: Any = Non
     )
 
 
+@numpy_aliases
+def prod(input: Tensor, dim: int | None = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:  # noqa: A002
+    """Product over ``dim`` (all dims when None); 1 over an empty dim (bool and ints give int32). Its gradient is
+    the product of the other elements, also where some are zero (not ``out / x``)."""
+    x = accumulated(input, dtype)
+    if dim is not None and not isinstance(dim, int):
+        raise TypeError(f"prod(): dim must be an int or None, got {dim!r}")
+    axes = norm_dims(dim, x.ndim)
+    out = _raw_reduce("prod", x, axes, keepdim)
+
+    def rule(n: Node, g: Tensor) -> tuple[Tensor]:
+        # d out / d x_i = the product of the other elements: out / x_i where no element is 0; else, with p the
+        # product of the non-zero elements, p for the only zero and 0 * p (or 0 * p / x_i) for the rest (NaN when
+        # p is inf or NaN, as the product of the others is in PyTorch)
+        xs, o = n.saved
+        zero = elementwise("eq", xs, 0)
+        zeros = sum(cast(zero, int32), axes, keepdim=True)
+        p = _raw_reduce("prod", where(zero, 1.0, xs), axes, True)
+        gk = _expand_back(g, xs.shape, axes, keepdim)
+        ok = _expand_back(o, xs.shape, axes, keepdim)
+        at_zero = where(elementwise("eq", zeros, 1), p, p * 0.0)
+        others = where(zero, at_zero, (p / xs) * 0.0)
+        return (gk * where(elementwise("eq", zeros, 0), ok / xs, others),)
+
+    return record(out, "ProdBackward", (x,), rule, (x, out.detach()))
+
+
+@numpy_aliases
 def mean(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A002
     if not input.dtype.is_floating:
         raise RuntimeError(
@@ -79,6 +116,10 @@ def mean(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # n
 
 
 def _minmax(op: str, input: Tensor, dim: int | None, keepdim: bool) -> Any:
+    if dim is not None and input.ndim == 0:  # dim 0 / -1 of a 0-d tensor: the value itself, index 0
+        norm_dim(dim, 0)
+        values = record(input.clone(), op.capitalize() + "Backward", (input,), lambda n, g: (g,))
+        return ValuesIndices(values, input.new_zeros((), dtype=int32))
     if dim is None:
         if input.numel() == 0:
             raise RuntimeError(f"{op}(): Expected reduction dim to be specified for input.numel() == 0.")
@@ -86,13 +127,15 @@ def _minmax(op: str, input: Tensor, dim: int | None, keepdim: bool) -> Any:
 
         def rule_all(n: Node, g: Tensor) -> tuple[Tensor]:
             x, m = n.saved
-            mask = cast(elementwise("eq", x, m), x.dtype)
-            return (mask * (g / sum(mask)),)  # ties share the gradient evenly, as in PyTorch
+            # ties share the gradient evenly, as in PyTorch; a NaN result is tied with every NaN
+            tie = elementwise("logical_or", elementwise("eq", x, m), elementwise("ne", x, x) & (m != m))
+            mask = cast(tie, x.dtype)
+            return (mask * (g / sum(mask)),)
 
         return record(out, op.capitalize() + "Backward", (input,), rule_all, (input, out.detach()))
     d = norm_dim(dim, input.ndim)
     values = _raw_reduce(op, input, (d,), keepdim)
-    indices = _raw_reduce("arg" + op, input, (d,), keepdim)
+    indices = _raw_reduce("arg" + op, input, (d,), keepdim, op)
 
     def rule(n: Node, g: Tensor) -> tuple[Tensor]:
         idx = indices if keepdim else indices.unsqueeze(d)
@@ -103,21 +146,30 @@ def _minmax(op: str, input: Tensor, dim: int | None, keepdim: bool) -> Any:
     return ValuesIndices(values, indices)
 
 
+@numpy_aliases
 def max(input: Tensor, dim: Any = None, keepdim: bool = False) -> Any:  # noqa: A001,A002
     if isinstance(dim, Tensor):
         return maximum(input, dim)
     return _minmax("max", input, dim, keepdim)
 
 
+@numpy_aliases
 def min(input: Tensor, dim: Any = None, keepdim: bool = False) -> Any:  # noqa: A001,A002
     if isinstance(dim, Tensor):
         return minimum(input, dim)
     return _minmax("min", input, dim, keepdim)
 
 
-def amax(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A002
+def _extreme(op: str, input: Tensor, dim: Dims, keepdim: bool) -> Tensor:
+    """amax / amin: the gradient is shared evenly between ties (PyTorch)."""
+    name = "amax" if op == "max" else "amin"
     axes = norm_dims(dim, input.ndim)
-    out = _raw_reduce("max", input, axes, keepdim)
+    if dim is None and input.numel() == 0:
+        raise RuntimeError(
+            f"{name}(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim "
+            f"with the 'dim' argument (input shape {input.shape})."
+        )
+    out = _raw_reduce(op, input, axes, keepdim, name)
 
     def rule(n: Node, g: Tensor) -> tuple[Tensor]:
         x, m = n.saved
@@ -127,39 +179,59 @@ def amax(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # n
         gk = g if keepdim else g.reshape(_reduced_shape(x.shape, axes, True))
         return (mask * (gk / cnt),)
 
-    return record(out, "AmaxBackward", (input,), rule, (input, out.detach()))
+    return record(out, name.capitalize() + "Backward", (input,), rule, (input, out.detach()))
 
 
+@numpy_aliases
+def amax(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A002
+    return _extreme("max", input, dim, keepdim)
+
+
+@numpy_aliases
 def amin(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A002
-    return -amax(-input, dim, keepdim)
+    return _extreme("min", input, dim, keepdim)
 
 
 def _arg(op: str, input: Tensor, dim: int | None, keepdim: bool) -> Tensor:
-    if dim is None:
+    if dim is None or input.ndim == 0:
+        if dim is not None:
+            norm_dim(dim, 0)
+        if input.numel() == 0:
+            raise IndexError(f"{op}(): Expected reduction dim to be specified for input.numel() == 0.")
         flat = input.reshape(-1)
         out = _raw_reduce(op, flat, (0,), False)
         return out.reshape((1,) * input.ndim) if keepdim else out
     return _raw_reduce(op, input, (norm_dim(dim, input.ndim),), keepdim)
 
 
+@numpy_aliases
 def argmax(input: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:  # noqa: A002
     return _arg("argmax", input, dim, keepdim)
 
 
+@numpy_aliases
 def argmin(input: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:  # noqa: A002
     return _arg("argmin", input, dim, keepdim)
 
 
+def _count(input: Tensor, op: str, dim: Dims, keepdim: bool) -> Tensor:
+    """How many elements are ``op`` (``ne`` / ``eq``) 0 along ``dim``: all/any by counting, so an empty reduction
+    gives PyTorch's True / False (a count of 0) instead of a max/min with no identity."""
+    b = elementwise(op, input, False if input.dtype is bool_ else 0)
+    return _raw_reduce("sum", cast(b, int32), norm_dims(dim, input.ndim), keepdim)
+
+
+@numpy_aliases
 def all(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001,A002
-    b = input if input.dtype is bool_ else elementwise("ne", input, 0)
-    return elementwise("eq", _raw_reduce("min", cast(b, int32), norm_dims(dim, input.ndim), keepdim), 1)
+    return elementwise("eq", _count(input, "eq", dim, keepdim), 0)
 
 
+@numpy_aliases
 def any(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001,A002
-    b = input if input.dtype is bool_ else elementwise("ne", input, 0)
-    return elementwise("eq", _raw_reduce("max", cast(b, int32), norm_dims(dim, input.ndim), keepdim), 1)
+    return elementwise("gt", _count(input, "ne", dim, keepdim), 0)
 
 
+@numpy_aliases
 def var(
     input: Tensor,
     dim: Dims = None,
@@ -174,11 +246,22 @@ def var(
     n = 1
     for a in axes:
         n *= input.shape[a]
-    centered = input - mean(input, axes, keepdim=True)
-    scale = 1.0 / (n - correction) if n - correction > 0 else float("nan")
-    return sum(square(centered), axes, keepdim) * scale
+    # sum / max(0, n - correction), as PyTorch: inf past the count (nan where the sum is 0, e.g. one element)
+    scale = 1.0 / (n - correction) if n - correction > 0 else float("inf")
+    grad_scale = 2.0 / (n - correction) if n != correction else float("inf")  # unclamped, as PyTorch's
+    with no_grad():
+        centered = input - mean(input, axes, keepdim=True)
+        out = sum(square(centered), axes, keepdim) * scale
+
+    def rule(node: Node, g: Tensor) -> tuple[Tensor]:
+        # PyTorch's rule, 2 (x - mean) g / (n - correction): the mean's own gradient term vanishes mathematically
+        # (it would turn one infinite element into NaN gradients for its whole slice)
+        return (_expand_back(g, input.shape, axes, keepdim) * node.saved[0] * grad_scale,)
+
+    return record(out, "VarBackward", (input,), rule, (centered,))
 
 
+@numpy_aliases
 def std(
     input: Tensor,
     dim: Dims = None,
@@ -190,16 +273,35 @@ def std(
     return sqrt(var(input, dim, unbiased, keepdim, correction=correction))
 
 
+@numpy_aliases
 def logsumexp(input: Tensor, dim: Dims, keepdim: bool = False) -> Tensor:  # noqa: A002
     axes = norm_dims(dim, input.ndim)
-    m = amax(input.detach(), axes, keepdim=True)
-    m = where(elementwise("eq", abs(m), float("inf")), 0.0, m)  # all -inf rows stay -inf, not nan
-    out = log(sum(exp(input - m), axes, keepdim=True)) + m
+    if builtins.any(input.shape[a] == 0 for a in axes):  # log(sum of nothing) = log 0
+        shape = _reduced_shape(input.shape, axes, keepdim)
+        return record(
+            full(shape, float("-inf"), input.dtype, input._backend),
+            "LogsumexpBackward",
+            (input,),
+            lambda n, g: (g.new_zeros(input.shape),),
+        )
+    with no_grad():
+        m = amax(input, axes, keepdim=True)
+        m = where(elementwise("eq", abs(m), float("inf")), 0.0, m)  # all -inf rows stay -inf, not nan
+        out = log(sum(exp(input - m), axes, keepdim=True)) + m
+
+    def rule(n: Node, g: Tensor) -> tuple[Tensor]:  # PyTorch's: g * exp(x - logsumexp(x))
+        x, o = n.saved
+        return (_expand_back(g, x.shape, axes, keepdim) * exp(x - o),)
+
+    out = record(out, "LogsumexpBackward", (input,), rule, (input, out))
     return out if keepdim else out.reshape(_reduced_shape(input.shape, axes, False))
 
 
 def _softmax_rows(x: Tensor, dim: int, log: bool) -> Tensor:
     """softmax / log_softmax as one node: 4 dispatches forward, 2 backward (instead of ~10 and ~15 composed)."""
+    if x.ndim == 0:  # dim 0 / -1 of a 0-d tensor: a row of one
+        norm_dim(dim, 0)
+        return _softmax_rows(x.reshape(1), 0, log).reshape(())
     d = norm_dim(dim, x.ndim)
     mx = _raw_reduce("max", x, (d,), True) if x.numel() else x.sum(d, keepdim=True)
     e = elementwise("exp_sub", x, mx)
@@ -215,11 +317,13 @@ def _softmax_rows(x: Tensor, dim: int, log: bool) -> Tensor:
     return record(out, "LogSoftmaxBackward" if log else "SoftmaxBackward", (x,), rule, (out.detach(),))
 
 
+@numpy_aliases
 def softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:  # noqa: A002
     x = input if dtype is None else input.to(dtype)
     return _softmax_rows(x if x.dtype.is_floating else x.to(float32), dim, log=False)
 
 
+@numpy_aliases
 def log_softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:  # noqa: A002
     x = input if dtype is None else input.to(dtype)
     return _softmax_rows(x if x.dtype.is_floating else x.to(float32), dim, log=True)

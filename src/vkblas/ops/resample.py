@@ -2,7 +2,8 @@
 ``bilinear`` resampling, with PyTorch's source-index rules (``align_corners`` and scale factors included).
 
 Each spatial axis is resampled on its own (bilinear is linear along H, then along W): ``nearest`` is one gather of
-the chosen rows; ``linear`` gathers the two neighbours and blends them, ``a + (b - a) * w``. The indices and
+the chosen rows; ``linear`` gathers the two neighbours and blends them as PyTorch does, ``a * (1 - w) + b * w``
+(so an infinite neighbour with weight 0 gives NaN there, and one with weight in (0, 1) gives inf). The indices and
 weights depend only on the sizes, so they are computed once on the host per (device, sizes, mode) and cached; the
 ops are differentiable, so the gradient needs no rule of its own.
 """
@@ -33,7 +34,7 @@ def _source_scale(n_in: int, n_out: int, scale: float | None, align_corners: boo
 def _tables(
     x: Tensor, mode: str, n_in: int, n_out: int, scale: float | None, align_corners: bool
 ) -> tuple[Tensor, ...]:
-    """(index,) for the nearest modes, (lower index, upper index, weight of the upper) for linear."""
+    """(index,) for the nearest modes, (lower index, upper index, weight of the lower, of the upper) for linear."""
     key = (id(x._backend), x.dtype.name, mode, n_in, n_out, scale, align_corners)
     t = _TABLES.get(key)
     if t is not None:
@@ -51,6 +52,7 @@ def _tables(
         t = (
             from_host(lo.astype(np.int32), int32, x._backend),
             from_host(hi.astype(np.int32), int32, x._backend),
+            from_host(1.0 - (src - lo), x.dtype, x._backend),
             from_host(src - lo, x.dtype, x._backend),
         )
     _TABLES[key] = t
@@ -61,9 +63,9 @@ def _resample_axis(x: Tensor, d: int, mode: str, n_out: int, scale: float | None
     tables = _tables(x, mode, x.shape[d], n_out, scale, align_corners)
     if len(tables) == 1:
         return take_along(x, d, tables[0])
-    lo, hi, w = tables
-    a, b = take_along(x, d, lo), take_along(x, d, hi)
-    return a + (b - a) * w.reshape(n_out, *(1,) * (x.ndim - d - 1))
+    lo, hi, w_lo, w_hi = tables
+    shape = (n_out, *(1,) * (x.ndim - d - 1))
+    return take_along(x, d, lo) * w_lo.reshape(shape) + take_along(x, d, hi) * w_hi.reshape(shape)
 
 
 def interpolate(

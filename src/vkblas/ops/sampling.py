@@ -11,6 +11,8 @@ draws without replacement): a bad row raises at the next sync point, as CUDA's d
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..backend.elementwise import define
 from ..dtypes import int32
 from ..random import Generator
@@ -18,17 +20,9 @@ from ..tensor import Tensor
 from ._core import cast, elementwise
 from .indexing import check_index
 from .random import random_tensor
-from .reduction import amax
 from .scan import cumsum
 from .sorting import topk
-from .unary_math import _INF
 
-# 1 for a weight that is no probability: negative, infinite or NaN (by its bits: ``x != x`` folds under fast-math)
-define(
-    "bad_weight",
-    lambda m, w: m.logical_or(w < 0, m.logical_or(m.abs(w) == _INF, m.nan_flag(w) > 0)),
-    returns_bool=True,
-)
 # log(u) / w: the Efraimidis-Spirakis key (-inf for a zero weight)
 define("es_key", lambda m, u, w: m.log(u) / w, float_only=True)
 
@@ -56,7 +50,8 @@ def multinomial(
             f"({num_samples} > {n})"
         )
     w = input.detach() if input.ndim == 2 else input.detach().unsqueeze(0)
-    check_index(amax(cast(elementwise("bad_weight", w), int32), -1), 0, 1, _NOT_PROBABILITIES, RuntimeError)
+    # a weight that is no probability: negative, infinite or NaN (outside [0, the largest finite value])
+    w._backend.check_values(w._view, 0.0, float(np.finfo(w.dtype.np).max), _NOT_PROBABILITIES, RuntimeError)
     positive = cast(elementwise("gt", w, 0), int32).sum(-1)
     check_index(
         positive, 1, n + 1, "multinomial: invalid multinomial distribution (sum of probabilities <= 0)", RuntimeError

@@ -146,8 +146,7 @@ def scatter_reduce(
         s = s[tuple(slice(0, k) for k in idx.shape)]
     count = _scattered(x, d, idx)
     hit = elementwise("gt", count, 0)
-    start = x if include_self else where(hit, _identity(reduce, x.dtype), x)
-    out = _raw("sum" if reduce == "mean" else reduce, start.clone(), d, idx, s)
+    out = _reduced("sum" if reduce == "mean" else reduce, x, d, idx, s, include_self, hit)
     if reduce == "mean":
         total = elementwise("add", count, 1) if include_self else elementwise("maximum", count, 1)
         mean = elementwise("div", out, total)
@@ -173,6 +172,12 @@ def _pad_to(t: Tensor, shape: tuple[int, ...]) -> Tensor:
     return padded
 
 
+def _reduced(op: str, x: Tensor, d: int, idx: Tensor, s: Tensor, include_self: bool, hit: Tensor) -> Tensor:
+    """``x.scatter_reduce(d, idx, s, op, include_self)`` for sum / prod / amax / amin (no autograd)."""
+    start = x if include_self else where(hit, _identity(op, x.dtype), x)
+    return _raw(op, start.clone(), d, idx, s)
+
+
 def _reduce_grads(
     op: str,
     include_self: bool,
@@ -185,38 +190,31 @@ def _reduce_grads(
     count: Tensor,
     hit: Tensor,
 ) -> tuple[Tensor, Tensor]:
-    """(gradient of ``input``, of the index-shaped part of ``src``) of ``scatter_reduce``."""
-    keep_self = 1.0 if include_self else 0.0  # does a scattered position's old value take part?
-    if op == "sum":
-        return where(hit, g * keep_self, g), gather_unchecked(g, d, idx)
-    if op == "mean":
-        n = elementwise("add", count, 1) if include_self else elementwise("maximum", count, 1)
-        gm = g / cast(n, g.dtype)
-        return where(hit, gm * keep_self, g), gather_unchecked(gm, d, idx)
-    if op in ("amax", "amin"):
-        # ties share: the number of contributors equal to the result at each position
-        o_at = gather_unchecked(out, d, idx)
-        src_eq = cast(elementwise("eq", s, o_at), g.dtype)
-        self_eq = cast(elementwise("eq", x, out), g.dtype) * keep_self
-        ties = _raw("sum", self_eq.clone(), d, idx, src_eq)
-        share = g / where(hit, ties, 1.0)
-        return where(hit, self_eq * share, g), src_eq * gather_unchecked(share, d, idx)
-    # prod: each contributor gets the product of the others; with one zero in a group, only the zero does
-    zero_s, zero_x = elementwise("eq", s, 0), elementwise("eq", x, 0)
-    own_zeros = cast(zero_x, int32) if include_self else full(x.shape, 0, int32, x._backend)
-    zeros = _raw("sum", own_zeros, d, idx, cast(zero_s, int32))
-    base = where(zero_x, 1.0, x) if include_self else full(x.shape, 1.0, x.dtype, x._backend)
-    nonzero_prod = _raw("prod", base.clone(), d, idx, where(zero_s, 1.0, s))
-
-    def each(v: Tensor, is_zero: Tensor, z: Tensor, p: Tensor, prod: Tensor, gg: Tensor) -> Tensor:
-        no_zero = elementwise("eq", z, 0)
-        lone = elementwise("logical_and", is_zero, elementwise("eq", z, 1))
-        return gg * where(no_zero, prod / where(is_zero, 1.0, v), where(lone, p, 0.0))
-
-    gx = each(x, zero_x, zeros, nonzero_prod, out, g)
+    """(gradient of ``input``, of the index-shaped part of ``src``) of ``scatter_reduce``: PyTorch's formulas
+    (``scatter_reduce_backward``), so that NaN, infinities and ties give its results too."""
     at = lambda t: gather_unchecked(t, d, idx)  # noqa: E731
-    gs = each(s, zero_s, at(zeros), at(nonzero_prod), at(out), at(g))
-    return where(hit, gx * keep_self, g), gs
+    if op in ("sum", "mean"):
+        if op == "mean":
+            n = elementwise("add", count, 1) if include_self else elementwise("maximum", count, 1)
+            g = g / cast(n, g.dtype)
+        g_self, g_src = g, at(g)
+    elif op in ("amax", "amin"):
+        # ties share evenly: the contributors equal to the result (PyTorch counts the old value among them also
+        # without include_self; a NaN result has none, and its gradient is NaN, as there)
+        self_eq = cast(elementwise("eq", x, out), g.dtype)
+        src_eq = cast(elementwise("eq", s, at(out)), g.dtype)
+        share = g / _raw("sum", self_eq.clone(), d, idx, src_eq)
+        g_self, g_src = self_eq * share, src_eq * at(share)
+    else:  # prod: each contributor gets the product of the others, exact where zeros take part
+        masked_x = where(elementwise("eq", x, 0), 1.0, x)
+        g_self = g * _reduced("prod", masked_x, d, idx, s, include_self, hit) / masked_x
+        zero_s = elementwise("eq", s, 0)
+        zeros = at(_raw("sum", x.new_zeros(x.shape), d, idx, cast(zero_s, x.dtype)))
+        lone = elementwise("logical_and", zero_s, elementwise("eq", zeros, 1))
+        others = _reduced("prod", x, d, idx, where(lone, 1.0, s), include_self, hit)
+        g_src = where(lone, at(g * others), at(g * out) / where(zero_s, 1.0, s))
+    # without include_self the old values of the scattered positions are gone
+    return (g_self if include_self else where(hit, 0.0, g_self)), g_src
 
 
 def _expanded_index(index: Tensor, like: Tensor, d: int) -> Tensor:

@@ -11,7 +11,7 @@ from ..autograd import Node, record
 from ..backend.base import View, contiguous_strides, numel
 from ..dtypes import DType, promote
 from ..tensor import Tensor, check_backend, empty, norm_dim
-from ._core import cast, clone, expand_view, same_backend, write_into
+from ._core import cast, clone, expand_view, numpy_aliases, same_backend, write_into
 
 
 def _view_of(x: Tensor, view: View, name: str, rule: Any) -> Tensor:
@@ -107,15 +107,17 @@ def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:  # 
     return reshape(input, (*shape[:s], numel(shape[s : e + 1]), *shape[e + 1 :]))
 
 
+@numpy_aliases
 def squeeze(input: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:  # noqa: A002
     if dim is None:
         dims = {i for i, n in enumerate(input.shape) if n == 1}
     else:
         dims = {norm_dim(d, input.ndim) for d in ((dim,) if isinstance(dim, int) else dim)}
-        dims = {d for d in dims if input.shape[d] == 1}
+        dims = {d for d in dims if input.ndim and input.shape[d] == 1}  # a 0-d tensor takes dim 0 / -1
     return reshape(input, tuple(n for i, n in enumerate(input.shape) if i not in dims))
 
 
+@numpy_aliases
 def unsqueeze(input: Tensor, dim: int) -> Tensor:  # noqa: A002
     d = norm_dim(dim, input.ndim + 1)
     return reshape(input, (*input.shape[:d], 1, *input.shape[d:]))
@@ -123,6 +125,8 @@ def unsqueeze(input: Tensor, dim: int) -> Tensor:  # noqa: A002
 
 def permute(input: Tensor, *dims: Any) -> Tensor:  # noqa: A002
     order = tuple(norm_dim(d, input.ndim) for d in _shape_arg(dims))
+    if input.ndim == 0 and order in ((), (0,)):  # permute(0) of a 0-d tensor
+        return input
     if sorted(order) != list(range(input.ndim)):
         raise RuntimeError(f"permute: dims {order} are not a permutation of the {input.ndim} dims of {input.shape}")
     v = input._view
@@ -138,6 +142,8 @@ def permute(input: Tensor, *dims: Any) -> Tensor:  # noqa: A002
 def transpose(input: Tensor, dim0: int, dim1: int) -> Tensor:  # noqa: A002
     order = list(range(input.ndim))
     a, b = norm_dim(dim0, input.ndim), norm_dim(dim1, input.ndim)
+    if input.ndim == 0:  # dims 0 / -1 of a 0-d tensor
+        return input
     order[a], order[b] = order[b], order[a]
     return permute(input, order)
 
@@ -194,11 +200,13 @@ def contiguous(input: Tensor) -> Tensor:  # noqa: A002
     return clone(input)
 
 
+@numpy_aliases
 def narrow(input: Tensor, dim: int, start: int, length: int) -> Tensor:  # noqa: A002
     d = norm_dim(dim, input.ndim)
     return input[(slice(None),) * d + (slice(start, start + length),)]
 
 
+@numpy_aliases
 def split(input: Tensor, split_size_or_sections: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:  # noqa: A002
     d = norm_dim(dim, input.ndim)
     n = input.shape[d]
@@ -220,20 +228,26 @@ def split(input: Tensor, split_size_or_sections: int | Sequence[int], dim: int =
     return tuple(out)
 
 
+@numpy_aliases
 def chunk(input: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:  # noqa: A002
     n = input.shape[norm_dim(dim, input.ndim)]
     return split(input, builtins.max(1, -(-n // chunks)), dim)
 
 
+@numpy_aliases
 def unbind(input: Tensor, dim: int = 0) -> tuple[Tensor, ...]:  # noqa: A002
     d = norm_dim(dim, input.ndim)
     return tuple(input[(slice(None),) * d + (i,)] for i in range(input.shape[d]))
 
 
+@numpy_aliases
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     tensors = list(tensors)
     if not tensors:
         raise RuntimeError("cat(): expected a non-empty list of Tensors")
+    for i, x in enumerate(tensors):
+        if x.ndim == 0:
+            raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be concatenated")
     ref = builtins.max(tensors, key=lambda x: x.ndim)
     d = norm_dim(dim, ref.ndim)
     backend = same_backend("cat", tensors)
@@ -266,6 +280,7 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     return record(out, "CatBackward", parts, rule)
 
 
+@numpy_aliases
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     tensors = list(tensors)
     if not tensors:

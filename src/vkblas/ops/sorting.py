@@ -49,7 +49,7 @@ def sort(
 ) -> ValuesIndices:
     """``(values, indices)`` of ``input`` sorted along ``dim`` (always stable here; int32 indices)."""
     if input.ndim == 0:
-        return ValuesIndices(input.clone(), input.new_zeros((), int32))
+        return ValuesIndices(input.clone(), input.new_zeros((), dtype=int32))
     d = norm_dim(dim, input.ndim)
     values, indices = raw_sort(input, d, descending)
     return ValuesIndices(_gathered(values, indices, input, d, "SortBackward"), indices)
@@ -58,7 +58,7 @@ def sort(
 def argsort(input: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:  # noqa: A002
     """The int32 indices that sort ``input`` along ``dim`` (stable)."""
     if input.ndim == 0:
-        return input.new_zeros((), int32)
+        return input.new_zeros((), dtype=int32)
     return raw_sort(input, norm_dim(dim, input.ndim), descending)[1]
 
 
@@ -75,7 +75,7 @@ def topk(
     if not 0 <= k <= n:
         raise RuntimeError(f"topk: selected index k={k} is out of range for dimension of size {n} ({input.shape})")
     if input.ndim == 0:
-        return ValuesIndices(input.clone(), input.new_zeros((), int32))
+        return ValuesIndices(input.clone(), input.new_zeros((), dtype=int32))
     d = norm_dim(dim, input.ndim)
     values, indices = raw_sort(input, d, descending=largest)
     values, indices = values.narrow(d, 0, k).contiguous(), indices.narrow(d, 0, k).contiguous()

@@ -13,6 +13,7 @@ from typing import Any as _Any
 
 import numpy as _np
 
+from ..backend import mathlib as _mathlib
 from ..backend.elementwise import MathFunction as _Math
 from ..backend.elementwise import define_math as _define_math
 from .elementwise import _erf, _sigmoid
@@ -33,13 +34,15 @@ def _rounding(name: str, np_fn: _Any) -> _Math:
     return _Math(np_fn, {"i32": "{0}", "bool": "{0}", "*": name + "({0})"}, "same")
 
 
-def _float_fn(np_fn: _Any, wgsl: str) -> _Math:
-    return _Math(np_fn, wgsl + "({0})", "float")
+def _float_fn(np_fn: _Any, name: str) -> _Math:
+    """A float function whose WGSL is the ``mathlib`` helper ``vk_<name>`` (drivers' own get NaN, large arguments
+    or overflow wrong)."""
+    return _Math(np_fn, f"vk_{name}_{{T}}({{0}})", "float", helper=getattr(_mathlib, name.upper()))
 
 
 # each one's gradient calls the other: both math functions exist before either record
-_define_math("sinh", _Math(_np.sinh, "sinh({0})", "float"))
-_define_math("cosh", _Math(_np.cosh, "cosh({0})", "float"))
+_define_math("sinh", _float_fn(_np.sinh, "sinh"))
+_define_math("cosh", _float_fn(_np.cosh, "cosh"))
 
 
 def _softplus0(m: _Any, a: _Any) -> _Any:
@@ -106,20 +109,21 @@ atan = _unary_op(
     fused_grad=lambda m, g, x: g / (1.0 + x * x),
     inplace=True,
 )
+# 1 - x^2 as (1 - x)(1 + x) in the gradients: exact near |x| = 1, where x * x - 1 loses f32's digits
 # through atan, which drivers compute accurately (lavapipe's asin is off by 2e-4): asin(x) = atan(x / sqrt(1 - x^2)),
 # acos(x) = 2 atan(sqrt((1 - x) / (1 + x))) (no cancellation near x = 1)
 asin = _unary_op(
     "asin",
     lambda m, a: m.where(m.abs(a) > 1.0, _NAN, m.atan(a / m.sqrt(1.0 - a * a))),
     float_only=True,
-    fused_grad=lambda m, g, x: g / m.sqrt(1.0 - x * x),
+    fused_grad=lambda m, g, x: g / m.sqrt((1.0 - x) * (1.0 + x)),
     inplace=True,
 )
 acos = _unary_op(
     "acos",
     lambda m, a: m.where(m.abs(a) > 1.0, _NAN, 2.0 * m.atan(m.sqrt((1.0 - a) / (1.0 + a)))),
     float_only=True,
-    fused_grad=lambda m, g, x: -g / m.sqrt(1.0 - x * x),
+    fused_grad=lambda m, g, x: -g / m.sqrt((1.0 - x) * (1.0 + x)),
     inplace=True,
 )
 tan = _unary_op(
@@ -162,7 +166,7 @@ acosh = _unary_op(
     "acosh",
     lambda m, a: m.where(a < 1.0, _NAN, _log_hypot1(m, a, -1.0)),
     float_only=True,
-    fused_grad=lambda m, g, x: g / m.sqrt(x * x - 1.0),
+    fused_grad=lambda m, g, x: g / m.sqrt((x - 1.0) * (x + 1.0)),
     inplace=True,
 )
 atanh = _unary_op(
@@ -173,7 +177,7 @@ atanh = _unary_op(
         _near_zero(m, a, [1.0 / (2 * k + 1) for k in range(7)], 0.5 * m.log((1.0 + a) / (1.0 - a))),
     ),
     float_only=True,
-    fused_grad=lambda m, g, x: g / (1.0 - x * x),
+    fused_grad=lambda m, g, x: g / ((1.0 - x) * (1.0 + x)),
     inplace=True,
 )
 
@@ -197,7 +201,8 @@ erfinv = _unary_op(
 # ---------------------------------------------------------------- activations (nn.functional; selu also vkblas.selu)
 selu = _unary_op(
     "selu",
-    lambda m, a: _SELU_SCALE * m.where(a > 0, a, _SELU_ALPHA * (m.exp(a) - 1.0)),
+    # a >= 0 keeps -0 (PyTorch's expm1(-0) = -0)
+    lambda m, a: _SELU_SCALE * m.where(a >= 0, a, _SELU_ALPHA * (m.exp(a) - 1.0)),
     float_only=True,
     fused_grad=lambda m, g, x: g * _SELU_SCALE * m.where(x > 0, 1.0, _SELU_ALPHA * m.exp(x)),
     method=False,
@@ -233,10 +238,10 @@ _relu6 = _unary_op(
     method=False,
     export=False,
 )
-# log(sigmoid(x)) = -softplus(-x), without overflow for either sign
+# log(sigmoid(x)) = min(x, 0) - log(1 + exp(-|x|)), without overflow for either sign (PyTorch's form: +0 at +inf)
 _logsigmoid = _unary_op(
     "logsigmoid",
-    lambda m, a: -_softplus0(m, -a),
+    lambda m, a: m.minimum(a, 0.0) - m.log(1.0 + m.exp(-m.abs(a))),
     float_only=True,
     fused_grad=lambda m, g, x: g * _sigmoid(m, -x),
     method=False,
@@ -246,7 +251,8 @@ _softsign = _unary_op(
     "softsign",
     lambda m, a: a / (1.0 + m.abs(a)),
     float_only=True,
-    fused_grad=lambda m, g, x: g / ((1.0 + m.abs(x)) * (1.0 + m.abs(x))),
+    # PyTorch differentiates the composition x / (1 + |x|): NaN at +-inf (inf / inf), as there
+    fused_grad=lambda m, g, x: g / (1.0 + m.abs(x)) - g * x * m.sign(x) / ((1.0 + m.abs(x)) * (1.0 + m.abs(x))),
     method=False,
     export=False,
 )

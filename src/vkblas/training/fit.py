@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from ..data import MNIST, DataLoader, FashionMNIST, Subset
 from ..data.dataset import Dataset
-from ..data.datasets import IDXImageDataset
+from ..data.datasets import IDXImageDataset, find, not_found
 from ..data.transforms import Compose, Normalize, ToTensor
 from ..device import device as Device
 from ..random import manual_seed
@@ -42,7 +42,8 @@ class TrainConfig:
     seed: int = 0
     out: str = "runs/mnist-mlp"
     limit: int | None = None  # use only the first N images of each split
-    data: str | None = None  # a directory searched before $VKBLAS_DATA and the cache
+    data: str | None = None  # a directory searched before $VKBLAS_DATA and the cache; fit() records where it found it
+    download: bool = False  # fetch missing dataset files (network access)
     progress: bool = True
     graph: bool = True  # capture the training step as a graph on Vulkan devices (vkblas.graphs)
 
@@ -65,11 +66,16 @@ class TrainConfig:
         return self.lr if self.lr is not None else DEFAULT_LR[self.optimizer]
 
 
-def load_dataset(name: str, train: bool, data: str | None = None, limit: int | None = None) -> Dataset:
-    """A split of ``mnist`` / ``fashion-mnist``, normalised with the dataset's mean and std, cut to ``limit``."""
+def load_dataset(
+    name: str, train: bool, data: str | None = None, limit: int | None = None, download: bool = False
+) -> Dataset:
+    """A split of ``mnist`` / ``fashion-mnist``, normalised with the dataset's mean and std, cut to ``limit``.
+    Missing files are fetched with ``download`` (``vkblas train --download``), else the error says how."""
     cls = DATASETS[name]
+    if not download and find(cls.source, data) is None:
+        raise not_found(cls.source, data, download_hint="or run again with --download (needs network access)")
     transform = Compose([ToTensor(), Normalize((cls.source.mean,), (cls.source.std,))])
-    ds = cls(data, train=train, transform=transform)
+    ds = cls(data, train=train, transform=transform, download=download)
     return Subset(ds, range(min(limit, len(ds)))) if limit is not None else ds
 
 
@@ -81,15 +87,22 @@ def make_loaders(
     data: str | None = None,
     limit: int | None = None,
     convert: Callable[[Any], Any] | None = None,
+    download: bool = False,
 ) -> tuple[DataLoader, DataLoader]:
     """(shuffled training loader, test loader); the same ``seed`` gives the same batches, whatever ``convert``."""
-    train = DataLoader(
-        load_dataset(dataset, True, data, limit), batch_size, shuffle=True, seed=seed, device=device, convert=convert
-    )
-    test = DataLoader(
-        load_dataset(dataset, False, data, limit), max(batch_size, EVAL_BATCH), device=device, convert=convert
-    )
+    train_ds = load_dataset(dataset, True, data, limit, download)
+    train = DataLoader(train_ds, batch_size, shuffle=True, seed=seed, device=device, convert=convert)
+    test_ds = load_dataset(dataset, False, data, limit, download)
+    test = DataLoader(test_ds, max(batch_size, EVAL_BATCH), device=device, convert=convert)
     return train, test
+
+
+def data_directory(ds: Dataset) -> str | None:
+    """The folder a dataset's files were read from (through a Subset), as an absolute path."""
+    while not hasattr(ds, "directory") and hasattr(ds, "dataset"):
+        ds = ds.dataset
+    directory = getattr(ds, "directory", None)
+    return None if directory is None else str(Path(directory).resolve())
 
 
 def make_optimizer(name: str, params: Any, lr: float, optim: Any = None, capturable: bool = False) -> Any:
@@ -129,7 +142,11 @@ def fit(cfg: TrainConfig, on_epoch: EpochCallback | None = None) -> dict[str, An
     dev = resolve_device(cfg.device)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    train_loader, test_loader = make_loaders(cfg.dataset, cfg.batch_size, cfg.seed, dev, cfg.data, cfg.limit)
+    train_loader, test_loader = make_loaders(
+        cfg.dataset, cfg.batch_size, cfg.seed, dev, cfg.data, cfg.limit, download=cfg.download
+    )
+    # recorded in the checkpoint, so `vkblas eval` finds the data wherever this run found it ($VKBLAS_DATA ...)
+    cfg = dataclasses.replace(cfg, data=data_directory(test_loader.dataset) or cfg.data)
 
     manual_seed(cfg.seed)
     model = models.build(cfg.model).to(dev)
@@ -229,6 +246,7 @@ def evaluate_checkpoint(
     limit: int | None = None,
     batch_size: int = EVAL_BATCH,
     progress: bool = True,
+    download: bool = False,
 ) -> tuple[PassResult, dict[str, Any]]:
     """Rebuild the model saved at ``path`` and evaluate it on its dataset's test split (the same images it was
     evaluated on in training unless ``limit`` says otherwise). Returns (result, the checkpoint's info)."""
@@ -242,6 +260,7 @@ def evaluate_checkpoint(
         False,
         data if data is not None else cfg.get("data"),
         limit if limit is not None else cfg.get("limit"),
+        download,
     )
     model = models.build(cfg["model"]).to(dev)
     model.load_state_dict(state)

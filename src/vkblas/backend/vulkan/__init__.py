@@ -3,7 +3,7 @@
 Layout: ``device.py`` (adapters, device, unchecked shader compilation, pipeline cache), ``memory.py`` (storage and
 buffer pool), ``queue.py`` (batched asynchronous execution, params ring, graph recordings), ``kernels/`` (WGSL
 generators), ``gemm.py`` (the GEMM kernel family), ``autotune.py`` (its tuner and self-checks), ``matmul.py``
-(recording a matmul with the tuner's plan), ``index_checks.py`` (device-side index checks), ``backend.py`` (the
+(recording a matmul with the tuner's plan), ``device_checks.py`` (device-side value checks), ``backend.py`` (the
 contract of ``backend/base.py``).
 """
 

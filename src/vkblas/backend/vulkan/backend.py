@@ -12,6 +12,7 @@ offset against its storage (inlined), one ``Struct.pack_into`` and three C calls
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -35,7 +36,7 @@ from ..base import (
 )
 from .autotune import startup_check
 from .device import Device
-from .index_checks import IndexChecks
+from .device_checks import Check, DeviceChecks
 from .kernels import attention as att
 from .kernels import elementwise as ew_kernels
 from .kernels import indexing, random, reduce, scan, sort, window
@@ -43,12 +44,25 @@ from .kernels.plan import Plan, out_of_bounds, span
 from .kernels.random import pcg_host
 from .kernels.reduce import SplitPlan
 from .kernels.wgsl import PARAM_WORDS
+from .large import Splitter
 from .matmul import encode_matmul
-from .memory import BufferPool, VulkanStorage
+from .memory import BufferPool, LargeStorage, NeedsSplitting, TooLargeForABinding, VulkanStorage
 from .queue import Recording, Runtime
 
 _PY_SCALARS = (bool, int, float)
 _PLAN_CACHE = 16384
+#: bytes per host read of a large storage (the staging buffer grows to this)
+_READ_CHUNK = 64 << 20
+
+
+def _memory(dev: Device) -> int | None:
+    """The memory a CPU adapter (lavapipe) allocates from: the host's; None (ask the driver) for a GPU."""
+    if dev.info.get("adapter_type") != "CPU":
+        return None
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 class InvalidArgumentError(BackendError, ValueError):
@@ -74,16 +88,21 @@ class VulkanBackend(Backend):
     name = "vulkan"
     can_capture = True
 
-    def __init__(self, adapter_index: int | None = None) -> None:
+    def __init__(self, adapter_index: int | None = None, limits: dict[str, int] | None = None) -> None:
+        """``limits`` lowers the binding / buffer limits the pool uses (tests of the large-tensor paths with small
+        tensors); they cannot exceed the adapter's."""
         self.dev = Device(adapter_index)
         self.rt = Runtime(self.dev)
-        lim = self.dev.limits
-        self.pool = BufferPool(self.dev.device, lim["max-storage-buffer-binding-size"], lim["max-buffer-size"])
+        lim = {**self.dev.limits, **(limits or {})}
+        self.pool = BufferPool(
+            self.dev.device, lim["max-storage-buffer-binding-size"], lim["max-buffer-size"], _memory(self.dev)
+        )
         self.pool.before_destroy = self.rt.drop_bind_groups
+        self.large = Splitter(self)
         self.plans: dict[Any, Any] = {}
         self._np_storage = {bool_: np.dtype(np.uint32)}
         self._dtypes = frozenset(d for d in (float32, int32, bool_, float16, uint8, int8) if self.supports(d))
-        self.checks = IndexChecks(self)
+        self.checks = DeviceChecks(self)
         startup_check(self)  # default GEMM variants vs numpy: a driver bug is caught before any user matmul
 
     @property
@@ -119,7 +138,10 @@ class VulkanBackend(Backend):
     def alloc(self, numel: int, dtype: DType) -> VulkanStorage:
         if dtype not in self._dtypes:
             raise UnsupportedError(f"alloc on {self.device_name()}: dtype {dtype.name} is not supported")
-        return VulkanStorage(self.pool, dtype, numel)
+        try:
+            return VulkanStorage(self.pool, dtype, numel)
+        except TooLargeForABinding:  # beyond one binding: segments, reached through windows
+            return LargeStorage(self.pool, dtype, numel)
 
     def from_numpy(self, array: np.ndarray, dtype: DType) -> VulkanStorage:
         if not self.supports(dtype):
@@ -127,19 +149,27 @@ class VulkanBackend(Backend):
         host = np.ascontiguousarray(np.asarray(array, dtype=dtype.np).reshape(-1))
         if dtype is bool_:
             host = host.astype(np.uint32)
-        storage = VulkanStorage(self.pool, dtype, host.size)
+        storage = self.alloc(host.size, dtype)
         if host.nbytes % 4:  # write_buffer wants whole words
             data: bytes | memoryview = host.tobytes() + b"\0" * (4 - host.nbytes % 4)
         else:
             data = memoryview(host).cast("B")  # no host-side copy of a batch
-        if host.nbytes:
+        if not host.nbytes:
+            return storage
+        if isinstance(storage, LargeStorage):
+            for i, pb in enumerate(storage.segments):
+                start = i * storage.segment_bytes
+                self.rt.upload(pb, data[start : start + pb.size])
+        else:
             self.rt.upload(storage.buffer, data)
         return storage
 
     def to_numpy(self, view: View) -> np.ndarray:
         self._check_dtypes("to_numpy", [view])
         n = view.numel
-        if n == 0:
+        if n == 0:  # still a sync point: pending device checks report here too
+            if self.checks.unread:
+                self.checks.raise_failed()
             return np.empty(view.shape, dtype=view.dtype.np)
         src, start = view, view.offset
         if not view.is_contiguous():
@@ -151,25 +181,46 @@ class VulkanBackend(Backend):
         item = view.dtype.itemsize
         b0, b1 = start * item, (start + n) * item
         a0, a1 = b0 & ~3, (b1 + 3) & ~3
-        raw = self.rt.read(src.storage.buffer, a0, a1 - a0)
+        raw = self._read(src.storage, a0, a1 - a0)
         arr = np.frombuffer(raw, dtype=self._np_storage.get(view.dtype, view.dtype.np), count=n, offset=b0 - a0)
         arr = arr != 0 if view.dtype is bool_ else arr.copy()
         if self.checks.unread:
             self.checks.raise_failed()
         return arr.reshape(view.shape)
 
+    def _read(self, storage: VulkanStorage, offset: int, nbytes: int) -> bytes:
+        """``nbytes`` from byte ``offset`` of a storage; a large one segment by segment, in reads of at most
+        ``_READ_CHUNK`` bytes (the staging buffer's size)."""
+        if not isinstance(storage, LargeStorage):
+            return self.rt.read(storage.buffer, offset, nbytes)
+        parts, end, seg = [], offset + nbytes, storage.segment_bytes
+        while offset < end:
+            i, within = divmod(offset, seg)
+            take = min(end - offset, seg - within, _READ_CHUNK)
+            parts.append(self.rt.read(storage.segments[i], within, take))
+            offset += take
+        return b"".join(parts)
+
     def synchronize(self) -> None:
         self.rt.synchronize()
         if self.checks.unread:
             self.checks.raise_failed()
 
-    # -- index checks: recorded on the device, reported at the next sync point (see index_checks.py)
-    def check_range(self, index: View, low: int, high: int, message: str, error: type[Exception] = IndexError) -> None:
-        """Record a check that every value of ``index`` lies in ``[low, high)``: two dispatches and no host round
-        trip. A failure raises IndexError at the next ``to_numpy``/``synchronize``; kernels never read out of
-        bounds meanwhile (gather reads 0, scatter_add skips)."""
-        if index.numel:
-            self.checks.record(index, int(low), int(high), message, error)
+    # -- value checks: recorded on the device, reported at the next sync point (see device_checks.py)
+    def check_values(
+        self,
+        view: View,
+        low: float,
+        high: float,
+        message: str,
+        error: type[Exception] = IndexError,
+        inside: bool = True,
+    ) -> None:
+        """Record the check (two dispatches, no host round trip). A failure raises at the next
+        ``to_numpy``/``synchronize``; kernels never read out of bounds meanwhile (gather reads 0, scatter_add
+        skips)."""
+        if view.numel:
+            self.checks.record(Check(view, low, high, message, error, inside))
 
     # -- graph capture (the optional interface of backend/base.py; vkblas.graphs drives it)
     def capture_begin(self) -> Recording:
@@ -236,7 +287,7 @@ class VulkanBackend(Backend):
                 bufs.append(st.buffer)
                 offs.append(o)
         except AttributeError:
-            raise self._error(BackendError, op, views, "an operand does not live on this device") from None
+            raise self._not_bindable(op, views) from None
         offs += scalars
         offs.append(plan.static_bytes)
         try:
@@ -245,6 +296,12 @@ class VulkanBackend(Backend):
             raise
         except Exception as e:  # noqa: BLE001 - struct.error for out-of-range scalars, wgpu errors
             raise self._record_error(op, views, scalars, e) from e
+
+    def _not_bindable(self, op: str, views: Sequence[Any]) -> Exception:
+        """A view of a large storage (split the op: ``large.py``), or one that lives elsewhere."""
+        if any(isinstance(v, View) and isinstance(v.storage, LargeStorage) for v in views):
+            return NeedsSplitting(op)
+        return self._error(BackendError, op, views, "an operand does not live on this device")
 
     def _record_error(self, op: str, views: Sequence[View], scalars: Sequence[Any], e: Exception) -> BackendError:
         return self._error(BackendError, op, [*views, *scalars], f"recording the dispatch failed: {e}")
@@ -299,7 +356,10 @@ class VulkanBackend(Backend):
                 offs.append(o)
                 aligned |= o
         except AttributeError:
-            raise self._error(BackendError, op, views, "an operand does not live on this device") from None
+            e = self._not_bindable(op, views)
+            if isinstance(e, NeedsSplitting):
+                return self.large.elementwise(op, out, args)
+            raise e from None
         if plan.vec is not None and not aligned & 3:
             plan = plan.vec
         offs += scalars
@@ -328,14 +388,17 @@ class VulkanBackend(Backend):
         plan = self.plans.get(key)
         if plan is None:
             plan = self._plan(key, op, [out, x], lambda: self._build_reduce(op, out, x, axes))
-        if type(plan) is Plan:
-            self.launch(op, plan, (out, x))
-            return
-        # two passes: partial results per (output, split) into a workspace, then one pass over the splits
-        sp: SplitPlan = plan
-        ws = [View(self.alloc(sp.ws_numel, d), (sp.ws_numel,), (1,), 0) for d in sp.ws_dtypes]
-        self.launch(op, sp.partial, (ws[0], x, *ws[1:]))
-        self.launch(op, sp.final, (out, *ws))
+        try:
+            if type(plan) is Plan:
+                self.launch(op, plan, (out, x))
+                return
+            # two passes: partial results per (output, split) into a workspace, then one pass over the splits
+            sp: SplitPlan = plan
+            ws = [View(self.alloc(sp.ws_numel, d), (sp.ws_numel,), (1,), 0) for d in sp.ws_dtypes]
+            self.launch(op, sp.partial, (ws[0], x, *ws[1:]))
+            self.launch(op, sp.final, (out, *ws))
+        except NeedsSplitting:  # raised before anything is recorded
+            self.large.reduce(op, out, x, axes)
 
     def _build_reduce(self, op: str, out: View, x: View, axes: tuple[int, ...]) -> Plan | SplitPlan:
         if op not in REDUCE_OPS:
@@ -348,7 +411,7 @@ class VulkanBackend(Backend):
         kept = tuple(n for d, n in enumerate(x.shape) if d not in axes)
         if out.shape != kept:
             raise ValueError(f"output shape {out.shape} should be {kept} (input shape without axes {axes})")
-        if x.numel == 0 and op != "sum":
+        if x.numel == 0 and op not in ("sum", "prod"):
             raise ValueError(f"{op}() of an empty tensor of shape {x.shape} has no identity")
         return reduce.build(self.dev, op, out, x, axes)
 
@@ -371,6 +434,8 @@ class VulkanBackend(Backend):
             )
         try:
             encode_matmul(self, out, a, b)
+        except NeedsSplitting:
+            self.large.matmul(out, a, b)
         except BackendError:
             raise
         except TypeError as e:
@@ -391,33 +456,43 @@ class VulkanBackend(Backend):
         return dim
 
     def gather(self, out: View, x: View, dim: int, index: View) -> None:
-        key = ("gather", dim, out[0].dtype, out[1], out[2], x[0].dtype, x[1], x[2], index[0].dtype, index[1], index[2])
-        plan = self.plans.get(key)
-        if plan is None:
-
-            def build() -> Plan:
-                d = self._check_index_op("gather", out, x, dim, index)
-                return indexing.build(self.dev, "gather", (out, x, index), x, d, index)
-
-            plan = self._plan(key, "gather", [out, x, index], build)
-        self.launch("gather", plan, (out, x, index))
+        self._index_op("gather", "assign", out, x, dim, index)
 
     def scatter(self, op: str, out: View, dim: int, index: View, src: View) -> None:
-        key = ("scatter", op, dim, out[0].dtype, out[1], out[2], index[0].dtype, index[1], index[2])
-        key += (src[0].dtype, src[1], src[2])
+        self._index_op("scatter", op, src, out, dim, index)
+
+    def _index_op(self, kind: str, op: str, dense: View, target: View, dim: int, index: View) -> None:
+        """gather (dense = out) or scatter (dense = src) over the whole target, or in index ranges over windows of
+        a target larger than a binding (``large.py``)."""
+        size = target.shape[dim] if -len(target.shape) <= dim < max(len(target.shape), 1) else 0
+
+        def run(d: View, t: View, i: View, lo: int, hi: int) -> None:
+            self._index_pass(kind, op, d, t, dim, i, lo, hi, size)
+
+        try:
+            run(dense, target, index, 0, size)
+        except NeedsSplitting:
+            self.large.index_op(kind, dense, target, dim % len(target.shape), index, run)
+
+    def _index_pass(
+        self, kind: str, op: str, dense: View, target: View, dim: int, index: View, lo: int, hi: int, size: int
+    ) -> None:
+        views = (dense, target, index) if kind == "gather" else (target, index, dense)
+        key = (kind, op, dim, *(x for v in views for x in (v[0].dtype, v[1], v[2])))
+        name = kind if kind == "gather" else "scatter " + op
         plan = self.plans.get(key)
         if plan is None:
 
             def build() -> Plan:
                 if op not in SCATTER_OPS:
                     raise ValueError(f"unknown scatter op {op!r}; expected one of {SCATTER_OPS}")
-                d = self._check_index_op("scatter", src, out, dim, index)
-                if out.dtype is not src.dtype:
-                    raise self._error(InvalidArgumentError, "scatter", [out, index, src], "out and src dtypes differ")
-                return indexing.build(self.dev, "scatter", (out, index, src), out, d, index, op)
+                d = self._check_index_op(kind, dense, target, dim, index)
+                if kind == "scatter" and target.dtype is not dense.dtype:
+                    raise self._error(InvalidArgumentError, name, views, "out and src dtypes differ")
+                return indexing.build(self.dev, kind, views, target, d, index, op)
 
-            plan = self._plan(key, "scatter " + op, [out, index, src], build)
-        self.launch("scatter " + op, plan, (out, index, src))
+            plan = self._plan(key, name, list(views), build)
+        self.launch(name, plan, views, (size, lo, hi))
 
     def scan(self, op: str, out: View, x: View, axis: int) -> None:
         key = ("scan", op, axis, out[0].dtype, out[1], out[2], x[0].dtype, x[1], x[2])
@@ -433,7 +508,10 @@ class VulkanBackend(Backend):
 
             plan = self._plan(key, "scan " + op, [out, x], build)
         if x.numel:
-            self.launch("scan " + op, plan, (out, x))
+            try:
+                self.launch("scan " + op, plan, (out, x))
+            except NeedsSplitting:
+                self.large.scan(op, out, x, axis % len(x.shape))
 
     def sort(self, values: View, indices: View, x: View, descending: bool) -> None:
         key = ("sort", bool(descending), values[0].dtype, values[1], values[2], indices[0].dtype, indices[2])
@@ -450,7 +528,11 @@ class VulkanBackend(Backend):
         sp: sort.SortPlan = plan
         ws = [View(self.alloc(sp.ws_numel or 1, d), (sp.ws_numel or 1,), (1,), 0) for d in (sp.key_dtype, int32)]
         views = (values, indices, x, *ws)
-        self.launch("sort", sp.first, views, (0,))
+        try:  # every dispatch binds the same views: the first one tells whether they fit
+            self.launch("sort", sp.first, views, (0,))
+        except NeedsSplitting:
+            self.large.sort(values, indices, x, descending)
+            return
         if sp.global_step is None:
             return
         k = 2 * sp.block
@@ -475,7 +557,10 @@ class VulkanBackend(Backend):
                     f"{out.dtype.name}; expected one of {RANDOM_DISTRIBUTIONS} into a float tensor",
                 )
             plan = self._plan(key, "random", [out], lambda: random.build(self.dev, out, distribution))
-        self.launch("random", plan, (out,), (random.pcg_host(seed & 0xFFFFFFFF), counter & 0xFFFFFFFF))
+        try:
+            self.launch("random", plan, (out,), (random.pcg_host(seed & 0xFFFFFFFF), counter & 0xFFFFFFFF))
+        except NeedsSplitting:
+            self.large.random(out, distribution, seed, counter)
 
     # -- fused attention (kernels/attention.py)
     def _attention_plan(
@@ -545,7 +630,11 @@ class VulkanBackend(Backend):
         views = [out, lse, rng, q, k, v] + ([mask] if mask is not None else [])
         shape = (*q.shape[:3], k.shape[2], float(scale), float(dropout_p))
         plan = self._attention_plan("forward", views, [q, k, v] + ([mask] if mask is not None else []), shape, flags)
-        self.launch("attention", plan, views, (pcg_host(seed & 0xFFFFFFFF), counter & 0xFFFFFFFF))
+        try:
+            self.launch("attention", plan, views, (pcg_host(seed & 0xFFFFFFFF), counter & 0xFFFFFFFF))
+        except NeedsSplitting:
+            self.large.attention((out, lse, rng), (q, k, v, mask), causal, scale, dropout_p, seed, counter)
+            return
         rec = self.rt.recording
         if rec is not None:  # a replay re-seeds this dispatch: its seed words follow the views' offsets
             rec.seed_words[len(rec.ops) - 1] = len(views)
@@ -577,9 +666,13 @@ class VulkanBackend(Backend):
         shape = (*q.shape[:3], k.shape[2], float(scale), float(dropout_p))
         views = [dq, delta, rng, q, k, v, out, dout, lse] + masks + ([dmask] if dmask is not None else [])
         dq_flags = (*flags, dmask is not None)
-        self.launch("attention backward", self._attention_plan("dq", views, strided, shape, dq_flags), views)
-        views = [dk, dv, rng, q, k, v, dout, lse, delta] + masks
-        self.launch("attention backward", self._attention_plan("dkv", views, strided, shape, flags), views)
+        dkv_views = [dk, dv, rng, q, k, v, dout, lse, delta] + masks
+        try:  # a dq recorded before dkv turns out not to fit is recomputed by the pieces (it is overwritten)
+            self.launch("attention backward", self._attention_plan("dq", views, strided, shape, dq_flags), views)
+            self.launch("attention backward", self._attention_plan("dkv", dkv_views, strided, shape, flags), dkv_views)
+        except NeedsSplitting:
+            saved = (q, k, v, out, dout, lse, rng, mask, dmask)
+            self.large.attention_backward((dq, dk, dv), saved, causal, scale, dropout_p)
 
     def unfold(
         self,
@@ -611,4 +704,13 @@ class VulkanBackend(Backend):
         if plan is None:
             k, s, p, d = geometry[0:2], geometry[2:4], geometry[4:6], geometry[6:8]
             plan = self._plan(key, op, [out, src], lambda: window.build(self.dev, op, out, src, k, s, p, d))
-        self.launch(op, plan, (out, src), scalars)
+        try:
+            self.launch(op, plan, (out, src), scalars)
+        except NeedsSplitting:
+            self.large.window_op(op, out, src, geometry, scalars)
+
+    def window_dispatch(
+        self, op: str, out: View, src: View, geometry: tuple[int, ...], scalars: tuple[float, ...]
+    ) -> None:
+        """One unfold / fold over views that fit their bindings (large.py's pieces)."""
+        self._window(op, out, src, geometry, scalars)

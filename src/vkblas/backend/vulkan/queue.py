@@ -50,7 +50,7 @@ from wgpu.backends.wgpu_native import _ffi
 from ..base import BackendError, Capture, GraphCaptureError
 from .device import Device, Kernel
 from .kernels.wgsl import PARAM_WORDS
-from .memory import PoolBuffer
+from .memory import PoolBuffer, Window
 
 FLUSH_DISPATCHES = 2048
 _WINDOW = PARAM_WORDS * 4
@@ -117,7 +117,7 @@ class Runtime:
         self.ring = bytearray(_RING_BYTES)
         #: (PoolBuffer, ...) -> native bind group handle; ``_bg_objects`` keeps the Python objects (and so the
         #: native bind groups) alive
-        self._bind_groups: dict[tuple[PoolBuffer, ...], Any] = {}
+        self._bind_groups: dict[tuple[PoolBuffer | Window, ...], Any] = {}
         self._bg_objects: dict[tuple[PoolBuffer, ...], Any] = {}
         self._offset = _ffi_.new("uint32_t[1]")
         self._staging: Any = None
@@ -150,8 +150,8 @@ class Runtime:
         entries: list[dict[str, Any]] = [
             {"binding": 0, "resource": {"buffer": self.ring_gpu, "offset": 0, "size": _WINDOW}}
         ]
-        for i, b in enumerate(bufs):
-            entries.append({"binding": i + 1, "resource": {"buffer": b.buf, "offset": 0, "size": b.size}})
+        for i, b in enumerate(bufs):  # a PoolBuffer from byte 0, a Window (large tensors) from its offset
+            entries.append({"binding": i + 1, "resource": {"buffer": b.buf, "offset": b.offset, "size": b.size}})
             b.fresh = False
         layout = self.dev.bind_group_layout(len(bufs))
         bg = self.device.create_bind_group(layout=layout, entries=entries)
@@ -224,7 +224,7 @@ class Runtime:
         bg = rec.bind_groups[bufs] = self._bg_objects[bufs]
         rec.ops.append((pipeline, bg._internal, groups[0], groups[1], groups[2]))
         rec.blob += window.ljust(_WINDOW, b"\0")
-        rec.buffers.update(bufs)
+        rec.buffers.update(b.base for b in bufs)
         Runtime.record(self, pipeline, bufs, packer, args, groups)
 
     def replay(self, rec: Recording) -> None:
@@ -321,7 +321,11 @@ class Runtime:
         else:
             self.synchronize()
             return b""
-        staging.map_sync(wgpu.MapMode.READ, 0, nbytes)
+        try:
+            staging.map_sync(wgpu.MapMode.READ, 0, nbytes)
+        except BaseException:
+            self._staging = None  # a map that failed leaves the buffer in an unknown state: the next read makes one
+            raise
         try:
             return bytes(staging.read_mapped(0, nbytes, copy=False))
         finally:
@@ -332,7 +336,11 @@ class Runtime:
         self._forbid("synchronize")
         staging = self._staging_buffer(4)
         self._finish(lambda enc: enc.copy_buffer_to_buffer(self.ring_gpu, 0, staging, 0, 4))
-        staging.map_sync(wgpu.MapMode.READ, 0, 4)
+        try:
+            staging.map_sync(wgpu.MapMode.READ, 0, 4)
+        except BaseException:
+            self._staging = None
+            raise
         staging.unmap()
 
     def upload(self, pb: PoolBuffer, data: bytes | memoryview) -> None:

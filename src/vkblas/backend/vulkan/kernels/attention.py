@@ -15,11 +15,13 @@ registers. No T x T matrix is ever written:
 Scores are kept in base 2 (``q`` is loaded times ``scale * log2(e)``; ``exp2``), the log-sum-exp is stored in
 natural log. Masking never computes with infinities (drivers that compile with fast-math assume none): a masked
 score is a flag that zeroes its probability, the running max starts at a finite -3e38, and a fully masked row
-gives 0 (PyTorch's safe softmax). Masks: ``bool`` (False = masked) or ``float`` (added; -inf = masked), any
-strides (broadcast by stride 0). Dropout keeps ``(b, h, i, j)`` when the ``(bits >> 8)`` of the counter-based
-generator at element ``((b*H + h)*L + i)*S + j`` reach the threshold; the forward stores its (seed, counter) in the
-``rng`` view, where the backward kernels read them, so that a replayed graph (which re-seeds the forward) stays
-consistent.
+gives 0 (PyTorch's safe softmax). A row with a NaN or +inf score that counts (PyTorch's reference softmax makes the
+whole row NaN: exp(inf - inf)) is flagged by its bits and written as NaN, its lse NaN; the backward kernels give
+such a row NaN probabilities for every key it visits, masked ones included, as the reference does. Masks: ``bool``
+(False = masked) or ``float`` (added; -inf = masked), any strides (broadcast by stride 0). Dropout keeps
+``(b, h, i, j)`` when the ``(bits >> 8)`` of the counter-based generator at element ``((b*H + h)*L + i)*S + j``
+reach the threshold; the forward stores its (seed, counter) in the ``rng`` view, where the backward kernels read
+them, so that a replayed graph (which re-seeds the forward) stays consistent.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 
 from ....dtypes import DType
 from ...base import dropout_threshold
+from ...mathlib import NAN, bits
 from .random import _PCG
 from .wgsl import STORAGE_TYPE, header, store_value
 
@@ -247,12 +250,16 @@ def _keep(i: str, j: str) -> str:
     return f"((pcg((ctr + ((bh * L + {i}) * S + {j})) ^ seed_h) >> 8u) >= THR)"
 
 
-def _store_row(buf: str, dtype: DType, base: str, acc: str, n4: int, d: int, scale: str) -> str:
-    """Write the own row's accumulators ``acc_e`` (times ``scale``) to a contiguous output at element ``base``."""
+def _store_row(
+    buf: str, dtype: DType, base: str, acc: str, n4: int, d: int, scale: str, nan_if: str | None = None
+) -> str:
+    """Write the own row's accumulators ``acc_e`` (times ``scale``) to a contiguous output at element ``base``
+    (NaN where the WGSL bool ``nan_if`` holds)."""
     lines = []
     for e in range(n4):
         for c in range(min(4, d - 4 * e)):
-            value = store_value(f"{acc}_{e}[{c}] * {scale}", "f32", dtype)
+            v = f"{acc}_{e}[{c}] * {scale}"
+            value = store_value(v if nan_if is None else f"select({v}, {NAN}, {nan_if})", "f32", dtype)
             lines.append(f"{buf}[{base} + {4 * e + c}u] = {value};")
     return "\n".join(lines)
 
@@ -281,11 +288,15 @@ def _forward(cfg: Config) -> str:
     k = "forward"
     q_row = ("q", None) if d4 <= _REGS_MAX else ("qs", f"lid * {d4 + 1}u")
     keep = f"select(0.0, p * KEEP, {_keep('i', 't0 + jj')})" if cfg.dropout else "p"
+    # a score that takes part: unmasked, or (a float mask) masked by adding -inf, which leaves NaN for NaN and +inf
+    counts = "i < L && j < S" if cfg.mask == "float" else "ok"
+    nan_or_inf = f"{bits('isnan', 's2')} || bitcast<u32>(s2) == 0x7f800000u"
     scores = (
         f"var s: array<f32, {bc}>;\nvar okm: array<bool, {bc}>;\nvar mt = {_LOWEST};\n"
         f"for (var jj = 0u; jj < {bc}u; jj++) {{\n"
         f"    let j = t0 + jj;\n    var s2 = {_dot(*q_row, 'ks', f'jj * {d4}u', d4)};\n"
         + _indent(_score_mask(k, cfg, "i", "j"), 1)
+        + f"    if (({counts}) && ({nan_or_inf})) {{ bad = true; }}\n"
         + "    s[jj] = s2;\n    okm[jj] = ok;\n    if (ok) { mt = max(mt, s2); }\n}\n"
         # online softmax: rescale what the earlier tiles added up
         "let mn = max(m, mt);\nlet alpha = exp2(m - mn);\nl = l * alpha;\n"
@@ -301,14 +312,15 @@ def _forward(cfg: Config) -> str:
         "    b2[u32(off_rng)] = bitcast<i32>(seed_h);\n    b2[u32(off_rng) + 1u] = bitcast<i32>(ctr);\n}\n"
         + _load_rows(k, cfg, "qs", d4 + 1, "q", cfg.dqk, "row0", "L", br, " * SC")
         + ("\n" + _own_regs("q", "qs", d4 + 1, d4) if q_row[1] is None else "")
-        + f"\nvar m = {_LOWEST};\nvar l = 0.0;\n{_regs('acc', v4)}\n"
+        + f"\nvar m = {_LOWEST};\nvar l = 0.0;\nvar bad = false;\n{_regs('acc', v4)}\n"
         + _key_tiles(k, cfg, end, scores)
         + "\nif (i < L) {\n    let inv = select(0.0, 1.0 / l, l > 0.0);\n"
         + _indent(
-            _store_row("b0", cfg.dtype, f"u32(off_o_out) + (bh * L + i) * {cfg.dv}u", "acc", v4, cfg.dv, "inv"), 1
+            _store_row("b0", cfg.dtype, f"u32(off_o_out) + (bh * L + i) * {cfg.dv}u", "acc", v4, cfg.dv, "inv", "bad"),
+            1,
         )
-        # -inf for a fully masked row
-        + f"    let lse = select(bitcast<f32>(0xff800000u), (m + log2(l)) * {LN2}, l > 0.0);\n"
+        # -inf for a fully masked row, NaN for a NaN one
+        + f"    let lse = select(select(bitcast<f32>(0xff800000u), (m + log2(l)) * {LN2}, l > 0.0), {NAN}, bad);\n"
         "    b1[u32(off_o_lse) + bh * L + i] = lse;\n}"
     )
     return _assemble(k, cfg, _arrays(qs=br * (d4 + 1), ks=bc * d4, vs=bc * v4), main)
@@ -328,7 +340,7 @@ def _dq(cfg: Config) -> str:
         f"for (var jj = 0u; jj < {bc}u; jj++) {{\n"
         f"    let j = t0 + jj;\n    var s2 = {_dot(*q_row, 'ks', f'jj * {d4}u', d4)};\n"
         + _indent(_score_mask(k, cfg, "i", "j"), 1)
-        + "    let p = select(0.0, exp2(s2 - lse2), ok);\n"
+        + f"    let p = select(select(0.0, exp2(s2 - lse2), ok), {NAN}, nan_row);\n"
         f"    var dp = {_dot('dos', f'lid * {v4 + 1}u', 'vs', f'jj * {v4}u', v4)};{drop}\n"
         "    let ds = p * (dp - delta);\n" + _indent(_axpy("acc", "ds", "ks", f"jj * {d4}u", d4), 1) + dmask + "}\n"
     )
@@ -340,13 +352,14 @@ def _dq(cfg: Config) -> str:
         + _load_rows(k, cfg, "dos", v4 + 1, "dout", cfg.dv, "row0", "L", br)
         # delta = dO . O of the own row (O is contiguous), stored for the dkv kernel
         + ("\n" + _own_regs("q", "qs", d4 + 1, d4) if q_row[1] is None else "\nworkgroupBarrier();")
-        + "\nvar delta = 0.0;\nvar lse2 = 0.0;\nif (i < L) {\n"
+        + "\nvar delta = 0.0;\nvar lse2 = 0.0;\nvar nan_row = false;\nif (i < L) {\n"
         f"    let ob = u32(off_x_out) + (bh * L + i) * {cfg.dv}u;\n"
         + "".join(
             f"    delta += dos[lid * {v4 + 1}u + {c // 4}u][{c % 4}u] * f32(b6[ob + {c}u]);\n" for c in range(cfg.dv)
         )
         + "    b1[u32(off_o_delta) + bh * L + i] = delta;\n"
-        f"    lse2 = b8[u32(off_x_lse) + bh * L + i] * {LOG2E};\n}}\n{_regs('acc', d4)}\n"
+        f"    lse2 = b8[u32(off_x_lse) + bh * L + i] * {LOG2E};\n"
+        f"    nan_row = {bits('isnan', 'lse2')};\n}}\n{_regs('acc', d4)}\n"
         + _key_tiles(k, cfg, end, body)
         # s = scale q.k (q is held times scale log2 e): dq = scale sum ds k
         + f"\nif (i < L) {{\n    let sc = SC * {LN2};\n"
@@ -371,7 +384,7 @@ def _dkv(cfg: Config) -> str:
         f"for (var ii = 0u; ii < {bc}u; ii++) {{\n"
         f"    let i = t0 + ii;\n    var s2 = {_dot_own(k_row, 'qt', f'ii * {d4}u', d4)};\n"
         + _indent(_score_mask(k, cfg, "i", "j"), 1)
-        + "    let p = select(0.0, exp2(s2 - lse_t[ii]), ok);\n"
+        + f"    let p = select(select(0.0, exp2(s2 - lse_t[ii]), ok), {NAN}, {bits('isnan', 'lse_t[ii]')});\n"
         + keep
         + _indent(_axpy("adv", "pd", "dot_t", f"ii * {v4}u", v4), 1)
         + f"    var dp = {_dot('dot_t', f'ii * {v4}u', 'vs', f'lid * {v4 + 1}u', v4)};{drop}\n"

@@ -1,4 +1,4 @@
-"""Reductions (sum / max / min / argmax / argmin) over any set of axes of a strided view.
+"""Reductions (sum / prod / max / min / argmax / argmin) over any set of axes of a strided view.
 
 The input's dims split into *kept* dims (walked by output index, coalesced together with the output's strides) and
 *reduced* dims (walked by reduction index, coalesced on their own). One kernel shape, parametrised by ``tpr``
@@ -17,7 +17,8 @@ pass 2 reduces the ``S`` partials of each output. Splits take contiguous chunks 
 coalesced) and interleave (``r = split + j * S``) when ``tpr = 1``, so that the ``S`` invocations of an output
 read neighbouring rows of a tall (N, C) input -- the bias-gradient shape.
 
-Sums of floats accumulate in f32 (f16 included), of ints / bools in i32 (wrapping like numpy's int32 store).
+Sums and products of floats accumulate in f32 (f16 included), of ints / bools in i32 (wrapping like numpy's int32
+store).
 max/min/arg* carry (value, index) pairs with index -1 for "no element yet", so no -inf sentinel is needed;
 ties go to the lower index (numpy's first occurrence) and NaN wins, as in numpy.
 """
@@ -57,15 +58,17 @@ _BETTER = """
 fn better(v: {A}, i: i32, bv: {A}, bi: i32) -> bool {{
     if (i < 0) {{ return false; }}
     if (bi < 0) {{ return true; }}
-    if (v {cmp} bv || (v != v && bv == bv)) {{ return true; }}
-    return (v == bv || (v != v && bv != bv)) && i < bi;
+    let vnan = !(v == v);  // not v != v: naga's != is ordered, false for NaN
+    let bnan = !(bv == bv);
+    if (v {cmp} bv || (vnan && !bnan)) {{ return true; }}
+    return (v == bv || (vnan && bnan)) && i < bi;
 }}
 """
 
 
 def acc_type(op: str, x: DType) -> str:
     ct = COMPUTE_TYPE[x]
-    if op == "sum":
+    if op in ("sum", "prod"):
         return "f32" if x.is_floating else "i32"
     return "i32" if ct == "bool" else ct
 
@@ -85,7 +88,7 @@ def _source(op: str, x: DType, out: DType, rk: int, rr: int, tpr: int, stage: st
     """``stage``: ``single`` (x -> out), ``partial`` (x -> workspace), ``final`` (workspace -> out; the indices of
     pair ops come from binding 2 instead of the position)."""
     A = acc_type(op, x)
-    pair = op != "sum"
+    pair = op not in ("sum", "prod")
     nb = 3 if pair and stage != "single" else 2
     # params: offsets (nb words), rows, n_out, n_red, S, A, B, Jmax, kept shape, kept out strides, kept x strides,
     # reduced shape, reduced x strides
@@ -107,6 +110,9 @@ def _source(op: str, x: DType, out: DType, rk: int, rr: int, tpr: int, stage: st
         init = f"    var bv: {A} = {A}(0);\n    var bi: i32 = -1;\n"
         step = f"        let v = {load};\n        let i = {index};\n"
         step += "        if (better(v, i, bv, bi)) { bv = v; bi = i; }\n"
+    elif op == "prod":
+        init = f"    var bv: {A} = {A}(1);\n"
+        step = f"        bv *= {load};\n"
     else:
         init = f"    var bv: {A} = {A}(0);\n"
         step = f"        bv += {load};\n"
@@ -135,6 +141,8 @@ def _source(op: str, x: DType, out: DType, rk: int, rr: int, tpr: int, stage: st
         if pair:
             src += "            if (better(sv[lid + s], si[lid + s], sv[lid], si[lid])) {\n"
             src += "                sv[lid] = sv[lid + s]; si[lid] = si[lid + s];\n            }\n"
+        elif op == "prod":
+            src += "            sv[lid] *= sv[lid + s];\n"
         else:
             src += "            sv[lid] += sv[lid + s];\n"
         src += "        }\n        workgroupBarrier();\n    }\n"
@@ -180,7 +188,7 @@ def _plan(dev: Device, op: str, out: Any, x: Any, axes: tuple[int, ...], stage: 
     kshape, (kso, ksx) = coalesce([x.shape[d] for d in kept], [list(out.strides), [x.strides[d] for d in kept]])
     rshape, (rsx,) = coalesce([x.shape[d] for d in axes], [[x.strides[d] for d in axes]])
     rk, rr = len(kshape), len(rshape)
-    nb = 3 if op != "sum" and stage != "single" else 2
+    nb = 3 if op not in ("sum", "prod") and stage != "single" else 2
     if nb + 7 + 3 * rk + 2 * rr > PARAM_WORDS:
         raise ValueError(f"rank {len(x.shape)} is too high for the params window")
     n_out = n_red = 1
@@ -223,7 +231,7 @@ def build(dev: Device, op: str, out: Any, x: Any, axes: tuple[int, ...]) -> Plan
         return plan
     splits = plan
     A = acc_type(op, x.dtype)
-    ws_dtypes = (_WS_DTYPE[A], int32) if op != "sum" else (_WS_DTYPE[A],)
+    ws_dtypes = (_WS_DTYPE[A], int32) if op not in ("sum", "prod") else (_WS_DTYPE[A],)
     # pass 1 writes ws[o * S + s] (o in C order of the output); pass 2 views the workspace as (*out.shape, S)
     partial = _plan(dev, op, out, x, axes, "partial", splits)
     n_split = partial.static[3]  # chunking may round the split count down

@@ -68,8 +68,8 @@ def convert(code: str, src: str, dst: str) -> str:
     """Convert a WGSL value between compute types (bool <-> numbers included)."""
     if src == dst:
         return code
-    if dst == "bool":
-        return f"({code} != {src}(0))"
+    if dst == "bool":  # NaN is true: IEEE !=, spelled !(==) (naga emits an ordered != that NaN fails)
+        return f"!({code} == {src}(0))" if src in ("f32", "f16") else f"({code} != {src}(0))"
     return f"{dst}({code})"
 
 
@@ -103,6 +103,12 @@ class Emitter:
         self.default_type = default_type
         self._n = 0
 
+    def add_helper(self, source: str) -> None:
+        """Add the declarations of ``source`` (helper functions, private tables), each once per kernel: helpers of
+        several math functions share some (sin and cos share the range reduction)."""
+        for decl in _declarations(source):
+            self.helpers.setdefault(decl.split("\n", 1)[0], decl if decl.endswith("\n") else decl + "\n")
+
     def let(self, code: str, ty: str) -> Expr:
         name = f"t{self._n}"
         self._n += 1
@@ -121,6 +127,25 @@ class Emitter:
         elif ty == "bool":
             ty = "i32"
         return literal(x, ty), ty
+
+
+def _declarations(source: str) -> list[str]:
+    """Top-level declarations of WGSL source: each starts at a line with no indent (``fn``, ``var<private>``)."""
+    decls: list[str] = []
+    for line in source.strip("\n").splitlines(keepends=True):
+        if decls and (line[:1].isspace() or line.startswith("}") or not line.strip()):
+            decls[-1] += line
+        elif line.startswith("//") and decls and decls[-1].startswith("//"):
+            decls[-1] += line
+        else:
+            decls.append(line)
+    merged: list[str] = []
+    for d in decls:  # a comment belongs to the declaration after it
+        if merged and merged[-1].startswith("//"):
+            merged[-1] += d
+        else:
+            merged.append(d)
+    return merged
 
 
 def _unify(em: Emitter, a: Any, b: Any, arith: bool) -> tuple[str, str, str]:
@@ -153,6 +178,8 @@ class Expr:
 
     def _cmp(self, other: Any, op: str) -> Expr:
         ca, cb, ty = _unify(self.em, self, other, arith=op not in ("==", "!="))
+        if op == "!=" and ty in ("f32", "f16"):  # IEEE: NaN != x is true; naga's != is ordered (false for NaN)
+            return self.em.let(f"!({ca} == {cb})", "bool")
         return self.em.let(f"{ca} {op} {cb}", "bool")
 
     def __add__(self, o: Any) -> Expr:
@@ -204,7 +231,9 @@ class Expr:
 
 def _per_type(text: str | Mapping[str, str], ty: str) -> str:
     """A math-table entry's WGSL text for result type ``ty`` (a mapping gives one per type, ``"*"`` the rest)."""
-    return text if isinstance(text, str) else text.get(ty, text["*"])
+    if isinstance(text, str):
+        return text
+    return text[ty] if ty in text else text["*"]
 
 
 class WgslMath:
@@ -223,7 +252,7 @@ class WgslMath:
     def _call(self, name: str, fn: MathFunction, args: Sequence[Any]) -> Expr:
         codes, ty = self._operands(fn.operands, args)
         if fn.helper is not None:
-            self.em.helpers[f"{name}_{ty}"] = _per_type(fn.helper, ty).replace("{T}", ty)
+            self.em.add_helper(_per_type(fn.helper, ty).replace("{T}", ty))
         return self.em.let(_per_type(fn.wgsl, ty).format(*codes, T=ty), "bool" if fn.operands == "logic" else ty)
 
     def _operands(self, rule: str, args: Sequence[Any]) -> tuple[list[str], str]:
@@ -231,6 +260,13 @@ class WgslMath:
         if rule == "same":
             code, ty = em.value(args[0])
             return [code], ty
+        if rule == "float3":  # three operands of one float type (fma): f16 when every tensor operand is
+            exprs = [a for a in args if isinstance(a, Expr)]
+            ty = "f16" if exprs and all(a.ty == "f16" for a in exprs) else "f32"
+            return [convert(*em.value(a, ty), ty) for a in args], ty
+        if rule == "same2":
+            ca, cb, ty = _unify(em, args[0], args[1], arith=False)
+            return [ca, cb], ty
         if rule == "logic":
             return [convert(*em.value(a, "bool"), "bool") for a in args], "bool"
         if rule == "select":

@@ -1,0 +1,137 @@
+"""Value checks on the device: a bad index (``IndexError``), a probability outside [0, 1] or an integer division by
+zero (``RuntimeError``) raises at the next sync point, as CUDA's device-side asserts do, and no op waits for the
+host.
+
+A check is two dispatches: ``outside`` (or ``inside``) marks the bad entries of the checked view, a ``max``
+reduction folds them into one int32 flag slot. Eager checks share one flags buffer of ``SLOTS`` slots; a captured
+graph has its own flags buffer, and each replay ORs its step's result into the graph's slot, so a failure in any
+replay since the last sync is reported. A sync point (``to_numpy``, ``synchronize``) reads the flags of everything
+not yet looked at, resets them, and raises for the first failed check with the offending value read back from its
+view. Kernels never read out of bounds meanwhile (gather reads 0, scatter_add skips).
+
+Errors leave the checks as usable as before: a failure while reading or resetting the flags (a lost batch) drops
+the flags buffer, so the next check starts from a freshly zeroed one instead of stale flags.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from ...dtypes import int32
+from ..base import BackendError, View
+from .memory import VulkanStorage
+from .queue import Recording
+
+if TYPE_CHECKING:
+    from .backend import VulkanBackend
+
+SLOTS = 64
+
+
+class Check(NamedTuple):
+    """Every value of ``view`` must lie in ``[low, high]`` (``inside``; NaN fails) or outside it (not ``inside``);
+    otherwise ``error(message.format(bad=value))``. (A NamedTuple: one is made per checked index tensor.)"""
+
+    view: View
+    low: float
+    high: float
+    message: str
+    error: type[Exception]
+    inside: bool
+
+    def bad_mask(self, values: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore"):
+            within = (values >= self.low) & (values <= self.high)
+        return ~within if self.inside else within
+
+
+class DeviceChecks:
+    """The value checks of one :class:`VulkanBackend` that no sync point has looked at yet."""
+
+    def __init__(self, backend: VulkanBackend) -> None:
+        self.backend = backend
+        #: eager checks recorded since the last sync, one flag slot each in ``flags``
+        self.eager: list[Check] = []
+        self.flags: VulkanStorage | None = None
+        #: replayed graphs whose captured checks have not been looked at yet
+        self.replayed: list[Recording] = []
+
+    @property
+    def unread(self) -> bool:
+        return bool(self.eager or self.replayed)
+
+    def record(self, check: Check) -> None:
+        """Check on the device (inside a capture: a check every replay repeats)."""
+        rec = self.backend.rt.recording
+        if rec is not None:
+            self._record_captured(rec, check)
+            return
+        if len(self.eager) == SLOTS:
+            self.raise_failed()
+        if self.flags is None:
+            self.flags = self.zeroed_flags()
+        slot = View(self.flags, (), (), len(self.eager))
+        bad = self._bad(check)
+        self.backend.reduce("max", slot, bad, tuple(range(len(bad.shape))))
+        self.eager.append(check)
+
+    def zeroed_flags(self) -> VulkanStorage:
+        flags = self.backend.alloc(SLOTS, int32)
+        self.backend.elementwise("copy", View.of(flags, (SLOTS,)), [0])
+        return flags
+
+    def after_replay(self, rec: Recording) -> None:
+        """A replay of ``rec`` re-ran its checks: the next sync point looks at its flags."""
+        if rec.checks and rec not in self.replayed:
+            self.replayed.append(rec)
+
+    def _bad(self, check: Check) -> View:
+        """Reduced later over all axes: 1 where a value fails the check (bool stored as int)."""
+        v = check.view
+        bad = View.of(self.backend.alloc(v.numel, int32), v.shape)
+        self.backend.elementwise("outside" if check.inside else "inside", bad, [v, check.low, check.high])
+        return bad
+
+    def _record_captured(self, rec: Recording, check: Check) -> None:
+        slot = len(rec.checks)
+        if slot == SLOTS:
+            raise BackendError(
+                f"check_values on {self.backend.device_name()}: more than {SLOTS} device checks in one captured graph"
+            )
+        be = self.backend
+        step = View.of(be.alloc(1, int32), ())
+        bad = self._bad(check)
+        be.reduce("max", step, bad, tuple(range(len(bad.shape))))
+        flag = View(rec.flags, (), (), slot)
+        be.elementwise("flag_or", flag, [flag, step])
+        rec.checks.append(check)
+
+    def raise_failed(self) -> None:
+        """Read and reset every unread flag, then raise for the first failed check (if any)."""
+        groups: list[tuple[Any, list[Check]]] = []
+        if self.eager:
+            assert self.flags is not None
+            groups.append((self.flags, self.eager))
+            self.eager = []
+        groups += [(rec.flags, rec.checks) for rec in self.replayed]
+        self.replayed = []
+        be = self.backend
+        failed: list[Check] = []
+        try:
+            for flags, checks in groups:  # read and reset every group before raising
+                raw = be.rt.read(flags.buffer, 0, 4 * len(checks))
+                be.elementwise("copy", View.of(flags, (SLOTS,)), [0])
+                values = np.frombuffer(raw, dtype=np.int32, count=len(checks))
+                failed += [c for c, bad in zip(checks, values, strict=True) if bad]
+        except BaseException:
+            self.flags = None  # unknown state: the next eager check starts from fresh zeroed flags
+            raise
+        for check in failed[:1]:
+            values = be.to_numpy(check.view)
+            bad = values[check.bad_mask(values)]
+            shown = bad.reshape(-1)[0].item() if bad.size else "(changed since)"
+            raise check.error(
+                check.message.format(bad=shown) + " [found by a device-side check, reported at this sync point]"
+            )
