@@ -174,7 +174,7 @@ def vkblas_runs(model_name: str, modes: list[str], device: str, args: argparse.N
             step(warmup)
             step(warmup + 1)
             per_step = (runtime.dispatches - before) / 2
-        rate, done = timed(lambda i, step=step: step(warmup + 2 + i), sync, args.steps, 0, args.max_seconds)
+        rate, done = timed(lambda i, step=step, w=warmup: step(w + 2 + i), sync, args.steps, 0, args.max_seconds)
         results.append(Result("vkblas", mode, rate, done, per_step if before is not None else None))
     return results
 
