@@ -110,3 +110,4 @@ def is_tensor(obj: object) -> bool:
 
 from . import accelerator, data, graphs, nn, optim  # noqa: E402  (the training stack sits on everything above)
 from .io import load, save  # noqa: E402
+from .jit import compile  # noqa: E402, A004  (PyTorch's name: vkblas.compile(step))

@@ -35,6 +35,9 @@ Primitives (all outputs are views the caller allocated; inputs may be any views,
 ``to_numpy`` / ``from_numpy``   the only host transfers; ``to_numpy`` is a sync point.
 ``check_values``       values of a view must lie in (or outside) a closed interval: indices, probabilities,
                        divisors; an asynchronous backend may report a failure at its next sync point.
+``foreach``            a short *program* of elementwise formulas run over many tensors at once (PyTorch's
+                       ``_foreach`` / multi-tensor apply; the optimizers' update of every parameter): a default
+                       built from ``elementwise`` is given; a GPU backend fuses it into one dispatch per few tensors.
 =====================  ==============================================================================================
 
 Optional: **graph capture** (``vkblas.graphs``). A backend with ``can_capture = True`` records the device work issued
@@ -59,6 +62,8 @@ import numpy as np
 from ..dtypes import DType
 
 Scalar = bool | int | float
+#: ``foreach``'s steps: (destination slot, elementwise op, argument slots (>= 0) or scalars (-1 - index))
+ForeachProgram = tuple[tuple[int, str, tuple[int, ...]], ...]
 
 
 class BackendError(RuntimeError):
@@ -308,6 +313,29 @@ class Backend(ABC):
         bad = a[~within if inside else within]
         if bad.size:
             raise error(message.format(bad=bad.reshape(-1)[0].item()))
+
+    def foreach(self, program: ForeachProgram, tensors: Sequence[Sequence[View]], scalars: Sequence[Any]) -> None:
+        """Run ``program`` over every entry of ``tensors``, each a list of same-shaped views (its *slots*; further
+        slots are temporaries). A step ``(dst, op, args)`` sets slot ``dst`` to ``OPS[op](*args)`` elementwise, where
+        an arg ``a >= 0`` is slot ``a``'s current value and ``a < 0`` is ``scalars[-1 - a]``: a Python number or a
+        0-d view (a device scalar, e.g. a capturable optimizer's learning rate). Steps run in order; a slot written
+        by a step is written through its view (in place). This default runs each step as one ``elementwise`` call
+        per tensor (a temporary slot gets a buffer), so its numbers are those of the separate ops."""
+        for views in tensors:
+            if not views or not views[0].numel:
+                continue
+            shape = views[0].shape
+            slots: list[View | None] = list(views)
+            scal = [View(s.storage, shape, (0,) * len(shape), s.offset) if isinstance(s, View) else s for s in scalars]
+            for dst, op, args in program:
+                operands = [slots[a] if a >= 0 else scal[-1 - a] for a in args]
+                while len(slots) <= dst:
+                    slots.append(None)
+                if slots[dst] is None:
+                    slots[dst] = View.of(self.alloc(views[0].numel, views[0].dtype), shape)
+                out = slots[dst]
+                assert out is not None
+                self.elementwise(op, out, operands)
 
     # -- graph capture (optional: ``can_capture``)
     def _cannot_capture(self) -> UnsupportedError:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..autograd import is_grad_enabled, record
-from ..backend.base import Backend, View
+from ..backend.base import Backend, ForeachProgram, View
 from ..backend.elementwise import OPS
 from ..dtypes import INT32_MAX, INT32_MIN, DType, bool_, float32, int32, promote, result_type
 from ..tensor import Tensor, empty, norm_dim
@@ -282,3 +282,31 @@ def alias(t: Tensor) -> Tensor:
     a = Tensor._make(t._view, t._backend, t.requires_grad)
     a.grad_fn = t.grad_fn  # t's history as it is now: the in-place op is about to replace t.grad_fn
     return clone(a)
+
+
+def foreach(program: ForeachProgram, tensors: Sequence[Sequence[Tensor]], scalars: Sequence[Any] = ()) -> None:
+    """Run the ``foreach`` primitive (``backend/base.py``): ``program``'s elementwise steps over every list of
+    same-shaped tensors in ``tensors``, in place, with ``scalars`` (Python numbers or 0-d tensors) as the negative
+    arguments. No autograd; bumps the version of every tensor a step writes. One dispatch per few tensors on a GPU
+    (the optimizers' multi-tensor update)."""
+    if not tensors:
+        return
+    everything = [t for ts in tensors for t in ts] + [s for s in scalars if isinstance(s, Tensor)]
+    backend = same_backend("foreach", everything)
+    for ts in tensors:
+        for t in ts[1:]:
+            if t.shape != ts[0].shape or t.dtype is not ts[0].dtype:
+                raise RuntimeError(
+                    f"foreach: the tensors of one entry must share shape and dtype, got {ts[0].shape} "
+                    f"{ts[0].dtype.name} and {t.shape} {t.dtype.name}"
+                )
+    for s in scalars:
+        if isinstance(s, Tensor) and s.ndim:
+            raise RuntimeError(f"foreach: a tensor scalar must be 0-d, got shape {s.shape}")
+    views = [[t._view for t in ts] for ts in tensors]
+    backend.foreach(program, views, [s._view if isinstance(s, Tensor) else s for s in scalars])
+    written = {dst for dst, _, _ in program}
+    for ts in tensors:
+        for i in written:
+            if i < len(ts):
+                ts[i]._view.storage.version += 1

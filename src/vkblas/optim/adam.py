@@ -8,7 +8,7 @@ from typing import Any
 from ..dtypes import float32
 from ..ops._core import elementwise, full, write_into
 from ..tensor import Tensor
-from .fused import ADAM_APPLY, ADAM_RSQRT_BC, ADAM_STEP_SIZE, AXPBY, EMA_SQ, LERP
+from .fused import ADAM_APPLY, ADAM_RSQRT_BC, ADAM_STEP_SIZE, AXPBY, EMA_SQ, LERP, Program, signed_grad
 from .optimizer import Optimizer, ParamsT, check_hyper
 
 
@@ -82,12 +82,46 @@ class Adam(Optimizer):
             sc["decay"] = full((), 1.0, float32, backend)  # 1 - lr * weight_decay
 
     def _advance(self, group: dict[str, Any], sc: dict[str, Any]) -> None:
-        super()._advance(group, sc)
-        (beta1, beta2), t = group["betas"], sc["step"]
-        write_into(sc["step_size"], ADAM_STEP_SIZE, sc["lr"], t, float(beta1))
-        write_into(sc["rsqrt_bc2"], ADAM_RSQRT_BC, t, float(beta2))
+        # one foreach dispatch: the step count, then the bias corrections (and AdamW's decay) from it
+        (beta1, beta2), names = group["betas"], ["step", "step_size", "rsqrt_bc2", "decay"]
+        prog = Program(4 if "decay" in sc else 3)
+        lr = prog.s(sc["lr"])
+        prog.step(0, "add", 0, prog.s(1.0))
+        prog.step(1, ADAM_STEP_SIZE, lr, 0, prog.s(float(beta1)))
+        prog.step(2, ADAM_RSQRT_BC, 0, prog.s(float(beta2)))
         if "decay" in sc:
-            write_into(sc["decay"], AXPBY, sc["lr"], 1.0, -float(group["weight_decay"]), 1.0)
+            prog.step(3, AXPBY, lr, prog.s(1.0), prog.s(-float(group["weight_decay"])), prog.s(1.0))
+        prog.run([[sc[n] for n in names if n in sc]])
+
+    def _update_group(self, group: dict[str, Any], items: list[tuple[Tensor, Tensor, dict[str, Any]]]) -> None:
+        """Every parameter of the group in one ``foreach`` per distinct step count (one in practice): on a GPU one
+        dispatch per few parameters, the same formulas as :meth:`_update`."""
+        by_step: dict[Any, list[tuple[Tensor, Tensor, dict[str, Any]]]] = {}
+        for item in items:
+            t = item[2]["step"]
+            by_step.setdefault(t if isinstance(t, int) else id(t), []).append(item)
+        for same in by_step.values():
+            self._update_fused(group, same)
+
+    def _update_fused(self, group: dict[str, Any], items: list[tuple[Tensor, Tensor, dict[str, Any]]]) -> None:
+        lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        amsgrad = group["amsgrad"]
+        prog = Program(5 if amsgrad else 4)  # p, grad, exp_avg, exp_avg_sq (, max_exp_avg_sq)
+        g = signed_grad(prog, 1, 0, group, l2=not self.decoupled_weight_decay)
+        prog.step(2, LERP, 2, g, prog.s(1.0 - beta1))
+        v = prog.step(3, EMA_SQ, 3, g, prog.s(float(beta2)))
+        if amsgrad:
+            v = prog.step(4, "maximum", 4, 3)
+        if group["capturable"]:
+            sc = self._scalars[id(group)]
+            step_size, rsqrt_bc2, decay = sc["step_size"], sc["rsqrt_bc2"], sc.get("decay", 1.0)
+        else:
+            t = items[0][2]["step"]
+            step_size, rsqrt_bc2 = lr / (1 - beta1**t), 1 / math.sqrt(1 - beta2**t)
+            decay = 1.0 - lr * wd if wd and self.decoupled_weight_decay else 1.0
+        prog.step(0, ADAM_APPLY, 0, 2, v, prog.s(step_size), prog.s(rsqrt_bc2), prog.s(float(eps)), prog.s(decay))
+        names = ["exp_avg", "exp_avg_sq", "max_exp_avg_sq"] if amsgrad else ["exp_avg", "exp_avg_sq"]
+        prog.run([[p, grad, *(state[n] for n in names)] for p, grad, state in items])
 
     def _update(self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         # three fused dispatches per parameter (EMA of g, EMA of g^2, the update), four with AMSGrad

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..backend.elementwise import define
+from ..ops._core import foreach
 
 #: a * x + b * y: weight decay into the gradient, momentum buffers, Nesterov, the SGD update
 AXPBY = define("axpby", lambda m, x, y, a, b: a * x + b * y)
@@ -96,3 +97,40 @@ RADAM_APPLY = define(
 #: rho_t is a difference of two numbers near 2 / (1 - beta2), whose float32 rounding could flip the branch)
 RADAM_A = define("radam_a", _radam_a)
 RADAM_B = define("radam_b", lambda m, t, first: m.where(t >= first, 0.0, 1.0))
+
+
+class Program:
+    """A ``foreach`` program under construction (``backend/base.py``): slots ``0..nslots-1`` are each entry's
+    tensors, :meth:`temp` adds a register, :meth:`s` a scalar (a Python number or a 0-d device tensor)."""
+
+    def __init__(self, nslots: int) -> None:
+        self.steps: list[tuple[int, str, tuple[int, ...]]] = []
+        self.scalars: list[Any] = []
+        self._next = nslots
+
+    def s(self, value: Any) -> int:
+        self.scalars.append(value)
+        return -len(self.scalars)
+
+    def temp(self) -> int:
+        self._next += 1
+        return self._next - 1
+
+    def step(self, dst: int, op: str, *args: int) -> int:
+        self.steps.append((dst, op, args))
+        return dst
+
+    def run(self, tensors: list[list[Any]]) -> None:
+        foreach(tuple(self.steps), tensors, self.scalars)
+
+
+def signed_grad(prog: Program, grad: int, param: int, group: dict[str, Any], l2: bool = True) -> int:
+    """The slot holding the gradient after ``maximize`` and (with ``l2``) weight decay ``g + wd * p``; a register,
+    so the stored ``.grad`` is never changed."""
+    g = grad
+    if group.get("maximize", False):
+        g = prog.step(prog.temp(), "neg", g)
+    wd = group.get("weight_decay", 0.0)
+    if l2 and wd:
+        g = prog.step(g if g != grad else prog.temp(), AXPBY, g, param, prog.s(1.0), prog.s(float(wd)))
+    return g

@@ -130,7 +130,7 @@ class Optimizer:
             graph.register_replay_hook(self._sync_device_lr)  # a scheduler's new lr reaches every replay
         for group in self.param_groups:
             scalars = self._group_scalars(group, graph is not None) if group.get("capturable") else None
-            advanced = False
+            items = []
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -145,12 +145,19 @@ class Optimizer:
                     self._init_state(p, state, group)
                 if scalars is None:
                     state["step"] += 1
-                elif not advanced:
+                items.append((p, p.grad, state))
+            if items:
+                if scalars is not None:
                     self._advance(group, scalars)
-                    advanced = True
-                grad = p.grad if not group.get("maximize", False) else -p.grad
-                self._update(p, grad, state, group)
+                self._update_group(group, items)
         return loss
+
+    def _update_group(self, group: dict[str, Any], items: list[tuple[Tensor, Tensor, dict[str, Any]]]) -> None:
+        """Update every ``(parameter, gradient, state)`` of a group (the gradient as stored: ``maximize`` not yet
+        applied). This default calls ``_update`` per parameter; Adam, AdamW and SGD override it with one
+        multi-tensor ``foreach`` (one dispatch per few parameters on a GPU)."""
+        for p, grad, state in items:
+            self._update(p, -grad if group.get("maximize", False) else grad, state, group)
 
     # ------------------------------------------------------------------ capturable
     def _group_scalars(self, group: dict[str, Any], capturing: bool) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..ops._core import elementwise, write_into
 from ..tensor import Tensor
-from .fused import AXPBY, SUB_SCALED
+from .fused import AXPBY, SUB_SCALED, Program, signed_grad
 from .optimizer import Optimizer, ParamsT, check_hyper
 
 
@@ -62,6 +62,29 @@ class SGD(Optimizer):
                 f"Nesterov momentum requires a momentum > 0 and zero dampening (got momentum="
                 f"{group['momentum']}, dampening={group['dampening']})"
             )
+
+    def _update_group(self, group: dict[str, Any], items: list[tuple[Tensor, Tensor, dict[str, Any]]]) -> None:
+        """One ``foreach`` for every parameter whose momentum buffer exists (the first step with momentum copies
+        the gradient into a new buffer: per parameter, as :meth:`_update`)."""
+        mu = group["momentum"]
+        first = [it for it in items if mu and "momentum_buffer" not in it[2]]
+        ready = [it for it in items if not (mu and "momentum_buffer" not in it[2])]
+        super()._update_group(group, first)
+        if not ready:
+            return
+        prog = Program(3 if mu else 2)  # p, grad (, momentum_buffer)
+        g = signed_grad(prog, 1, 0, group)
+        if mu:
+            prog.step(2, AXPBY, 2, g, prog.s(float(mu)), prog.s(1.0 - group["dampening"]))
+            if group["nesterov"]:
+                g = prog.step(g if g != 1 else prog.temp(), AXPBY, g, 2, prog.s(1.0), prog.s(float(mu)))
+            else:
+                g = 2
+        if group["capturable"]:
+            prog.step(0, SUB_SCALED, 0, g, prog.s(self._scalars[id(group)]["lr"]))
+        else:
+            prog.step(0, AXPBY, 0, g, prog.s(1.0), prog.s(-float(group["lr"])))
+        prog.run([[p, grad, state["momentum_buffer"]] if mu else [p, grad] for p, grad, state in ready])
 
     def _update(self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         # each line is one fused dispatch: at most four per parameter (weight decay, momentum, Nesterov, update)

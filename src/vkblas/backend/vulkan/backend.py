@@ -30,6 +30,7 @@ from ..base import (
     Backend,
     BackendError,
     Capture,
+    ForeachProgram,
     Scalar,
     UnsupportedError,
     View,
@@ -39,14 +40,15 @@ from .device import Device
 from .device_checks import Check, DeviceChecks
 from .kernels import attention as att
 from .kernels import elementwise as ew_kernels
+from .kernels import foreach as fe
 from .kernels import indexing, random, reduce, scan, sort, window
 from .kernels.plan import Plan, out_of_bounds, span
 from .kernels.random import pcg_host
 from .kernels.reduce import SplitPlan
-from .kernels.wgsl import PARAM_WORDS
+from .kernels.wgsl import PARAM_WORDS, WORKGROUP, grid
 from .large import Splitter
 from .matmul import encode_matmul
-from .memory import BufferPool, LargeStorage, NeedsSplitting, TooLargeForABinding, VulkanStorage
+from .memory import BufferPool, LargeStorage, NeedsSplitting, PoolBuffer, TooLargeForABinding, VulkanStorage, Window
 from .queue import Recording, Runtime
 
 _PY_SCALARS = (bool, int, float)
@@ -82,6 +84,18 @@ def _describe(views: Sequence[Any]) -> str:
 # a random dispatch's params: word 0 the view's offset, 1 pcg(seed), 2 counter (see random())
 _RANDOM_WORDS = struct.Struct("<II")
 _WINDOW_BYTES = PARAM_WORDS * 4
+
+
+def _foreach_bindable(v: View, n: int) -> bool:
+    """Whether ``foreach``'s fused kernel can take the view: float32, contiguous, ``n`` elements, in one binding."""
+    st = v.storage
+    return (
+        st.dtype is float32
+        and isinstance(getattr(st, "buffer", None), (PoolBuffer, Window))
+        and v.numel == n
+        and v.offset + n <= st.numel
+        and v.is_contiguous()
+    )
 
 
 class VulkanBackend(Backend):
@@ -381,6 +395,68 @@ class VulkanBackend(Backend):
             if isinstance(a, View) and a.shape != out.shape:
                 raise ValueError(f"operand shape {a.shape} differs from the output shape {out.shape}")
         return ew_kernels.build(self.dev, op, out, args)
+
+    def foreach(self, program: ForeachProgram, tensors: Sequence[Sequence[View]], scalars: Sequence[Any]) -> None:
+        """One dispatch per chunk of tensors (``kernels/foreach.py``); tensors it cannot bind (not float32, not
+        contiguous, larger than a binding) take the default path of separate elementwise ops."""
+        if not tensors:
+            return
+        nslot = len(tensors[0])
+        dev_scal = [s for s in scalars if isinstance(s, View)]
+        if any(not isinstance(getattr(s.storage, "buffer", None), (PoolBuffer, Window)) for s in dev_scal):
+            return super().foreach(program, tensors, scalars)
+        fused, rest = [], []
+        for views in tensors:
+            n = views[0].numel
+            if n:
+                (fused if len(views) == nslot and all(_foreach_bindable(v, n) for v in views) else rest).append(views)
+        limit = self.dev.limits["max-storage-buffers-per-shader-stage"]
+        chunk: list[Sequence[View]] = []
+        bufs: dict[Any, int] = {s.storage.buffer: 0 for s in dev_scal}
+        for views in fused:
+            new = {v.storage.buffer for v in views} - bufs.keys()
+            if chunk and (fe.words(len(chunk) + 1, nslot, len(scalars)) > PARAM_WORDS or len(bufs) + len(new) > limit):
+                self._foreach_chunk(program, chunk, scalars)
+                chunk, bufs = [], {s.storage.buffer: 0 for s in dev_scal}
+                new = {v.storage.buffer for v in views}
+            chunk.append(views)
+            bufs.update(dict.fromkeys(new, 0))
+        if chunk:
+            self._foreach_chunk(program, chunk, scalars)
+        if rest:
+            super().foreach(program, rest, scalars)
+
+    def _foreach_chunk(self, program: ForeachProgram, chunk: Sequence[Sequence[View]], scalars: Sequence[Any]) -> None:
+        index: dict[Any, int] = {}
+        bufs: list[Any] = []
+
+        def bind(v: View) -> int:
+            b = v.storage.buffer
+            if b not in index:
+                bufs.append(b)
+                index[b] = len(bufs)
+            return index[b]
+
+        slots = tuple(tuple(bind(v) for v in views) for views in chunk)
+        scal_bind = tuple(bind(s) if isinstance(s, View) else -1 for s in scalars)
+        layout = (slots, scal_bind)
+        key = ("foreach", program, layout)
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = self._plan(key, "foreach", [], lambda: fe.kernel(self.dev, program, layout, len(bufs)))
+        kern, packer = plan
+        ends, total = [], 0
+        for views in chunk:
+            total += views[0].numel
+            ends.append(total)
+        args = [*ends, *(v.offset for views in chunk for v in views)]
+        args += [s.offset if isinstance(s, View) else float(s) for s in scalars]
+        try:
+            self.rt.record(kern.handle, tuple(bufs), packer, args, grid(-(-total // WORKGROUP), self.rt.max_groups))
+        except BackendError:
+            raise
+        except Exception as e:  # noqa: BLE001 - struct.error for out-of-range scalars, wgpu errors
+            raise self._record_error("foreach", [v for views in chunk for v in views], list(scalars), e) from e
 
     def reduce(self, op: str, out: View, x: View, axes: tuple[int, ...]) -> None:
         axes = axes if type(axes) is tuple else tuple(axes)

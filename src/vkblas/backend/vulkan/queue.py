@@ -107,6 +107,9 @@ class Runtime:
         self.dev = dev
         #: host read-backs so far (tests use it to prove that a code path never waits for the device)
         self.reads = 0
+        #: dispatches and copies in submitted batches; :attr:`dispatches` adds the open batch's (counted per
+        #: batch, not per dispatch: the hot path stays as it is)
+        self._submitted = 0
         self.device = dev.device
         self.queue = dev.device.queue
         if dev.limits["min-uniform-buffer-offset-alignment"] > _WINDOW:
@@ -132,6 +135,12 @@ class Runtime:
         self._last_pipeline: Any = None
         self.pos = 0
         self.count = 0
+
+    @property
+    def dispatches(self) -> int:
+        """Dispatches (and buffer copies) recorded since the runtime started, replays included: what fusion
+        reduces (benchmarks/speed.py prints it per training step)."""
+        return self._submitted + self.count
 
     @property
     def pending(self) -> bool:
@@ -293,6 +302,7 @@ class Runtime:
                 f"vulkan: submitting {npending} recorded dispatch(es) failed; their results are lost: {e}"
             ) from e
         finally:
+            self._submitted += npending
             self._reset()
             if len(self._bind_groups) > _BIND_GROUP_CACHE:
                 self._bind_groups.clear()

@@ -1,0 +1,286 @@
+"""Training-step throughput, vkblas against PyTorch on one workload, in one run (issue 15's measurement).
+
+Workload, identical on both sides: an MLP 784-512-256-10 (ReLU) and a CNN conv(1->32, 3x3) ReLU conv(32->64, 3x3)
+ReLU maxpool(2) fc(9216->128) ReLU fc(128->10), batch 512, cross-entropy, Adam (lr 1e-3), the data already on the
+device (16 batches of random images and labels), each batch taken by slicing the device tensor; ``--steps`` timed
+steps after ``--warmup`` untimed ones (first calls compile pipelines and autotune GEMMs).
+
+Modes:
+
+* vkblas ``eager``: the plain Python training step.
+* vkblas ``graph``: the step captured once with ``vkblas.graphs`` (Adam ``capturable=True``), then per step the
+  batch is copied into the static inputs and the graph replayed.
+* vkblas ``compile``: the step wrapped in ``vkblas.compile`` (warm-up, capture and replay done by the decorator).
+* PyTorch ``eager`` on CUDA when present, else on the CPU.
+* PyTorch ``graph`` (CUDA only): the whole step captured with ``torch.cuda.graph`` after a side-stream warm-up,
+  ``Adam(capturable=True)``, the recipe of PyTorch's CUDA-graphs documentation.
+
+The table gives samples/s, the ratio to the PyTorch mode of the same kind (eager to eager, graph and compile to the
+CUDA graph when it ran, else to PyTorch eager), and, for vkblas on Vulkan, the device dispatches per training step
+(replays included; what kernel fusion reduces). Each measurement stops after ``--max-seconds`` even if the steps
+are not done (the rate is then over the steps it ran), so the default run is bounded: about a minute on an H200 (well
+under 3), far longer on lavapipe, where ``--steps 3 --warmup 2`` is the useful size.
+
+    python3 benchmarks/speed.py                       # everything, default devices (vulkan; cuda or cpu for torch)
+    python3 benchmarks/speed.py --steps 3 --warmup 2  # on lavapipe
+    python3 benchmarks/speed.py --models mlp --modes eager,graph
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import print_table, torch_or_none  # noqa: E402
+
+BATCH = 512
+BATCHES = 16  # distinct batches held on the device
+NUM_CLASSES = 10
+MODES = ("eager", "graph", "compile")
+
+
+def build(model: str, nn: Any) -> Any:
+    """The issue's two models, for ``nn`` = ``vkblas.nn`` or ``torch.nn`` (same layers, same order)."""
+    if model == "mlp":
+        return nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(784, 512),
+            nn.ReLU(),
+            nn.Linear(512, 256),
+            nn.ReLU(),
+            nn.Linear(256, NUM_CLASSES),
+        )
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(9216, 128),
+        nn.ReLU(),
+        nn.Linear(128, NUM_CLASSES),
+    )
+
+
+def host_data(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((BATCHES * BATCH, 1, 28, 28)).astype(np.float32)
+    return x, rng.integers(0, NUM_CLASSES, BATCHES * BATCH).astype(np.int64)
+
+
+@dataclass
+class Result:
+    framework: str
+    mode: str
+    samples_per_s: float
+    steps: int
+    dispatches: float | None = None
+
+
+def timed(step: Callable[[int], Any], sync: Callable[[], None], steps: int, warmup: int, limit: float) -> tuple:
+    """(samples/s, steps run) of ``step(i)`` after ``warmup`` calls; stops after ``limit`` seconds."""
+    for i in range(warmup):
+        step(i)
+    sync()
+    t0 = time.perf_counter()
+    done = 0
+    while done < steps:
+        step(warmup + done)
+        done += 1
+        if time.perf_counter() - t0 > limit:
+            break
+    sync()
+    return BATCH * done / (time.perf_counter() - t0), done
+
+
+# ---------------------------------------------------------------- vkblas
+def vkblas_runs(model_name: str, modes: list[str], device: str, args: argparse.Namespace) -> list[Result]:
+    import vkblas as vk
+    from vkblas import graphs, nn
+
+    xh, yh = host_data()
+    X, Y = vk.tensor(xh, device=device), vk.tensor(yh.astype(np.int32), device=device)
+    backend = X._backend
+    runtime = getattr(backend, "rt", None)  # the Vulkan runtime counts dispatches
+    results = []
+
+    def batch(i: int) -> tuple[Any, Any]:
+        s = (i % BATCHES) * BATCH
+        return X[s : s + BATCH], Y[s : s + BATCH]
+
+    def sync() -> None:
+        backend.synchronize()
+
+    for mode in modes:
+        vk.manual_seed(0)
+        model = build(model_name, nn).to(device)
+        opt = vk.optim.Adam(model.parameters(), lr=1e-3, capturable=mode != "eager")
+
+        def train_step(x: Any, y: Any, model: Any = model, opt: Any = opt) -> Any:
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        if mode == "eager":
+
+            def step(i: int, train_step: Callable = train_step) -> None:
+                train_step(*batch(i))
+
+        elif mode == "graph":
+            if not graphs.can_capture(device):
+                continue
+            sx, sy = vk.empty((BATCH, 1, 28, 28), device=device), vk.empty((BATCH,), dtype=vk.int32, device=device)
+            holder: dict[str, Any] = {}
+
+            def step(i: int, train_step: Callable = train_step, sx: Any = sx, sy: Any = sy, h: dict = holder) -> None:
+                x, y = batch(i)
+                sx.copy_(x)
+                sy.copy_(y)
+                if i < 2:  # warm-up: the optimizer state exists before capture
+                    train_step(sx, sy)
+                elif "g" not in h:
+                    h["g"] = graphs.Graph()
+                    with graphs.capture(h["g"], device=device):
+                        h["loss"] = train_step(sx, sy)
+                else:
+                    h["g"].replay()
+
+        else:
+            if not hasattr(vk, "compile"):
+                continue
+            compiled = vk.compile(train_step)
+
+            def step(i: int, compiled: Callable = compiled) -> None:
+                compiled(*batch(i))
+
+        warmup = max(args.warmup, 3 if mode != "eager" else 1)
+        before = None
+        for i in range(warmup):
+            step(i)
+        sync()
+        if runtime is not None:  # dispatches per step, counted over two steady steps
+            before = runtime.dispatches
+            step(warmup)
+            step(warmup + 1)
+            per_step = (runtime.dispatches - before) / 2
+        rate, done = timed(lambda i, step=step, w=warmup: step(w + 2 + i), sync, args.steps, 0, args.max_seconds)
+        results.append(Result("vkblas", mode, rate, done, per_step if before is not None else None))
+    return results
+
+
+# ---------------------------------------------------------------- PyTorch
+def torch_runs(model_name: str, torch: Any, device: str, args: argparse.Namespace) -> list[Result]:
+    nn, F = torch.nn, torch.nn.functional
+    xh, yh = host_data()
+    X, Y = torch.from_numpy(xh).to(device), torch.from_numpy(yh).to(device)
+    cuda = device.startswith("cuda")
+    results = []
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    def batch(i: int) -> tuple[Any, Any]:
+        s = (i % BATCHES) * BATCH
+        return X[s : s + BATCH], Y[s : s + BATCH]
+
+    torch.manual_seed(0)
+    model = build(model_name, nn).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def eager(i: int) -> None:
+        x, y = batch(i)
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    rate, done = timed(eager, sync, args.steps, args.warmup, args.max_seconds)
+    results.append(Result(f"torch ({device})", "eager", rate, done))
+    if not cuda:
+        return results
+
+    torch.manual_seed(0)
+    model = build(model_name, nn).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, capturable=True)
+    sx, sy = X[:BATCH].clone(), Y[:BATCH].clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up on a side stream, as the documentation's recipe does
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(sx), sy).backward()
+            opt.step()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(g):
+        F.cross_entropy(model(sx), sy).backward()
+        opt.step()
+
+    def replay(i: int) -> None:
+        x, y = batch(i)
+        sx.copy_(x)
+        sy.copy_(y)
+        g.replay()
+
+    rate, done = timed(replay, sync, args.steps, args.warmup, args.max_seconds)
+    results.append(Result(f"torch ({device})", "graph", rate, done))
+    return results
+
+
+# ---------------------------------------------------------------- table
+def table(model: str, ours: list[Result], theirs: list[Result]) -> None:
+    ref = {r.mode: r for r in theirs}
+    rows = []
+    for r in [*ours, *theirs]:
+        base = ref.get("eager") if r.mode == "eager" else ref.get("graph", ref.get("eager"))
+        ratio = f"{r.samples_per_s / base.samples_per_s:.2f}x {base.framework} {base.mode}" if r in ours else ""
+        disp = f"{r.dispatches:.0f}" if r.dispatches is not None else ""
+        rows.append((r.framework, r.mode, f"{r.samples_per_s:,.0f}", r.steps, ratio, disp))
+    print_table(
+        f"\n{model}: batch {BATCH}, Adam, data on the device",
+        ("framework", "mode", "samples/s", "steps", "ratio", "dispatches/step"),
+        rows,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=300, help="timed training steps per measurement (default 300)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps before timing (default 5)")
+    p.add_argument("--device", default=None, help="vkblas device (default: vulkan when present, else cpu)")
+    p.add_argument("--torch-device", default=None, help="PyTorch device (default: cuda when present, else cpu)")
+    p.add_argument("--models", default="mlp,cnn", help="comma-separated: mlp, cnn")
+    p.add_argument("--modes", default=",".join(MODES), help=f"vkblas modes, comma-separated: {', '.join(MODES)}")
+    p.add_argument("--max-seconds", type=float, default=15.0, help="stop one measurement after this (default 15)")
+    args = p.parse_args(argv)
+
+    import vkblas as vk
+
+    device = args.device or ("vulkan" if any(d.startswith("vulkan") for d in vk.devices()) else "cpu")
+    modes = [m for m in args.modes.split(",") if m]
+    if bad := set(modes) - set(MODES):
+        p.error(f"unknown modes {sorted(bad)}; choose from {MODES}")
+    torch = torch_or_none()
+    tdev = args.torch_device or ("cuda" if torch is not None and torch.cuda.is_available() else "cpu")
+    print(f"vkblas device: {vk.device(device)!r}; PyTorch: {tdev if torch else 'not installed'}", flush=True)
+    for model in args.models.split(","):
+        ours = vkblas_runs(model, modes, device, args)
+        theirs = torch_runs(model, torch, tdev, args) if torch is not None else []
+        table(model, ours, theirs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
