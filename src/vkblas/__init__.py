@@ -108,5 +108,5 @@ def is_tensor(obj: object) -> bool:
     return isinstance(obj, Tensor)
 
 
-from . import accelerator, data, graphs, nn, optim  # noqa: E402  (the training stack sits on everything above)
+from . import accelerator, data, graphs, nn, optim, utils  # noqa: E402  (the training stack sits on everything above)
 from .io import load, save  # noqa: E402
