@@ -86,3 +86,61 @@ def test_pickled_tensors_arrive_on_the_device_asked_for() -> None:
     raw = pickling.dumps([vkblas.tensor([1.0, 2.0], dtype=vkblas.float64, device="cpu")])
     (t,) = pickling.loads(raw, device="vulkan")
     assert t.device.type == "vulkan" and t.dtype is vkblas.float32 and t.tolist() == [1.0, 2.0]
+
+
+MB3 = 3_145_728  # the pool's bucket for 3 000 000 bytes: 6 eighths of 4 MiB
+
+
+@requires_vulkan
+def test_memory_statistics_follow_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VKBLAS_DEVICE", "vulkan:0")
+    accelerator.synchronize()
+    start = accelerator.memory_allocated()
+    accelerator.reset_peak_memory_stats()
+    assert accelerator.max_memory_allocated() == start
+    x = vkblas.empty(750_000, device="vulkan:0")  # 3 000 000 bytes
+    assert accelerator.memory_allocated() == start + MB3 == accelerator.max_memory_allocated()
+    y = x + 1
+    assert accelerator.memory_allocated(0) == start + 2 * MB3
+    del y  # its buffer goes back to the pool's cache: no longer allocated, still reserved
+    assert accelerator.memory_allocated() == start + MB3
+    assert accelerator.max_memory_allocated() == start + 2 * MB3
+    assert accelerator.memory_reserved() >= accelerator.memory_allocated() + MB3
+    stats = accelerator.memory_stats("vulkan:0")
+    assert stats == {
+        "allocated_bytes.all.current": start + MB3,
+        "allocated_bytes.all.peak": start + 2 * MB3,
+        "reserved_bytes.all.current": accelerator.memory_reserved(),
+    }
+    accelerator.reset_peak_memory_stats()
+    assert accelerator.max_memory_allocated() == start + MB3
+    accelerator.empty_cache()
+    assert accelerator.memory_reserved() == accelerator.memory_allocated() == start + MB3
+    del x
+    assert accelerator.memory_allocated() == start and accelerator.max_memory_allocated() == start + MB3
+
+
+@requires_vulkan
+def test_memory_statistics_count_a_tensor_beyond_one_binding() -> None:
+    """A storage larger than a binding is several segment buffers: all of them count."""
+    from vkblas.backend.vulkan import VulkanBackend
+    from vkblas.tensor import from_host
+
+    small = VulkanBackend(limits={"max-storage-buffer-binding-size": 1 << 18, "max-buffer-size": 1 << 20})
+    before = small.memory_stats()["allocated"]
+    t = from_host(np.zeros(700_000, np.float32), vkblas.float32, small)  # 2.8 MB: 3 segments of at most 1 MiB
+    assert len(t._view.storage.segments) == 3
+    # two full segments, and the last one's 702 848 bytes in a 1 MiB bucket (powers of two up to 1 MiB)
+    assert small.memory_stats()["allocated"] - before == 3 * (1 << 20)
+    del t
+    assert small.memory_stats()["allocated"] == before
+
+
+def test_memory_statistics_need_a_vulkan_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VKBLAS_DEVICE", "cpu")
+    with pytest.raises(RuntimeError, match="no accelerator"):
+        accelerator.memory_allocated()
+    with pytest.raises(ValueError, match="memory statistics are kept for the Vulkan backend's pool only"):
+        accelerator.max_memory_allocated("cpu")
+    with pytest.raises(vkblas.UnsupportedError, match="cpu: this backend keeps no memory statistics"):
+        vkblas.backend.get("cpu").memory_stats()

@@ -33,7 +33,7 @@ LAYERS: list[set[str]] = [
     {"tensor"},
     {"ops"},
     {"creation"},
-    {"nn", "optim", "data", "io", "gradcheck", "pickling", "jit"},
+    {"nn", "optim", "data", "io", "gradcheck", "pickling", "jit", "utils"},
     {"models"},
     {"training"},
     {"distributed"},  # reuses training's run definition, models and datasets

@@ -21,6 +21,7 @@ import vkblas as vb
 import vkblas.nn.functional as F
 from conftest import requires_vulkan
 from vkblas.backend.base import UnsupportedError
+from vkblas.backend.vulkan.memory import LargeStorage
 from vkblas.tensor import from_host
 
 pytestmark = [requires_vulkan, pytest.mark.vulkan]
@@ -205,6 +206,53 @@ def test_softmax_cross_entropy_and_random(small: Any) -> None:
     u = vb.empty(400, 900, device="cpu").uniform_(generator=vb.Generator(3))
     uv = from_host(np.zeros((400, 900), np.float32), vb.float32, small).uniform_(generator=vb.Generator(3))
     np.testing.assert_array_equal(uv.numpy(), u.numpy())  # the same counter-based numbers, piece by piece
+
+
+def test_a_reduction_whose_two_partial_outputs_exceed_a_binding(small: Any) -> None:
+    """The reduced dim spans the most bytes, and the output is more than half a binding: halving the reduced dim
+    would need a (2, *out) workspace larger than a binding, so a kept dim is halved first (this recursed forever:
+    a GPT's bias gradients over batch * time at a large vocabulary)."""
+    a = big(3, 40000)  # 480 KB; the output, 160 KB, is more than half of the 256 KiB binding
+    for op in ("sum", "amax", "amin", "prod"):
+        same(getattr(on(small, a), op)(0), getattr(cpu(a), op)(0), rtol=1e-5)
+    same(on(small, a).argmax(0), cpu(a).argmax(0))
+    g = big(1, 64, 5000)  # the gradient of a broadcast (1, 5000) bias, summed over 64 rows
+    same(on(small, g).sum((0, 1)), cpu(g).sum((0, 1)), rtol=1e-4, atol=1e-4)
+
+
+def test_gpt_training_step_with_every_large_op(small: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPT whose token embedding (5000 x 64, tied to the head: 1.3 MB in two segments), logits and their
+    gradient (2 x 32 x 5000: 1.3 MB) and AdamW state all exceed the 256 KiB binding, as the 1.2B GPT's logits exceed
+    an H200's 2 GiB one: embedding forward and backward (scatter into the large gradient), the head's matmul,
+    cross-entropy over 5000 classes, AdamW on the embedding, with dropout and activation checkpointing on -- the
+    same numbers as on the cpu."""
+    from vkblas import backend
+    from vkblas.models import GPT, GPTConfig
+
+    monkeypatch.setitem(backend._instances, backend._default_vulkan_key(), small)  # "vulkan" means `small` here
+    cfg = GPTConfig(n_layer=1, n_head=2, n_embd=64, block_size=32, vocab_size=5000, dropout=0.1)
+    cfg.activation_checkpointing = True
+    x, y = RNG.integers(0, 5000, (2, 32)), RNG.integers(0, 5000, (2, 32))
+    results = []
+    for dev in ("vulkan", "cpu"):
+        vb.manual_seed(0)
+        model = GPT(cfg).to(dev)
+        opt = model.configure_optimizers(0.1, 1e-2, (0.9, 0.95))
+        start = model.lm_head.weight.detach().numpy()
+        _, loss = model(vb.tensor(x, device=dev), vb.tensor(y, device=dev))
+        loss.backward()
+        grads = {n: p.grad.numpy() for n, p in model.named_parameters()}
+        opt.step()
+        results.append((loss.item(), grads, {n: p.detach().numpy() for n, p in model.named_parameters()}, model))
+    assert isinstance(results[0][3].lm_head.weight._view.storage, LargeStorage)
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)
+    for name, g in results[1][1].items():
+        np.testing.assert_allclose(results[0][1][name], g, rtol=1e-3, atol=1e-5, err_msg=name)
+        # Adam's first step is lr * g / (|g| + eps): where |g| is near eps, tiny differences in g move it, so the
+        # parameters agree to a tenth of the step (a wrong or missing update is off by a whole one)
+        np.testing.assert_allclose(results[0][2][name], results[1][2][name], atol=1e-3, err_msg=name)
+    moved = np.abs(results[0][2]["transformer.wte.weight"] - start)  # both runs start from the same seeded weights
+    assert np.median(moved) > 5e-3  # the step was taken on the large embedding (lr 1e-2)
 
 
 # ---------------------------------------------------------------- real sizes, above lavapipe's 128 MiB binding

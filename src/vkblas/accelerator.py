@@ -97,3 +97,62 @@ class device_index:  # noqa: N801 - PyTorch's name
     def __exit__(self, *exc: object) -> None:
         global _current
         _current = self.previous
+
+
+# ---------------------------------------------------------------- memory (PyTorch >= 2.8's torch.accelerator names)
+# The numbers are the Vulkan backend's buffer pool: a tensor holds a pooled buffer of its bucket's size (a power of
+# two up to 1 MiB, then eighths of one), as PyTorch's caching allocator counts its rounded blocks.
+
+
+def _pool_backend(device_index: int | str | device | None) -> _backends.Backend:
+    """The Vulkan backend of ``vulkan:N`` (an index or a device), of the current accelerator for None; ``"vulkan"``
+    without an index is the adapter that name means everywhere else (also where the default device is cpu)."""
+    if device_index is None:
+        return _backends.get(f"vulkan:{current_device_index()}")
+    if isinstance(device_index, int):
+        return _backends.get(f"vulkan:{device_index}")
+    dev = device_index if isinstance(device_index, device) else device(device_index)
+    if dev.type != "vulkan":
+        raise ValueError(
+            f"expected a Vulkan device or an index, got {device_index!r}: memory statistics are kept "
+            "for the Vulkan backend's pool only"
+        )
+    return _backends.get(str(dev))
+
+
+def memory_stats(device_index: int | str | device | None = None) -> dict[str, int]:
+    """The accelerator's memory statistics under PyTorch's keys: ``allocated_bytes.all.current`` / ``.peak``
+    (held by tensors) and ``reserved_bytes.all.current`` (held by the pool, cached free buffers included)."""
+    s = _pool_backend(device_index).memory_stats()
+    return {
+        "allocated_bytes.all.current": s["allocated"],
+        "allocated_bytes.all.peak": s["peak_allocated"],
+        "reserved_bytes.all.current": s["reserved"],
+    }
+
+
+def memory_allocated(device_index: int | str | device | None = None) -> int:
+    """Bytes of the accelerator's memory that tensors hold now."""
+    return _pool_backend(device_index).memory_stats()["allocated"]
+
+
+def max_memory_allocated(device_index: int | str | device | None = None) -> int:
+    """The most bytes tensors held at once since the program started or ``reset_peak_memory_stats()``."""
+    return _pool_backend(device_index).memory_stats()["peak_allocated"]
+
+
+def memory_reserved(device_index: int | str | device | None = None) -> int:
+    """Bytes the accelerator's pool holds: tensors' buffers and the cached free ones (``empty_cache`` frees those)."""
+    return _pool_backend(device_index).memory_stats()["reserved"]
+
+
+def reset_peak_memory_stats(device_index: int | str | device | None = None) -> None:
+    """Make ``max_memory_allocated()`` measure from now (from what tensors hold now)."""
+    _pool_backend(device_index).reset_peak_memory_stats()
+
+
+def empty_cache(device_index: int | str | device | None = None) -> None:
+    """Give the accelerator's cached free buffers back to the driver (``memory_reserved`` drops)."""
+    backend = _pool_backend(device_index)
+    backend.synchronize()
+    backend.empty_cache()

@@ -13,6 +13,7 @@ it the seed gradient as a tensor), so ``tensor.py`` and every op can import it w
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -95,10 +96,20 @@ class inference_mode(set_grad_enabled):
             _mode.enabled = False
 
 
+#: numbers the Nodes in the order they are recorded (PyTorch's ``sequence_nr``): a node recorded after a point of
+#: the program has a larger ``seq`` than ``next_seq()`` returned there (activation checkpointing uses this)
+_seq = itertools.count()
+
+
+def next_seq() -> int:
+    """A number larger than every Node's ``seq`` so far and smaller than every later one's."""
+    return next(_seq)
+
+
 class Node:
     """One recorded op. ``needs[i]`` says whether input i wants a gradient, so rules can skip work."""
 
-    __slots__ = ("name", "inputs", "saved", "rule", "needs", "_versions", "extra")
+    __slots__ = ("name", "inputs", "saved", "rule", "needs", "_versions", "extra", "seq")
 
     def __init__(self, name: str, inputs: Sequence[Tensor | None], rule: Rule, saved: Sequence[Any] = (), **extra: Any):
         self.name = name
@@ -108,6 +119,7 @@ class Node:
         self.saved = tuple(saved)
         self._versions = tuple(getattr(s, "_version", None) for s in self.saved)
         self.extra = extra
+        self.seq = next(_seq)
 
     def __repr__(self) -> str:
         return f"<{self.name}>"

@@ -188,6 +188,19 @@ class Backend(ABC):
     def synchronize(self) -> None:  # noqa: B027 - optional for synchronous backends
         """Wait until all recorded work has finished."""
 
+    def empty_cache(self) -> None:  # noqa: B027 - a backend without a cache of free memory has nothing to do
+        """Give cached free memory back to the driver."""
+
+    def memory_stats(self) -> dict[str, int]:
+        """Bytes of device memory: ``allocated`` (held by tensors now), ``peak_allocated`` (the most since
+        ``reset_peak_memory_stats``), ``reserved`` (held by the backend, cached free buffers included). A backend
+        without its own memory pool (cpu: numpy's allocations) has none to report."""
+        raise UnsupportedError(f"{self.name}: this backend keeps no memory statistics")
+
+    def reset_peak_memory_stats(self) -> None:
+        """Start ``peak_allocated`` again from what is allocated now."""
+        raise UnsupportedError(f"{self.name}: this backend keeps no memory statistics")
+
     # -- compute
     @abstractmethod
     def elementwise(self, op: str, out: View, args: Sequence[View | Scalar]) -> None: ...

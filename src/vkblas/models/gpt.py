@@ -29,6 +29,7 @@ from ..nn import functional as F
 from ..ops.shape import cat
 from ..optim import AdamW
 from ..tensor import Tensor
+from ..utils.checkpoint import checkpoint
 from .sampling import sample_next
 
 
@@ -43,6 +44,9 @@ class GPTConfig:
     n_embd: int = 768
     dropout: float = 0.0
     bias: bool = True  # biases in the Linears and LayerNorms, as GPT-2; False is a little better and faster
+    #: run each block under ``vkblas.utils.checkpoint.checkpoint``: its activations are recomputed in backward
+    #: instead of kept (one more forward of the blocks, for memory of about one block's activations)
+    activation_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
@@ -175,7 +179,7 @@ class GPT(nn.Module):
             raise ValueError(f"Cannot forward sequence of length {t}, block size is only {self.config.block_size}")
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(self.positions[:t]))
         for block in self.transformer.h:
-            x = block(x)
+            x = checkpoint(block, x) if self.config.activation_checkpointing else block(x)
         x = self.transformer.ln_f(x)
         if targets is None:
             return self.lm_head(x[:, [-1], :]), None

@@ -278,6 +278,13 @@ class VulkanBackend(Backend):
         """Release cached free buffers back to the driver."""
         self.pool.empty_cache()
 
+    def memory_stats(self) -> dict[str, int]:
+        p = self.pool
+        return {"allocated": p.live_bytes, "peak_allocated": p.peak_bytes, "reserved": p.allocated_bytes}
+
+    def reset_peak_memory_stats(self) -> None:
+        self.pool.reset_peak()
+
     # -- dispatch
     def launch(
         self,

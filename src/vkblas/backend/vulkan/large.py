@@ -208,6 +208,14 @@ class Splitter:
                 self.be.reduce(op, narrow(out, k, a, b), narrow(x, d, a, b), axes)
             return
         assert d_x is not None
+        wide = [k for k, n in enumerate(out.shape) if n > 1]
+        if wide and 2 * out.numel * max(x.dtype.itemsize, out.dtype.itemsize, 4) > self.be.pool.binding:
+            # the halves' workspace (2, *out) would not fit either (and would be halved along its 2 forever):
+            # halve a kept dim first, until two partial outputs fit in one binding
+            k = max(wide, key=lambda i: out.shape[i])
+            for a, b in halves(out.shape[k]):
+                self.be.reduce(op, narrow(out, k, a, b), narrow(x, kept[k], a, b), axes)
+            return
         self._reduce_halves(op, out, x, axes, d_x)
 
     def _reduce_halves(self, op: str, out: View, x: View, axes: tuple[int, ...], d: int) -> None:

@@ -104,6 +104,10 @@ class BufferPool:
         self._free: dict[int, list[PoolBuffer]] = {}
         self.cached_bytes = 0
         self.allocated_bytes = 0
+        #: bytes of the buffers tensors hold now (bucket sizes), and the most since ``reset_peak``: what
+        #: ``vkblas.accelerator.memory_allocated`` / ``max_memory_allocated`` report
+        self.live_bytes = 0
+        self.peak_bytes = 0
         #: called before cached buffers are destroyed (the runtime flushes and drops bind groups naming them)
         self.before_destroy: Any = None
         #: buffer -> number of graphs that bind it; ``_parked``: pinned buffers whose storage was freed
@@ -136,30 +140,48 @@ class BufferPool:
             )
         size = _MIN_BUCKET if nbytes <= _MIN_BUCKET else min(bucket_size(nbytes), self.limit)
         free = self._free.get(size)
+        self.live_bytes += size
+        if self.live_bytes > self.peak_bytes:
+            self.peak_bytes = self.live_bytes
         if free:
             self.cached_bytes -= size
             return free.pop()
-        self.check_fits(size, what)  # only a new buffer adds to what the device holds
         try:
-            buf = self.device.create_buffer(size=size, usage=_USAGE)
-        except Exception:  # noqa: BLE001 - retry once with the cache released
-            what = _what(what)
-            self.empty_cache()
-            try:
-                buf = self.device.create_buffer(size=size, usage=_USAGE)
-            except Exception as e:  # noqa: BLE001
-                raise DeviceOutOfMemoryError(
-                    f"vulkan: allocating {size} bytes for {what} failed ({self.allocated_bytes} bytes in use): {e}"
-                ) from e
+            self.check_fits(size, what)  # only a new buffer adds to what the device holds
+            buf = self._create(size, what)
+        except BaseException:
+            self.live_bytes -= size  # nothing was handed out
+            raise
         self.allocated_bytes += size
         pb = PoolBuffer(buf, size)
         self._owned.add(pb)
         return pb
 
+    def _create(self, size: int, what: Any) -> Any:
+        try:
+            return self.device.create_buffer(size=size, usage=_USAGE)
+        except Exception:  # noqa: BLE001 - retry once with the cache released
+            what = _what(what)
+            self.empty_cache()
+            try:
+                return self.device.create_buffer(size=size, usage=_USAGE)
+            except Exception as e:  # noqa: BLE001
+                raise DeviceOutOfMemoryError(
+                    f"vulkan: allocating {size} bytes for {what} failed ({self.allocated_bytes} bytes in use): {e}"
+                ) from e
+
+    def reset_peak(self) -> None:
+        """Start measuring ``peak_bytes`` again from what is held now."""
+        self.peak_bytes = self.live_bytes
+
     def release(self, pb: PoolBuffer) -> None:
+        self.live_bytes -= pb.size  # a buffer a graph still pins is no tensor's any more
         if self._pinned and pb in self._pinned:
             self._parked.add(pb)
             return
+        self._to_free_list(pb)
+
+    def _to_free_list(self, pb: PoolBuffer) -> None:
         size = pb.size
         free = self._free.get(size)
         if free is None:
@@ -188,7 +210,7 @@ class BufferPool:
                 self._pinned[pb] = n
             elif pb in self._parked:
                 self._parked.discard(pb)
-                self.release(pb)
+                self._to_free_list(pb)
 
     @property
     def pinned_bytes(self) -> int:

@@ -3,7 +3,8 @@
 WorkerError
 ├── ServerError        the coordinator answered with an error (``code``, ``status``, ``message``)
 ├── UnreachableError   no answer within the retry budget (network down, coordinator down)
-└── IntegrityError     downloaded bytes do not hash to their name
+├── IntegrityError     downloaded bytes do not hash to their name
+└── DoesNotFitError    this device cannot hold the run's model (raised before any unit is leased)
 """
 
 from __future__ import annotations
@@ -24,4 +25,8 @@ class UnreachableError(WorkerError):
 
 
 class IntegrityError(WorkerError):
+    pass
+
+
+class DoesNotFitError(WorkerError):
     pass

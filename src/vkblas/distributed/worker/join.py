@@ -36,6 +36,7 @@ from .cache import DataCache, ModelCache
 from .client import Client
 from .compute import Trainer
 from .errors import ServerError, WorkerError
+from .fits import check_device_holds
 
 LOST = ("lease-expired", "lease-finished", "unknown-lease", "unknown-shard")  # the unit is gone; take the next
 
@@ -204,8 +205,12 @@ class Worker:
         cache = Path(opts.cache) if opts.cache else Path.home() / ".cache" / "vkblas" / "worker"
         cache = cache / info.run_id
         self.models, self.data = ModelCache(self.client, cache), DataCache(self.client, info, cache, opts.data)
-        self.trainer = trainer = Trainer(
-            info, opts.device, error_feedback=opts.error_feedback, delay_per_sample=opts.delay_per_sample
+        self.trainer = trainer = check_device_holds(
+            lambda: Trainer(
+                info, opts.device, error_feedback=opts.error_feedback, delay_per_sample=opts.delay_per_sample
+            ),
+            info,
+            opts.device,
         )
         self.beats = Heartbeats(self.client, self.report)
         pipelined = info.algorithm == "async"
