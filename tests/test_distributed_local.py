@@ -78,7 +78,7 @@ def single_process(cfg: LocalConfig) -> dict[str, np.ndarray]:
     return {k: v.detach().numpy() for k, v in model.state_dict().items()}
 
 
-@pytest.mark.parametrize("apply", ["sharded", "holder"])
+@pytest.mark.parametrize("apply", ["replicated", "sharded", "holder"])
 def test_sync_equals_single_process_training(tmp_path, apply):
     """Same seed, same batches: 2 workers with speed-proportional shares = one process on the whole batch, to
     fp32 rounding (8 Adam steps over 2 epochs, the cosine schedule included)."""

@@ -456,9 +456,10 @@ def _distributed(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--sync-apply",
-        choices=("sharded", "holder"),
+        choices=("replicated", "sharded", "holder"),
         default=None,
-        help="sync: each worker steps its slice of the parameters (sharded, default) or the runner steps them all",
+        help="sync: every worker steps its copy (replicated, default), its slice of the parameters (sharded), "
+        "or the runner steps them (holder)",
     )
     g.add_argument("--inner-steps", type=_positive_int, default=None, help="diloco: inner AdamW steps H (20)")
     g.add_argument("--outer-lr", type=_positive_float, default=None, help="diloco: outer Nesterov SGD lr (0.7)")
