@@ -181,6 +181,7 @@ DISTRIBUTED = (
     "codec",
     "codec_block",
     "error_feedback",
+    "batch_per_worker",
     "threads_per_worker",
 )
 
@@ -480,6 +481,11 @@ def _distributed(p: argparse.ArgumentParser) -> None:
     g.add_argument("--codec-block", type=_positive_int, default=None, help="diloco int8: values per scale (256)")
     g.add_argument(
         "--error-feedback", action="store_true", help="diloco: keep what the codec lost and add it next round"
+    )
+    g.add_argument(
+        "--batch-per-worker",
+        action="store_true",
+        help="async, diloco: every worker trains on batches of --batch-size (N workers: N x the global batch)",
     )
     g.add_argument(
         "--threads-per-worker",

@@ -63,6 +63,11 @@ class LocalConfig:
     * diloco: ``inner_steps`` (H), ``outer_lr``, ``outer_momentum``; a round closes when ``round_quorum`` of its
       planned samples have arrived or at ``round_deadline`` times its predicted duration; ``codec``,
       ``codec_block`` and ``error_feedback`` say how pseudo-gradients travel.
+    * ``batch_per_worker`` (``async``, ``diloco``): every worker's batch is ``batch_size`` itself (the global batch
+      grows with the workers, as DiLoCo's workers each train on a batch of their own: the per-step cost of a
+      worker stays what it is alone, so N workers can take N times the samples per second) instead of its share
+      of ``batch_size`` (the default, which keeps the global batch, and so the training, of one worker). Workers of
+      different speeds share ``N x batch_size`` by speed.
     * ``threads_per_worker``: BLAS threads of each ``cpu`` worker (None: :func:`default_threads`).
     * ``share_quantum``: every worker's share of a batch is a multiple of this (the remainder goes to one worker);
       None: :data:`GRAPH_QUANTUM` for Vulkan workers (so that a few captured step sizes serve the whole run), 1
@@ -87,6 +92,7 @@ class LocalConfig:
     codec: str = "fp32"
     codec_block: int = DEFAULT_BLOCK
     error_feedback: bool = False
+    batch_per_worker: bool = False
     threads_per_worker: int | None = None
     share_quantum: int | None = None
     model_options: dict[str, Any] = field(default_factory=dict)
@@ -105,6 +111,10 @@ class LocalConfig:
         _choice("staleness_rule", self.staleness_rule, STALENESS_RULES)
         _choice("sync_apply", self.sync_apply, SYNC_APPLY)
         _choice("codec", self.codec, CODECS)
+        if self.batch_per_worker and self.algorithm == "sync":
+            raise ValueError(
+                "batch_per_worker is for async and diloco; a sync step's batch is batch_size (give a larger one)"
+            )
         if self.max_staleness is not None and self.max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0, got {self.max_staleness}")
         for name in ("inner_steps", "threads_per_worker", "share_quantum"):

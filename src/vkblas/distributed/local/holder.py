@@ -202,7 +202,8 @@ class Holder:
         if name not in names:
             names.append(name)
         models = [self.times.setdefault(n, StepTimeModel()) for n in names]
-        exact = split_for_time(max(self.batch_size, len(names)), models, 1)[names.index(name)]
+        total = self.batch_size * len(names) if self.config.batch_per_worker else self.batch_size
+        exact = split_for_time(max(total, len(names)), models, 1)[names.index(name)]
         share = quantise_one(exact, self.quanta.get(name, 1), self.last_share.get(name))
         self.last_share[name] = share
         return share
@@ -213,8 +214,8 @@ class Holder:
         return model.predict(samples) if model is not None else None
 
     def mean_share(self) -> float:
-        """The global batch over the workers."""
-        return self.batch_size / max(1, len(self.workers))
+        """The mean batch of a worker: the global batch over the workers (``batch_per_worker``: the batch size)."""
+        return self.batch_size / (1 if self.config.batch_per_worker else max(1, len(self.workers)))
 
     def summary(self) -> dict[str, Any]:
         """Algorithm-specific figures for ``metrics.json`` (subclasses extend)."""

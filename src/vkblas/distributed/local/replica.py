@@ -119,12 +119,30 @@ class Replica:
             captured.graph.replay()
             flat = captured.out
             self.replays += 1
+        elif not self.staged:  # the cpu: each gradient straight into ``out``, no concatenated copy
+            self.eager += 1
+            return self._host_body(x, y, out)
         else:
             flat = self._body(to_device(x, self.device), to_device(y, self.device))
             self.eager += 1
         host = flat.numpy()  # the one download
         np.copyto(out, host[: self.size])
         return float(host[self.size]), float(host[self.size + 1])
+
+    def _host_body(self, x: np.ndarray, y: np.ndarray, out: np.ndarray) -> tuple[float, float]:
+        for p in self.params:
+            p.grad = None
+        xs, ys = to_device(x, self.device), to_device(y, self.device)
+        logits = self.model(xs)
+        loss = self.loss_fn(logits, ys)
+        loss.backward()
+        off = 0
+        for p, n in zip(self.params, self.sizes, strict=True):
+            np.copyto(out[off : off + n], p.grad.numpy().reshape(-1))  # type: ignore[union-attr]
+            off += n
+        with no_grad():
+            correct = (logits.detach().argmax(1) == ys).float().sum().item()
+        return loss.item() * int(y.shape[0]), correct
 
     def _should_capture(self, n: int) -> bool:
         """Whether to capture batch size ``n`` now: a multiple of the quantum seen once before (the first batch of
