@@ -4,14 +4,23 @@ every worker, the staleness histogram and the bytes each worker sent; then runs 
 mid-epoch, beside the same runs without faults; then a traffic table (bytes per worker to reach the accuracy of
 per-step sync: sync fp32 vs diloco fp32 vs diloco int8).
 
-    PYTHONPATH=src python benchmarks/distributed_local.py --mode cpu     # 1 and 2 cpu workers (a small machine)
-    PYTHONPATH=src python benchmarks/distributed_local.py --mode h200    # cpu x1-4, vulkan:0, vulkan:0+cpu (~3-4 min)
+    PYTHONPATH=src python benchmarks/distributed_local.py --preset cpu     # 1 and 2 cpu workers (a small machine)
+    PYTHONPATH=src python benchmarks/distributed_local.py --preset h200    # cpu x1-3, vulkan:0, vulkan:0+cpu (<= 6 min)
     PYTHONPATH=src python benchmarks/distributed_local.py --configs "cpu;cpu,cpu" --algorithms sync --json out.json
 
 A configuration is a comma-separated worker list (``vulkan:0,cpu``); configurations are separated by ``;``.
-"Speedup" divides by the samples/s of ``vkblas train`` on the configuration's first device (the rows
-``single``; a cpu one with the same BLAS threads as a cpu worker), i.e. single-process training. Speed is
-measured, never asserted; on a shared machine compare rows of one run only.
+"Speedup" divides by the samples/s of ``vkblas train`` on the configuration's first device with the same batch
+(the rows ``single``; a cpu one with the same BLAS threads as a cpu worker), i.e. single-process training of the
+same workload:
+
+* ``sync`` rows use the global batch ``--sync-batch`` (512 in the presets: a step of the MLP costs ~2 ms of fixed
+  Python work in vkblas whatever its batch, which N workers each pay, so 128 samples split three ways leave the
+  workers mostly paying that), and are compared with ``vkblas train`` at that batch;
+* ``async`` and ``diloco`` rows run with ``--batch-per-worker`` in the presets (every worker trains on batches of
+  ``--batch-size``, as DiLoCo's workers do; the global batch is N times that) and are compared with ``vkblas
+  train`` at ``--batch-size``.
+
+The "batch" column says which. Speed is measured, never asserted; on a shared machine compare rows of one run only.
 """
 
 from __future__ import annotations
@@ -31,15 +40,34 @@ from _common import print_table
 
 MODES: dict[str, dict[str, Any]] = {
     # a 2-core machine: one BLAS thread per worker, 10 000 images, 3 epochs
-    "cpu": {"configs": "cpu;cpu,cpu", "limit": 10_000, "epochs": 3, "threads": 1, "kill": "cpu,cpu", "repeat": 2},
-    # the H200 host: 16 cores, 4 threads per cpu worker, 20 000 images, 2 epochs (~30 runs of ~6 s)
+    "cpu": {
+        "configs": "cpu;cpu,cpu",
+        "algorithms": "sync,async,diloco",
+        "limit": 10_000,
+        "epochs": 3,
+        "threads": 1,
+        "kill": "cpu,cpu",
+        "repeat": 2,
+        "sync_batch": 512,
+        "batch_per_worker": True,
+        # ~10 rounds in the run (the published momentum 0.9 needs far more than that)
+        "inner_steps": 10,
+        "outer_momentum": 0.5,
+    },
+    # the H200 host: 16 cores, 4 threads per cpu worker, 20 000 images, 2 epochs (~25 runs of ~10 s: <= 6 min)
     "h200": {
-        "configs": "cpu;cpu,cpu;cpu,cpu,cpu;cpu,cpu,cpu,cpu;vulkan:0;vulkan:0,cpu",
+        "configs": "cpu;cpu,cpu;cpu,cpu,cpu;vulkan:0;vulkan:0,cpu",
+        "algorithms": "sync,async,diloco",
         "limit": 20_000,
         "epochs": 2,
         "threads": 4,
-        "kill": "cpu,cpu,cpu,cpu",
+        "kill": "cpu,cpu,cpu",
         "repeat": 1,
+        "sync_batch": 512,
+        "batch_per_worker": True,
+        # ~10 rounds in the run (the published momentum 0.9 needs far more than that)
+        "inner_steps": 10,
+        "outer_momentum": 0.5,
     },
 }
 
@@ -55,6 +83,8 @@ class Row:
     mb_sent_per_worker: float
     updates: str  # accepted/stale/rejected
     train_seconds: float
+    batch: int = 128
+    per_worker: bool = False  # the batch is each worker's (batch_per_worker), not the global one
     faults: str = ""
     speedup: float | None = None
     codec: str = "fp32"
@@ -64,20 +94,32 @@ class Row:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--mode", choices=sorted(MODES), default="cpu", help="a preset of the options below")
-    p.add_argument("--configs", default=None, help="worker lists separated by ';' (default: the mode's)")
+    p.add_argument(
+        "--preset", "--mode", dest="mode", choices=sorted(MODES), default="cpu", help="a preset of the options below"
+    )
+    p.add_argument("--configs", default=None, help="worker lists separated by ';' (default: the preset's)")
     p.add_argument(
         "--algorithms",
-        default="sync,sync-holder,async,diloco",
-        help="comma-separated; sync-holder is sync with the runner applying the step (--sync-apply holder)",
+        default=None,
+        help="comma-separated of sync, sync-sharded, sync-holder (sync with each worker stepping a slice, or the "
+        "runner stepping the model), async, diloco (default: the preset's)",
     )
     p.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--limit", type=int, default=None, help="images per split (default: the mode's; 0: all)")
-    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=128, help="async/diloco batch (each worker's: --batch-per-worker)")
+    p.add_argument("--sync-batch", type=int, default=None, help="sync's global batch (default: the preset's)")
+    p.add_argument(
+        "--batch-per-worker",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="async/diloco: every worker trains on --batch-size batches (default: the preset's)",
+    )
     p.add_argument("--threads-per-worker", type=int, default=None, help="BLAS threads of each cpu worker")
-    p.add_argument("--inner-steps", type=int, default=20, help="diloco H")
-    p.add_argument("--outer-momentum", type=float, default=0.9, help="diloco outer Nesterov momentum")
+    p.add_argument("--inner-steps", type=int, default=None, help="diloco H (default: the preset's)")
+    p.add_argument(
+        "--outer-momentum", type=float, default=None, help="diloco outer Nesterov momentum (default: the preset's)"
+    )
     p.add_argument(
         "--kill",
         default=None,
@@ -93,6 +135,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     mode = MODES[args.mode]
     args.configs = args.configs if args.configs is not None else mode["configs"]
+    args.algorithms = args.algorithms if args.algorithms is not None else mode["algorithms"]
+    args.sync_batch = args.sync_batch or mode["sync_batch"]
+    args.inner_steps = args.inner_steps or mode["inner_steps"]
+    args.outer_momentum = args.outer_momentum if args.outer_momentum is not None else mode["outer_momentum"]
+    args.batch_per_worker = args.batch_per_worker if args.batch_per_worker is not None else mode["batch_per_worker"]
     args.epochs = args.epochs if args.epochs is not None else mode["epochs"]
     args.limit = (args.limit or None) if args.limit is not None else mode["limit"]
     args.threads_per_worker = args.threads_per_worker or mode["threads"]
@@ -115,19 +162,19 @@ def killer(workers: int, at_samples: int) -> Any:
     return callback
 
 
-def single(args: argparse.Namespace, device: str, out: str) -> Row:
+def single(args: argparse.Namespace, device: str, batch: int, out: str) -> Row:
     """``vkblas train`` on ``device`` in its own process, a cpu one with the workers' BLAS thread count: the
     single-worker training every speedup is measured against."""
     threads = str(args.threads_per_worker if device == "cpu" else 1)
     env = {**os.environ, **{v: threads for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}
     cmd = [sys.executable, "-m", "vkblas", "train", "mnist", "--model", args.model, "--epochs", str(args.epochs)]
-    cmd += ["--batch-size", str(args.batch_size), "--device", device, "--out", out, "--quiet"]
+    cmd += ["--batch-size", str(batch), "--device", device, "--out", out, "--quiet"]
     cmd += ["--limit", str(args.limit)] if args.limit else []
     cmd += ["--data", args.data] if args.data else []
     subprocess.run(cmd, env=env, check=True, stdout=sys.stderr)
     with open(os.path.join(out, "metrics.json")) as f:
         m = json.load(f)
-    row = Row(device, "single", rate(m), m["test_accuracy"], [0.0], {}, 0.0, "-", m["train_seconds"])
+    row = Row(device, "single", rate(m), m["test_accuracy"], [0.0], {}, 0.0, "-", m["train_seconds"], batch)
     row.history = [{k: e[k] for k in ("epoch", "test_accuracy", "train_seconds_total")} for e in m["epochs"]]
     _progress(row, 0.0)
     return row
@@ -187,7 +234,7 @@ def ceiling(args: argparse.Namespace, processes: int) -> str:
     from vkblas.distributed.local.procs import BLAS_THREAD_VARS, environ
 
     ctx = mp.get_context("spawn")
-    share = max(1, args.batch_size // processes)
+    share = args.batch_size if args.batch_per_worker else max(1, args.batch_size // processes)
     times = {}
     for k in (1, processes):
         out = ctx.Queue()
@@ -216,21 +263,23 @@ def run(args: argparse.Namespace, config: str, algorithm: str, out: str, kill: b
     from vkblas.training import TrainConfig
 
     workers = tuple(config.split(","))
+    label, algorithm = algorithm, algorithm.removesuffix("-holder").removesuffix("-sharded")
+    batch = args.sync_batch if algorithm == "sync" else args.batch_size
+    per_worker = algorithm != "sync" and args.batch_per_worker
     train = TrainConfig(
         model=args.model,
         epochs=args.epochs,
-        batch_size=args.batch_size,
+        batch_size=batch,
         limit=args.limit,
         data=args.data,
         out=out,
         progress=False,
     )
-    extra: dict[str, Any] = {}
-    label, algorithm = algorithm, algorithm.removesuffix("-holder")
-    if label == "sync-holder":  # the runner steps the model, the workers wait (vs sync's sharded step)
-        extra["sync_apply"] = "holder"
+    extra: dict[str, Any] = {"batch_per_worker": True} if per_worker else {}
+    if label in ("sync-holder", "sync-sharded"):  # vs sync's replicated step
+        extra["sync_apply"] = label.removeprefix("sync-")
     if algorithm == "diloco":
-        extra = {"inner_steps": args.inner_steps, "outer_momentum": args.outer_momentum, "codec": codec}
+        extra |= {"inner_steps": args.inner_steps, "outer_momentum": args.outer_momentum, "codec": codec}
         extra["error_feedback"] = codec != "fp32"
     cfg = LocalConfig(train, workers, algorithm, threads_per_worker=args.threads_per_worker, **extra)
     callback, faults = None, ""
@@ -253,6 +302,8 @@ def run(args: argparse.Namespace, config: str, algorithm: str, out: str, kill: b
         mb_sent_per_worker=r["totals"]["bytes_sent"] / len(workers_m) / 1e6,
         updates=f"{r['totals']['accepted']}/{r['totals']['stale']}/{r['totals']['rejected']}",
         train_seconds=m["train_seconds"],
+        batch=batch,
+        per_worker=per_worker,
         faults=faults,
         codec=codec,
         history=[
@@ -273,6 +324,7 @@ def table(rows: list[Row]) -> str:
     header = [
         "workers",
         "algorithm",
+        "batch",
         "samples/s",
         "speedup",
         "test acc",
@@ -286,6 +338,7 @@ def table(rows: list[Row]) -> str:
         [
             r.config,
             r.algorithm + ("" if r.codec == "fp32" else f" {r.codec}"),
+            f"{r.batch}/worker" if r.per_worker else str(r.batch),
             f"{r.samples_per_s:,.0f}",
             "-" if r.speedup is None else f"{r.speedup:.2f}x",
             f"{100 * r.test_accuracy:.2f}%",
@@ -341,23 +394,27 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr,
     )
     with tempfile.TemporaryDirectory(prefix="vkblas-bench-") as tmp:
+        batches = sorted({args.sync_batch if a.startswith("sync") else args.batch_size for a in algorithms})
         for device in dict.fromkeys(c.split(",")[0] for c in configs):
-            rows.append(best(args, single, device, f"{tmp}/single-{device}"))
+            for batch in batches:
+                rows.append(best(args, single, device, batch, f"{tmp}/single-{device}-{batch}"))
         for i, config in enumerate(configs):
             for algorithm in algorithms:
                 rows.append(best(args, run, config, algorithm, f"{tmp}/{i}-{algorithm}"))
         if args.kill:
-            for algorithm in (a for a in algorithms if a != "sync-holder"):
+            for algorithm in (a for a in algorithms if a not in ("sync-holder", "sync-sharded")):
                 rows.append(best(args, run, args.kill, algorithm, f"{tmp}/kill-{algorithm}", kill=True))
         traffic_config = next((c for c in reversed(configs) if len(c.split(",")) > 1), None)
         if traffic_config and "diloco" in algorithms and not args.no_traffic:
             rows.append(best(args, run, traffic_config, "diloco", f"{tmp}/traffic", codec="int8"))
-    baseline = {r.config: r.samples_per_s for r in rows if r.algorithm == "single"}
+    baseline = {(r.config, r.batch): r.samples_per_s for r in rows if r.algorithm == "single"}
     for r in rows:
-        base = baseline.get(r.config.split(",")[0])
+        base = baseline.get((r.config.split(",")[0], r.batch))
         r.speedup = r.samples_per_s / base if base else None
     print(
-        f"\n{args.model} on MNIST, {args.epochs} epoch(s) of {_train_size(args):,} images, batch {args.batch_size}, "
+        f"\n{args.model} on MNIST, {args.epochs} epoch(s) of {_train_size(args):,} images, sync batch "
+        f"{args.sync_batch} (global), async/diloco batch {args.batch_size}"
+        f"{' per worker' if args.batch_per_worker else ' (global)'}, diloco H={args.inner_steps}, "
         f"{args.threads_per_worker} BLAS thread(s) per cpu worker; samples/s over the epochs after the first, "
         f"the best of {args.repeat} run(s); "
         f"{time.monotonic() - started:.0f} s in all"

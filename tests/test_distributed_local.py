@@ -78,7 +78,7 @@ def single_process(cfg: LocalConfig) -> dict[str, np.ndarray]:
     return {k: v.detach().numpy() for k, v in model.state_dict().items()}
 
 
-@pytest.mark.parametrize("apply", ["sharded", "holder"])
+@pytest.mark.parametrize("apply", ["replicated", "sharded", "holder"])
 def test_sync_equals_single_process_training(tmp_path, apply):
     """Same seed, same batches: 2 workers with speed-proportional shares = one process on the whole batch, to
     fp32 rounding (8 Adam steps over 2 epochs, the cosine schedule included)."""
@@ -114,6 +114,26 @@ def test_bad_gradients_are_rejected_counted_and_never_applied(tmp_path, algorith
     assert run["rejected_by_reason"] == {"nonfinite": 2, "shape": 1, "dtype": 1}
     assert all(np.isfinite(v).all() for v in weights(metrics["config"]["out"]).values())
     assert run["processed_samples"] == 1024  # rejected samples count as processed: the run goes on
+
+
+@pytest.mark.parametrize("algorithm", ["async", "diloco"])
+def test_batch_per_worker_gives_every_worker_the_whole_batch(tmp_path, algorithm):
+    """Two workers share 2 x 64 samples a step by speed (~64 each, not ~32): half the updates of shared batches
+    (async: one per step; diloco: one per 2 inner steps), all data seen once."""
+    steps = 2 if algorithm == "diloco" else 1
+    options = {"inner_steps": 2, "outer_momentum": 0.5} if algorithm == "diloco" else {}
+    cfg = config(tmp_path, algorithm, limit=1024, batch=64, batch_per_worker=True, **options)
+    metrics = run_local(cfg)
+    run = metrics["run"]
+    t = run["totals"]
+    updates = t["accepted"] + t["stale"] + t["rejected"]
+    assert 1024 // (64 * steps) <= updates <= 1024 // (64 * steps) + 3  # shares of 64 would give twice as many
+    assert run["processed_samples"] == 1024 and metrics["distributed"]["batch_per_worker"] is True
+
+
+def test_batch_per_worker_is_refused_for_sync(tmp_path):
+    with pytest.raises(ValueError, match="batch_per_worker is for async and diloco"):
+        config(tmp_path, "sync", batch_per_worker=True)
 
 
 # ---------------------------------------------------------------------------------------------- faults

@@ -1,5 +1,6 @@
 """The pieces of the local runner that need no worker processes: shared-memory transport (the seqlock board
-against a concurrent writer, mailboxes), the sample stream, DiLoCo's round closing, the sharded optimizer step."""
+against a concurrent writer, mailboxes), the sample stream, DiLoCo's round closing, the flat host optimizer and
+the sharded step, the fast update check, the shares of graph-captured workers."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ import time
 import numpy as np
 import pytest
 
+from vkblas import optim
 from vkblas.creation import tensor
 from vkblas.data import DataLoader, TensorDataset
 from vkblas.distributed import RejectedUpdateError
+from vkblas.distributed.local.checks import flat_update
 from vkblas.distributed.local.diloco import RoundState
 from vkblas.distributed.local.faults import Fault, FaultPlan
-from vkblas.distributed.local.sharded import ShardStep, shard_bounds, state_keys, state_spec
+from vkblas.distributed.local.flatopt import FlatOptimizer, state_keys, weighted_sum
+from vkblas.distributed.local.sharded import shard_bounds, state_spec, step_shard
+from vkblas.distributed.local.shares import plan_shares, quantise_one
 from vkblas.distributed.local.stream import EpochOrder, SampleStream, Segment
 from vkblas.distributed.local.sync import cut
 from vkblas.distributed.local.transport import (
@@ -26,6 +31,7 @@ from vkblas.distributed.local.transport import (
     pack,
     unpack,
 )
+from vkblas.distributed.sizing import StepTimeModel
 from vkblas.training.fit import make_optimizer
 
 pytestmark = pytest.mark.timeout(60)
@@ -175,38 +181,159 @@ def test_fault_plan_corrupts_the_due_update_only():
         Fault(0, "flood")
 
 
+# ---------------------------------------------------------------------------------------------- host optimizer
+def whole_steps(make, start: np.ndarray, grads: list[np.ndarray], lrs: list[float]) -> np.ndarray:
+    """vkblas's optimizer (``make(params)``) stepping ``start`` on the cpu device through ``grads``."""
+    whole = tensor(start, device="cpu", requires_grad=True)
+    opt = make([whole])
+    for g, lr in zip(grads, lrs, strict=True):
+        for group in opt.param_groups:
+            group["lr"] = lr
+        whole.grad = tensor(g, device="cpu")
+        opt.step()
+    return whole.detach().numpy()
+
+
+def random_run(size: int = 1001, steps: int = 6) -> tuple[np.ndarray, list[np.ndarray], list[float]]:
+    rng = np.random.default_rng(0)
+    start = rng.standard_normal(size).astype(np.float32)
+    grads = [rng.standard_normal(size).astype(np.float32) for _ in range(steps)]
+    grads[2][:5] = 0.0  # zero gradients (Adam's sqrt(v) + eps path) and tiny ones
+    grads[3][:5] = 1e-30
+    return start, grads, [1e-2 * (1 - k / (2 * steps)) for k in range(steps)]  # a changing lr, as the schedule
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adamw", "sgd"])
+def test_flat_optimizer_is_bit_identical_to_vkblas_on_the_cpu(optimizer):
+    start, grads, lrs = random_run()
+    want = whole_steps(lambda p: make_optimizer(optimizer, p, 1e-2), start, grads, lrs)
+    opt = FlatOptimizer.training(optimizer, start.size)
+    state = opt.fresh(start.copy())
+    for g, lr in zip(grads, lrs, strict=True):
+        kept = g.copy()
+        opt.step(state, g, lr)
+        np.testing.assert_array_equal(g, kept)  # the gradient is not modified
+    np.testing.assert_array_equal(state.params, want)
+    assert state.step == len(grads)
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_flat_outer_step_is_vkblas_nesterov_sgd(momentum):
+    start, grads, lrs = random_run()
+    want = whole_steps(lambda p: optim.SGD(p, lr=0.7, momentum=momentum, nesterov=momentum > 0), start, grads, lrs)
+    opt = FlatOptimizer.outer(start.size, momentum)
+    state = opt.fresh(start.copy())
+    for g, lr in zip(grads, lrs, strict=True):
+        opt.step(state, g, lr)
+    np.testing.assert_array_equal(state.params, want)
+
+
+def test_flat_optimizer_refuses_unknown_names():
+    with pytest.raises(ValueError, match="unknown optimizer 'lamb'"):
+        FlatOptimizer.training("lamb", 3)
+    with pytest.raises(ValueError, match="unknown rule 'rmsprop'"):
+        FlatOptimizer("rmsprop", 3)
+
+
+def test_weighted_sum_is_the_weighted_mean_in_order():
+    rng = np.random.default_rng(1)
+    vecs = [rng.standard_normal(257).astype(np.float32) for _ in range(3)]
+    out = np.empty(257, np.float32)
+    weighted_sum([(v, w) for v, w in zip(vecs, (3.0, 1.0, 4.0), strict=True)], out)
+    want = (3 * vecs[0].astype(np.float64) + vecs[1] + 4 * vecs[2]) / 8
+    np.testing.assert_allclose(out, want, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(weighted_sum([(vecs[0], 5.0)], out), vecs[0])  # one: copied as it is
+    with pytest.raises(ValueError, match="no contributions"):
+        weighted_sum([], out)
+    with pytest.raises(ValueError, match="positive"):
+        weighted_sum([(vecs[0], 0.0)], out)
+
+
 # ---------------------------------------------------------------------------------------------- sharded step
 @pytest.mark.parametrize("optimizer", ["adam", "adamw", "sgd"])
 def test_sharded_step_equals_the_whole_step_across_reshards(optimizer):
-    """Three steps on 2 slices, then (a worker joined) three on 3 slices, slice state reloaded from shared
-    memory: the same bits as the optimizer stepping the whole vector."""
-    rng = np.random.default_rng(0)
-    size = 1001
-    start = rng.standard_normal(size).astype(np.float32)
-    grads = [rng.standard_normal(size).astype(np.float32) for _ in range(6)]
-
-    whole = tensor(start, device="cpu", requires_grad=True)
-    opt = make_optimizer(optimizer, [whole], 1e-2)
-    for g in grads:
-        whole.grad = tensor(g, device="cpu")
-        opt.step()
-
-    keys = state_keys(optimizer)
-    block = SharedArrays.create(state_spec(size, keys))
+    """Three steps on 2 slices, then (a worker joined) three on 3 slices, each slice's state read from shared
+    memory and written into the other buffer: the same bits as vkblas's optimizer stepping the whole vector."""
+    start, grads, lrs = random_run()
+    want = whole_steps(lambda p: make_optimizer(optimizer, p, 1e-2), start, grads, lrs)
+    opt = FlatOptimizer.training(optimizer, start.size)
+    block = SharedArrays.create(state_spec(start.size, opt.keys))
     try:
         block["params"][0] = start
         read, version = 0, 0
-        steps = [ShardStep(optimizer, block, keys) for _ in range(3)]
-        for k, g in enumerate(grads):
-            bounds = shard_bounds(size, 2 if k < 3 else 3)
-            for step, shard in zip(steps, bounds, strict=False):
-                step.apply(shard, [(g, 1.0)], version, read, 1 - read, 1e-2)
+        for k, (g, lr) in enumerate(zip(grads, lrs, strict=True)):
+            for shard in shard_bounds(start.size, 2 if k < 3 else 3):
+                step_shard(opt, block, shard, g[shard[0] : shard[1]], version, read, 1 - read, lr)
             read, version = 1 - read, version + 1
-        np.testing.assert_array_equal(block["params"][read], whole.detach().numpy())
+        np.testing.assert_array_equal(block["params"][read], want)
     finally:
         block.unlink()
 
 
 def test_state_keys_of_the_training_optimizers():
-    assert state_keys("adam") == ("exp_avg", "exp_avg_sq")
+    assert state_keys("adam") == state_keys("adamw") == ("exp_avg", "exp_avg_sq")
     assert state_keys("sgd") == ("momentum_buffer",)
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        state_keys("lamb")
+
+
+# ---------------------------------------------------------------------------------------------- update check
+@pytest.mark.parametrize("bad", ["none", "nan", "inf", "overflow"])
+def test_flat_update_check_agrees_with_check_update(bad):
+    """The fast path (one float32 dot) accepts exactly what check_update accepts; a sum of squares that overflows
+    float32 from finite values falls back to check_update and is accepted."""
+    flat = FlatLayout(("w", "b"), ((3, 4), (4,)))
+    vec = np.arange(16, dtype=np.float32)
+    if bad == "nan":
+        vec[3] = np.nan
+    elif bad == "inf":
+        vec[7] = -np.inf
+    elif bad == "overflow":
+        vec[:] = 3e38
+    buf = np.zeros(4 * 16 + 64, np.uint8)
+    layout = pack(flat.views(vec), buf)
+    assert layout == flat.mailbox
+    if bad in ("nan", "inf"):
+        with pytest.raises(RejectedUpdateError) as e:
+            flat_update(buf, layout, flat, flat.mailbox)
+        assert e.value.reason == "nonfinite"
+        return
+    got = flat_update(buf, layout, flat, flat.mailbox)
+    np.testing.assert_array_equal(got, vec)
+    assert np.shares_memory(got, buf)  # a view of the mailbox, no copy
+
+
+def test_flat_update_check_rejects_a_foreign_layout_with_the_reason():
+    flat = FlatLayout(("w",), ((3, 4),))
+    buf = np.zeros(256, np.uint8)
+    layout = pack({"w": np.zeros(12, np.float32)}, buf)  # flattened: the wrong shape
+    with pytest.raises(RejectedUpdateError) as e:
+        flat_update(buf, layout, flat, flat.mailbox)
+    assert e.value.reason == "shape"
+
+
+# ---------------------------------------------------------------------------------------------- shares
+def measured(fixed_s: float, per_sample_s: float) -> StepTimeModel:
+    m = StepTimeModel()
+    for n in (16, 64, 128):
+        m.observe(n, fixed_s + per_sample_s * n)
+    return m
+
+
+def test_graph_worker_shares_are_multiples_of_the_quantum_and_sum_to_the_batch():
+    gpu, cpu = measured(2e-3, 1e-6), measured(1e-4, 5e-5)
+    shares = plan_shares(512, [gpu, cpu], [32, 1], [None, None])
+    # exact: ~464.7 for the gpu; 448 or 480 (multiples of 32) would unbalance the step by >20 %: 464 = 29 x 16
+    assert shares == [464, 48]
+    again = plan_shares(512, [gpu, cpu], [32, 1], [shares[0], None])
+    assert again == shares  # the previous graph size kept while balanced
+    only_graphs = plan_shares(100, [gpu, measured(2e-3, 1e-6)], [32, 32], [None, None])
+    assert sum(only_graphs) == 100  # no cpu worker: one graph worker takes the remainder
+    assert plan_shares(128, [StepTimeModel(), cpu], [32, 1], [None, None]) == [64, 64]  # not measured: even
+
+
+@pytest.mark.parametrize(
+    ("exact", "quantum", "previous", "want"), [(70, 32, None, 64), (70, 32, 96, 96), (5, 32, None, 32), (70, 1, 64, 70)]
+)
+def test_quantise_one(exact, quantum, previous, want):
+    assert quantise_one(exact, quantum, previous) == want

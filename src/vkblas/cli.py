@@ -182,6 +182,7 @@ DISTRIBUTED = (
     "codec",
     "codec_block",
     "error_feedback",
+    "batch_per_worker",
     "threads_per_worker",
 )
 
@@ -458,9 +459,10 @@ def _distributed(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--sync-apply",
-        choices=("sharded", "holder"),
+        choices=("replicated", "sharded", "holder"),
         default=None,
-        help="sync: each worker steps its slice of the parameters (sharded, default) or the runner steps them all",
+        help="sync: every worker steps its copy (replicated, default), its slice of the parameters (sharded), "
+        "or the runner steps them (holder)",
     )
     g.add_argument("--inner-steps", type=_positive_int, default=None, help="diloco: inner AdamW steps H (20)")
     g.add_argument("--outer-lr", type=_positive_float, default=None, help="diloco: outer Nesterov SGD lr (0.7)")
@@ -481,6 +483,11 @@ def _distributed(p: argparse.ArgumentParser) -> None:
     g.add_argument("--codec-block", type=_positive_int, default=None, help="diloco int8: values per scale (256)")
     g.add_argument(
         "--error-feedback", action="store_true", help="diloco: keep what the codec lost and add it next round"
+    )
+    g.add_argument(
+        "--batch-per-worker",
+        action="store_true",
+        help="async, diloco: every worker trains on batches of --batch-size (N workers: N x the global batch)",
     )
     g.add_argument(
         "--threads-per-worker",

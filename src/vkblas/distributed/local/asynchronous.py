@@ -1,6 +1,7 @@
-"""Asynchronous SGD with bounded staleness: the runner holds the :class:`~vkblas.distributed.GlobalModel` and
-applies each worker's gradient as it arrives; workers read the newest weights from the seqlock board whenever
-they start a batch, without waiting for the runner or for each other.
+"""Asynchronous SGD with bounded staleness: the runner holds the model (stepped by the host optimizer of
+:mod:`.flatopt`: ~0.6 ms a step for the MLP, where vkblas's per-tensor optimizer on the cpu took ~3.5 ms and made
+the runner the bottleneck) and applies each worker's gradient as it arrives; workers read the newest weights from
+the seqlock board whenever they start a batch, without waiting for the runner or for each other.
 
 * Every gradient carries the version it was computed from. The :class:`~vkblas.distributed.StalenessFilter`
   drops one more than ``max_staleness`` versions old (counted as ``stale``) and scales the learning rate of an
@@ -19,13 +20,15 @@ they start a batch, without waiting for the runner or for each other.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
 
-from ..algorithms import GlobalModel, StalenessFilter
+from ..algorithms import StalenessFilter
 from ..validation import RejectedUpdateError
 from .context import WorkerContext
+from .flatopt import FlatOptimizer
 from .handle import WorkerHandle
 from .holder import Holder
 from .protocol import Grad, Work
@@ -36,8 +39,9 @@ from .transport import SeqlockBoard
 class AsyncHolder(Holder):
     def __init__(self, config: Any, layout: Any, n_train: int, initial: np.ndarray) -> None:
         super().__init__(config, layout, n_train)
-        train = config.train
-        self.model = GlobalModel(layout.views(initial), "async", train.optimizer, train.learning_rate)
+        self.opt = FlatOptimizer.training(config.train.optimizer, layout.size)
+        self.model = self.opt.fresh(initial.copy())
+        self.version = 0  # gradients applied
         self.board = SeqlockBoard.create(layout.size)
         self.board.publish(initial, 0)
         self.filter = StalenessFilter(config.staleness_bound, config.staleness_rule)
@@ -52,7 +56,7 @@ class AsyncHolder(Holder):
         return bool(self.outstanding.get(name))
 
     def params(self) -> np.ndarray:
-        return self.layout.flatten(self.model.params())
+        return self.model.params.copy()
 
     @property
     def done(self) -> bool:
@@ -85,7 +89,7 @@ class AsyncHolder(Holder):
         if not isinstance(msg, Grad) or msg.seq not in self.outstanding.get(w.name, {}):
             return
         del self.outstanding[w.name][msg.seq]
-        judgement = self.filter.judge(msg.version, self.model.version)
+        judgement = self.filter.judge(msg.version, self.version)
         if not judgement.accepted:
             self.account(w, msg, "stale", judgement.staleness)
         elif self._apply(w, msg, judgement.scale):
@@ -97,18 +101,17 @@ class AsyncHolder(Holder):
 
     def _apply(self, w: WorkerHandle, msg: Grad, scale: float) -> bool:
         try:
-            grads = self.read_update(w, 0, msg.layout)
+            grad = self.flat_update(w, 0, msg.layout)
         except RejectedUpdateError as e:
             return self.validated(None, e)
-        if not self.validated(grads):
-            return False
-        self.model.set_lr(self.lr_at(self.epoch_now))
-        self.model.apply_gradient(grads, lr_scale=scale * msg.samples / self.mean_share())
-        self.board.publish(self.params(), self.model.version)
+        lr = self.lr_at(self.epoch_now) * scale * msg.samples / self.mean_share()
+        self.opt.step(self.model, grad, lr)
+        self.version += 1
+        self.board.publish(self.model.params, self.version)
         return True
 
     def summary(self) -> dict[str, Any]:
-        return {**super().summary(), "updates": self.model.version, "max_staleness": self.filter.max_staleness}
+        return {**super().summary(), "updates": self.version, "max_staleness": self.filter.max_staleness}
 
 
 # ---------------------------------------------------------------------------------------------------- worker
@@ -116,8 +119,9 @@ def run_worker(ctx: WorkerContext) -> None:
     board = ctx.board()
     while True:
         job: Work = ctx.recv()
+        t0 = time.perf_counter()
         version = ctx.pull()
-        loss_sum, correct, grads, compute_s = ctx.gradient(job.segment)
-        layout = ctx.put(grads, 0, board.version)
-        fields = ctx.result(job.segment, loss_sum, correct, compute_s, layout)
+        loss_sum, correct = ctx.gradient(job.segment, 0)
+        layout = ctx.put_gradient(0, board.version)
+        fields = ctx.result(job.segment, loss_sum, correct, time.perf_counter() - t0, layout)
         ctx.send(Grad(**fields, seq=job.seq, version=version))

@@ -13,7 +13,8 @@ from ...training.fit import TrainConfig
 from ..algorithms import ALGORITHMS, STALENESS_RULES
 from ..codec import CODECS, DEFAULT_BLOCK, MAX_BLOCK
 
-SYNC_APPLY = ("sharded", "holder")
+SYNC_APPLY = ("replicated", "sharded", "holder")
+GRAPH_QUANTUM = 32  # the share multiple of a worker whose device captures graphs
 
 
 def parse_workers(text: str, default_device: str | None = None) -> tuple[str, ...]:
@@ -55,12 +56,22 @@ class LocalConfig:
     * ``algorithm``: ``sync`` (data parallel, every step), ``async`` (bounded staleness) or ``diloco``.
     * ``max_staleness``: async: versions; diloco: rounds. None: async ``max(4, 2 * workers)``, diloco 1.
     * ``staleness_rule``: the learning-rate factor of an accepted stale update (see ``StalenessFilter``).
-    * ``sync_apply``: who applies a sync step: ``sharded`` (every worker applies the step to its slice of the
-      parameters, ZeRO-1 style) or ``holder`` (the runner applies it, as the async holder does).
+    * ``sync_apply``: who applies a sync step: ``replicated`` (every worker steps its whole copy of the model
+      from the same averaged gradient with the same host optimizer, so all hold the same bits: one message each way
+      per step), ``sharded`` (every worker steps its slice of the parameters in shared memory, ZeRO-1 style: two
+      rounds of messages per step) or ``holder`` (the runner steps the model while the workers wait).
     * diloco: ``inner_steps`` (H), ``outer_lr``, ``outer_momentum``; a round closes when ``round_quorum`` of its
       planned samples have arrived or at ``round_deadline`` times its predicted duration; ``codec``,
       ``codec_block`` and ``error_feedback`` say how pseudo-gradients travel.
+    * ``batch_per_worker`` (``async``, ``diloco``): every worker's batch is ``batch_size`` itself (the global batch
+      grows with the workers, as DiLoCo's workers each train on a batch of their own: the per-step cost of a
+      worker stays what it is alone, so N workers can take N times the samples per second) instead of its share
+      of ``batch_size`` (the default, which keeps the global batch, and so the training, of one worker). Workers of
+      different speeds share ``N x batch_size`` by speed.
     * ``threads_per_worker``: BLAS threads of each ``cpu`` worker (None: :func:`default_threads`).
+    * ``share_quantum``: every worker's share of a batch is a multiple of this (the remainder goes to one worker);
+      None: :data:`GRAPH_QUANTUM` for Vulkan workers (so that a few captured step sizes serve the whole run), 1
+      for ``cpu`` ones.
     * ``model_options``: keyword arguments of the model builder (``{"dropout": 0.0}`` in tests).
     * ``eval_device``: where the runner evaluates each epoch's weights.
     * ``worker_timeout_s``: a worker with work outstanding that says nothing for this long is killed and
@@ -72,7 +83,7 @@ class LocalConfig:
     algorithm: str = "sync"
     max_staleness: int | None = None
     staleness_rule: str = "inverse"
-    sync_apply: str = "sharded"
+    sync_apply: str = "replicated"
     inner_steps: int = 20
     outer_lr: float = 0.7
     outer_momentum: float = 0.9
@@ -81,7 +92,9 @@ class LocalConfig:
     codec: str = "fp32"
     codec_block: int = DEFAULT_BLOCK
     error_feedback: bool = False
+    batch_per_worker: bool = False
     threads_per_worker: int | None = None
+    share_quantum: int | None = None
     model_options: dict[str, Any] = field(default_factory=dict)
     eval_device: str = "cpu"
     worker_timeout_s: float = 120.0
@@ -98,9 +111,13 @@ class LocalConfig:
         _choice("staleness_rule", self.staleness_rule, STALENESS_RULES)
         _choice("sync_apply", self.sync_apply, SYNC_APPLY)
         _choice("codec", self.codec, CODECS)
+        if self.batch_per_worker and self.algorithm == "sync":
+            raise ValueError(
+                "batch_per_worker is for async and diloco; a sync step's batch is batch_size (give a larger one)"
+            )
         if self.max_staleness is not None and self.max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0, got {self.max_staleness}")
-        for name in ("inner_steps", "threads_per_worker"):
+        for name in ("inner_steps", "threads_per_worker", "share_quantum"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value}")
@@ -125,6 +142,13 @@ class LocalConfig:
         if self.max_staleness is not None:
             return self.max_staleness
         return 1 if self.algorithm == "diloco" else max(4, 2 * len(self.workers))
+
+    def quantum(self, device: str) -> int:
+        """The multiple ``device``'s worker's shares are rounded to (decided from the name: the runner never opens
+        a device)."""
+        if self.share_quantum is not None:
+            return self.share_quantum
+        return GRAPH_QUANTUM if self.train.graph and parse(device)[0] != "cpu" else 1
 
     @property
     def threads(self) -> int:

@@ -4,15 +4,12 @@ its clock (busy and idle time) and traffic counters. The algorithm loops (``sync
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from ... import nn
-from ...autograd import no_grad
-from ...creation import tensor
+from ... import graphs, nn
 from ...data.collate import to_device
 from ...device import device as Device
 from ...training import models
@@ -20,6 +17,7 @@ from ...training.fit import load_dataset
 from ..sizing import IdleClock
 from .faults import FaultPlan
 from .protocol import Stats, Stop, WorkerSpec
+from .replica import Replica
 from .stream import EpochOrder, Segment
 from .transport import Layout, SeqlockBoard, SharedArrays, layout_nbytes, pack
 
@@ -55,11 +53,15 @@ class WorkerContext:
         self.params = [named[n] for n in spec.layout.names]
         self.loss_fn = nn.CrossEntropyLoss()
         self.layout = spec.layout
+        self.expected = spec.layout.mailbox  # the layout of an uncorrupted flat update
+        capture = cfg.train.graph and graphs.can_capture(self.device)
+        self.replica = Replica(self.model, self.params, self.device, self.loss_fn, cfg.quantum(spec.device), capture)
         self.blocks = [SharedArrays.attach(h) for h in (spec.board, *spec.mailboxes)]  # kept: views need them
         self.board_block = self.blocks[0]
         self.mailboxes = [b["bytes"] for b in self.blocks[1:]]
+        self.vectors = [m[: 4 * self.layout.size].view(np.float32) for m in self.mailboxes]
         self.faults = FaultPlan(f for f in spec.faults)
-        self.flat = np.empty(self.layout.size, np.float32)  # host copy of the weights last loaded
+        self.flat = np.empty(self.layout.size, np.float32)  # host copy of the weights last pulled
         self.clock = IdleClock()
         self.bytes_sent = self.bytes_received = 0
 
@@ -98,44 +100,41 @@ class WorkerContext:
         self.load(self.flat)
         return version
 
-    def load(self, flat: np.ndarray) -> None:
-        """Set the replica's weights to ``flat`` (a host vector in the run's layout)."""
-        with no_grad():
-            for p, view in zip(self.params, self.layout.views(flat).values(), strict=True):
-                p.copy_(tensor(view, device=self.device))
-        self.bytes_received += flat.nbytes
+    def load(self, flat: np.ndarray, count: bool = True) -> None:
+        """Set the replica's weights to ``flat`` (a host vector in the run's layout); ``count``: as weights received
+        (not when this process computed them itself)."""
+        self.replica.load(flat)
+        if count:
+            self.bytes_received += flat.nbytes
 
     def weights(self) -> dict[str, np.ndarray]:
-        return {n: p.detach().numpy() for n, p in zip(self.layout.names, self.params, strict=True)}
-
-    def grads(self) -> dict[str, np.ndarray]:
-        return {n: p.grad.numpy() for n, p in zip(self.layout.names, self.params, strict=True)}
+        return self.layout.views(self.replica.weights(np.empty(self.layout.size, np.float32)))
 
     # ------------------------------------------------------------------ compute
     def batch(self, seg: Segment) -> tuple[Any, Any]:
         x, y = self.dataset.get_batch(self.order.indices(seg))
         return to_device(x, self.device), to_device(y, self.device)
 
-    def gradient(self, seg: Segment) -> tuple[float, float, dict[str, np.ndarray], float]:
-        """(loss sum, correct, gradients of the mean loss over ``seg`` on the host, compute seconds)."""
-        t0 = time.perf_counter()
-        x, y = self.batch(seg)
-        self.model.train()
-        for p in self.params:
-            p.grad = None
-        logits = self.model(x)
-        loss = self.loss_fn(logits, y)
-        loss.backward()
-        grads = self.grads()
-        loss_sum = loss.item() * seg.size
-        correct = (logits.detach().argmax(1) == y).float().sum().item()
-        return loss_sum, correct, grads, time.perf_counter() - t0
+    def gradient(self, seg: Segment, box: int) -> tuple[float, float]:
+        """The mean-loss gradient over ``seg``, written as the flat vector into mailbox ``box``; returns (loss
+        sum, correct)."""
+        x, y = self.dataset.get_batch(self.order.indices(seg))
+        return self.replica.gradient(x, y, self.vectors[box])
 
     # ------------------------------------------------------------------ updates
     def put(self, arrays: Mapping[str, np.ndarray], box: int, version: Callable[[], int]) -> Layout:
         """Write an update (through the fault plan) into mailbox ``box``; count its bytes as sent. ``version``
         reads the global model's version (for the ``hold`` fault)."""
         layout = pack(self.faults.corrupt(arrays), self.mailboxes[box])
+        return self._sent(layout, version)
+
+    def put_gradient(self, box: int, version: Callable[[], int]) -> Layout:
+        """Send the flat gradient :meth:`gradient` left in mailbox ``box`` (re-packed if a fault corrupts it)."""
+        if self.faults.corrupts():
+            return self.put(self.layout.views(self.vectors[box].copy()), box, version)
+        return self._sent(self.expected, version)
+
+    def _sent(self, layout: Layout, version: Callable[[], int]) -> Layout:
         self.faults.before_send(version)
         self.bytes_sent += layout_nbytes(layout)
         return layout

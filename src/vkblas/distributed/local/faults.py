@@ -56,6 +56,10 @@ class FaultPlan:
     def _due(self) -> list[Fault]:
         return [f for f in self.faults if f.at == self.updates]
 
+    def corrupts(self) -> bool:
+        """Whether this update is to be corrupted (so must travel as separate arrays, not as the flat vector)."""
+        return any(f.kind in _CORRUPT for f in self._due())
+
     def corrupt(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``arrays`` as this update should (mis)travel."""
         out = dict(arrays)

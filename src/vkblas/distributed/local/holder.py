@@ -21,9 +21,11 @@ from ...training.fit import cosine_lr
 from ..metrics import RunMetrics
 from ..sizing import RateMeter, StepTimeModel, split_for_time
 from ..validation import RejectedUpdateError, check_update
+from .checks import flat_update
 from .config import LocalConfig
 from .handle import WorkerHandle
 from .protocol import Result
+from .shares import plan_shares, quantise_one
 from .stream import SampleStream
 from .transport import FlatLayout, Layout, unpack
 
@@ -33,7 +35,7 @@ class Snapshot:
     """The weights at the end of an epoch, evaluated after training (so evaluation never stalls the workers)."""
 
     epoch: int
-    params: np.ndarray
+    params: np.ndarray | None  # None until the weights of that version reach the runner (replicated sync)
     train_seconds: float
     bytes_sent: int
     workers_alive: int
@@ -64,6 +66,9 @@ class Holder:
         self.rejections: Counter[str] = Counter()
         self.started_at = time.monotonic()
         self.batch_size = self.config.train.batch_size
+        self.expected = layout.mailbox  # the layout of a flat float32 update
+        self.quanta: dict[str, int] = {}  # each worker's share multiple (LocalConfig.quantum)
+        self.last_share: dict[str, int] = {}  # each graph worker's previous share (reused while balanced)
         self.finished = False
 
     # ------------------------------------------------------------------ the runner's calls
@@ -74,6 +79,7 @@ class Holder:
         self.workers[w.name] = w
         self.rates.setdefault(w.name, RateMeter())
         self.times.setdefault(w.name, StepTimeModel())
+        self.quanta[w.name] = self.config.quantum(w.device)
         self.metrics.worker(w.name, w.device).alive = True
 
     def remove(self, w: WorkerHandle) -> None:
@@ -103,6 +109,10 @@ class Holder:
         """The current global weights, flat (a copy)."""
         raise NotImplementedError
 
+    def snapshot_params(self) -> np.ndarray | None:
+        """The weights for an epoch's snapshot now (None: the holder fills them in later)."""
+        return self.params()
+
     # ------------------------------------------------------------------ shared helpers
     def lr_at(self, epoch: int) -> float:
         """``vkblas train``'s schedule: cosine decay by epoch, epochs counted in samples."""
@@ -116,6 +126,12 @@ class Holder:
     def read_update(self, w: WorkerHandle, box: int, layout: Layout) -> dict[str, np.ndarray]:
         """Views of the update ``layout`` declares in ``w``'s mailbox ``box``."""
         return unpack(w.mailboxes[box]["bytes"], layout)
+
+    def flat_update(self, w: WorkerHandle, box: int, layout: Layout) -> np.ndarray:
+        """The gradient ``layout`` declares in ``w``'s mailbox ``box``, checked, as a flat vector (a view when it
+        has the run's flat layout). Raises :class:`~vkblas.distributed.RejectedUpdateError` (not yet counted:
+        pass it to :meth:`validated`)."""
+        return flat_update(w.mailboxes[box]["bytes"], layout, self.layout, self.expected)
 
     def validated(self, update: Mapping[str, np.ndarray] | None, error: RejectedUpdateError | None = None) -> bool:
         """Check ``update`` against the model's signature; count a rejection (by reason) and return False if it
@@ -161,7 +177,7 @@ class Holder:
             self.snapshots.append(
                 Snapshot(
                     epoch=len(self.snapshots) + 1,
-                    params=self.params(),
+                    params=self.snapshot_params(),
                     train_seconds=time.monotonic() - self.started_at,
                     bytes_sent=sum(w.bytes_sent for w in self.metrics.workers.values()),
                     workers_alive=totals["workers_alive"],
@@ -171,16 +187,26 @@ class Holder:
     def shares(self, total: int, names: list[str], minimum: int = 1) -> list[int]:
         """``total`` samples shared among ``names`` so that all are predicted to finish together
         (:func:`~vkblas.distributed.sizing.split_for_time`: a step costs each worker a fixed time plus a time per
-        sample, both measured; even shares until every worker has been measured)."""
-        return split_for_time(total, [self.times.setdefault(n, StepTimeModel()) for n in names], minimum)
+        sample, both measured; even shares until every worker has been measured), the shares of graph-captured
+        workers kept to few sizes (:func:`~.shares.plan_shares`)."""
+        models = [self.times.setdefault(n, StepTimeModel()) for n in names]
+        quanta = [self.quanta.get(n, 1) for n in names]
+        out = plan_shares(total, models, quanta, [self.last_share.get(n) for n in names], minimum)
+        self.last_share.update((n, k) for n, k, q in zip(names, out, quanta, strict=True) if q > 1 and k > 0)
+        return out
 
     def share_for(self, name: str) -> int:
         """Worker ``name``'s batch when the live workers share the global batch by speed, so every worker's step
-        takes about the same wall time (``async`` batches, ``diloco`` inner batches)."""
+        takes about the same wall time (``async`` batches, ``diloco`` inner batches); a multiple of its quantum."""
         names = sorted(self.workers, key=lambda n: self.workers[n].index)
         if name not in names:
             names.append(name)
-        return self.shares(max(self.batch_size, len(names)), names)[names.index(name)]
+        models = [self.times.setdefault(n, StepTimeModel()) for n in names]
+        total = self.batch_size * len(names) if self.config.batch_per_worker else self.batch_size
+        exact = split_for_time(max(total, len(names)), models, 1)[names.index(name)]
+        share = quantise_one(exact, self.quanta.get(name, 1), self.last_share.get(name))
+        self.last_share[name] = share
+        return share
 
     def step_seconds(self, name: str, samples: int) -> float | None:
         """Predicted seconds of a step of ``samples`` on worker ``name`` (None until measured)."""
@@ -188,8 +214,8 @@ class Holder:
         return model.predict(samples) if model is not None else None
 
     def mean_share(self) -> float:
-        """The global batch over the workers."""
-        return self.batch_size / max(1, len(self.workers))
+        """The mean batch of a worker: the global batch over the workers (``batch_per_worker``: the batch size)."""
+        return self.batch_size / (1 if self.config.batch_per_worker else max(1, len(self.workers)))
 
     def summary(self) -> dict[str, Any]:
         """Algorithm-specific figures for ``metrics.json`` (subclasses extend)."""

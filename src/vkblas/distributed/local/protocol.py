@@ -4,9 +4,10 @@ travel here; an update's bytes are in the worker's mailbox and its message carri
 Per algorithm (runner -> worker, worker -> runner):
 
 * every worker: ``Hello`` once it is set up; ``Failed`` with a traceback if it breaks; ``Stop``.
-* ``sync``: ``Plan`` (a share of step k's batch) -> ``Ready`` (its gradient is in the mailbox); in ``sharded``
-  mode then ``Reduce`` (the accepted mailboxes and their weights) -> ``Applied`` (its slice of the step is
-  written). ``attempt`` counts re-plans of a step after a worker died; older attempts' messages are ignored.
+* ``sync``: ``Step`` (apply the previous step, then compute a share of step k's batch) -> ``Ready`` (its gradient
+  is in the mailbox): one message each way per step in ``replicated`` mode. In ``sharded`` mode then ``Reduce``
+  (the accepted mailboxes and their weights) -> ``Applied`` (its slice of the step is written). ``attempt`` counts
+  re-plans of a step after a worker died; older attempts' messages are ignored.
 * ``async``: ``Work`` (a batch) -> ``Grad`` (the version it was computed from).
 * ``diloco``: ``Round`` (the round's samples) -> ``Pseudo`` (start - end weights, through the codec).
 """
@@ -76,14 +77,31 @@ class Result:
 
 
 # ---------------------------------------------------------------------------------------------------- sync
+Contributions = tuple[tuple[BlockHandle, float], ...]  # (a gradient's mailbox, its samples)
+
+
 @dataclass(frozen=True)
-class Plan:
+class Step:
+    """Step ``step`` (attempt ``attempt``) for one worker, done in this order:
+
+    1. ``load``: set the model to the parameters in buffer ``load`` (``replicated``: and the optimizer state, at
+       version ``version`` less one if ``apply`` is given, else at ``version``);
+    2. ``apply`` (``replicated``): step the optimizer at ``lr`` on the weighted mean of these gradients (of the
+       previous step);
+    3. ``export`` (``replicated``): write parameters and optimizer state into buffer ``export``;
+    4. compute the gradient of ``segment`` at version ``version`` into mailbox ``step % 2``, reply ``Ready``.
+
+    Without a segment the worker replies ``Applied`` if it loaded or exported, else nothing.
+    """
+
     step: int
     attempt: int
-    segment: Segment | None  # None: no share this step (fewer samples than workers)
-    read: int  # which parameter buffer holds version ``version``
     version: int
-    shard: tuple[int, int] | None  # sharded mode: the slice of the flat parameters this worker steps
+    segment: Segment | None  # None: no share this step (fewer samples than workers, or too slow to help)
+    load: int | None = None
+    apply: Contributions = ()
+    lr: float = 0.0
+    export: int | None = None
 
 
 @dataclass(frozen=True)
@@ -94,13 +112,16 @@ class Ready(Result):
 
 @dataclass(frozen=True)
 class Reduce:
+    """``sharded``: step slice ``shard`` from version ``version`` (buffer ``read``) into buffer ``write``."""
+
     step: int
     attempt: int
-    contributions: tuple[tuple[BlockHandle, float], ...]
+    contributions: Contributions
     version: int
     read: int
     write: int
     lr: float
+    shard: tuple[int, int]
 
 
 @dataclass(frozen=True)

@@ -37,11 +37,11 @@ from .handle import WorkerHandle
 from .holder import Holder
 from .procs import spawn, stop
 from .protocol import Failed, Hello, WorkerSpec
-from .sync import SyncHolder
+from .sync import sync_holder
 from .transport import FlatLayout, SharedArrays
 from .worker import main as worker_main
 
-HOLDERS: dict[str, type[Holder]] = {"sync": SyncHolder, "async": AsyncHolder, "diloco": DilocoHolder}
+HOLDERS: dict[str, Callable[..., Holder]] = {"sync": sync_holder, "async": AsyncHolder, "diloco": DilocoHolder}
 MAILBOX_SLACK = 4096  # bytes beyond the fp32 update: int8 scales and alignment fit in it
 POLL_S = 0.2  # the loop wakes at least this often (progress bar, callback, watchdog)
 BAR_S = 0.5
@@ -92,7 +92,10 @@ class LocalRunner:
         assert self.holder is not None and self.layout is not None, "add_worker needs a running run"
         index = len(self.handles)
         name = f"w{index}"
-        mailboxes = [SharedArrays.create((("bytes", (4 * self.layout.size + MAILBOX_SLACK,), "uint8"),))]
+        # two for sync (gradients alternate by step parity), one for the others
+        count = 2 if self.config.algorithm == "sync" else 1
+        box = (("bytes", (4 * self.layout.size + MAILBOX_SLACK,), "uint8"),)
+        mailboxes = [SharedArrays.create(box) for _ in range(count)]
         self.blocks.extend(mailboxes)
         board = self.holder.blocks[0].handle  # sync: the parameter/state buffers; else the seqlock board
         spec = WorkerSpec(

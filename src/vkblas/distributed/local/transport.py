@@ -12,6 +12,7 @@ names and small layouts over pipes, and both sides work on numpy views of ``mult
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import sys
@@ -120,19 +121,20 @@ class FlatLayout:
     def of(cls, params: Mapping[str, np.ndarray]) -> FlatLayout:
         return cls(tuple(params), tuple(tuple(np.shape(v)) for v in params.values()))
 
-    @property
+    # cached: the runner asks for these on every update (np.prod per shape showed up in its profile)
+    @functools.cached_property
     def sizes(self) -> list[int]:
         return [int(np.prod(s, dtype=np.int64)) for s in self.shapes]
 
-    @property
+    @functools.cached_property
     def size(self) -> int:
         return sum(self.sizes)
 
-    @property
+    @functools.cached_property
     def signature(self) -> Signature:
         return {n: (s, "float32") for n, s in zip(self.names, self.shapes, strict=True)}
 
-    @property
+    @functools.cached_property
     def mailbox(self) -> Layout:
         """The layout :func:`pack` gives these parameters as float32: one contiguous vector."""
         out, off = [], 0
