@@ -116,6 +116,18 @@ def test_matmul_with_large_operands_and_output(small: Any) -> None:
     same(on(small, x) @ on(small, w[:300, :400]), cpu(x) @ cpu(w[:300, :400]), rtol=1e-4, atol=1e-3)
 
 
+def test_matmul_of_large_operands_with_the_autotuner_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """The autotuner (on for every GPU, off for lavapipe unless asked) times its candidates on the call's operands:
+    a large tensor's matmul is cut into pieces first, and those are what it may time."""
+    from vkblas.backend.vulkan import VulkanBackend
+
+    monkeypatch.setenv("VKBLAS_AUTOTUNE", "1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    tuned = VulkanBackend(limits={"max-storage-buffer-binding-size": BINDING, "max-buffer-size": BUFFER})
+    a, w = big(500, 700), big(700, 600)
+    same(on(tuned, a) @ on(tuned, w), cpu(a) @ cpu(w), rtol=1e-4, atol=1e-3)
+
+
 def test_gather_index_select_embedding_and_scatter_add(small: Any) -> None:
     table = big(5000, 64)  # 1.3 MB: the embedding table is the large target
     idx = RNG.integers(0, 5000, (32, 16))
@@ -278,7 +290,8 @@ def mnist_example_net() -> vb.nn.Module:
 def test_pytorch_mnist_example_evaluates_at_batch_1000() -> None:
     """conv2's output for 1000 images is 147 MB, its im2col columns 663 MB: both beyond one 128 MiB binding."""
     vb.manual_seed(0)
-    net = mnist_example_net().eval()
+    # built on cpu whatever the default device is (a GPU's Vulkan adapter is the default there)
+    net = mnist_example_net().to("cpu").eval()
     images = RNG.standard_normal((1000, 1, 28, 28)).astype(np.float32)
     with vb.no_grad():
         want = net(vb.tensor(images, device="cpu")).numpy()

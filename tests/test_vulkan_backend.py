@@ -10,6 +10,7 @@ small: lavapipe is a CPU.
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import numpy as np
@@ -27,6 +28,7 @@ os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
 wgpu = pytest.importorskip("wgpu")
 from vkblas.backend.vulkan import VulkanBackend, list_adapters  # noqa: E402
 from vkblas.backend.vulkan import queue as vk_queue  # noqa: E402
+from vkblas.backend.vulkan.kernels import elementwise as vk_elementwise  # noqa: E402
 from vkblas.backend.vulkan.kernels.reduce import SplitPlan  # noqa: E402
 from vkblas.bench.copy import copy_bandwidth, device_copy  # noqa: E402
 from vkblas.ops.record import RECORDS  # noqa: E402
@@ -471,6 +473,51 @@ def test_formulas_match_float64_reference(vk, op):
             np.testing.assert_array_equal(got, want, err_msg=f"{op} on {be.name}")
         else:
             np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6, err_msg=f"{op} on {be.name}")
+
+
+_LET = re.compile(r"\s*let t\d+: (\w+) = (.*);$")
+_FLOAT_COMPARISON = re.compile(r"[\w)] (<|<=|>|>=|==) [\w(]")
+
+
+@pytest.mark.parametrize("op", sorted(ew.OPS))
+def test_formulas_compile_to_wgsl_a_fast_math_driver_cannot_break(op):
+    """WGSL lets a driver assume no NaN, ignore the sign of zero and divide as x * (1 / y), and NVIDIA's does
+    (mathlib.py): every float comparison an f32 formula emits carries a bit-level NaN test, every division goes
+    through vk_div (exact for |y| > 2**126) and -0.0 is a bit pattern. The H200 run of test_special_values shows
+    the values; this shows the code on any adapter."""
+    spec = ew.OPS[op]
+    kinds = [
+        ("t", D.bool_ if i == spec.bool_operand else D.int32 if spec.integer_only else D.float32)
+        for i in range(spec.arity)
+    ]
+    compute = D.int32 if spec.integer_only else D.float32
+    src, _ = vk_elementwise._formula(op, D.float32, kinds, compute, spec.arity + 1)
+    assert "f32(-0.0)" not in src, op
+    for line in src[src.index("fn vk_op(") :].splitlines():
+        m = _LET.match(line)
+        if m is None:
+            continue
+        ty, code = m.groups()
+        assert " / " not in code, f"{op}: a plain division: {line}"
+        if ty == "bool" and _FLOAT_COMPARISON.search(code) and not spec.integer_only:
+            assert "bitcast<u32>" in code, f"{op}: a float comparison without a NaN test: {line}"
+    if not spec.float_only and spec.bool_operand is None:  # the H200 computed i32 % as if unsigned
+        ints = [("t", D.int32)] * spec.arity
+        src, _ = vk_elementwise._formula(op, D.int32, ints, D.int32, spec.arity + 1)
+        assert " % " not in src, f"{op}: WGSL's integer %"
+
+
+def test_a_gpu_knows_its_memory(vk, monkeypatch):
+    """A GPU's pool refuses at once what exceeds its device-local heaps (a driver may otherwise spill into host
+    memory: the H200 host ran out of memory for a tensor of 2**42 floats); lavapipe's are read as a GPU's would be."""
+    from vkblas.backend.vulkan import backend as vk_backend
+
+    monkeypatch.setitem(vk.dev.info, "adapter_type", "DiscreteGPU")
+    memory = vk_backend._memory(vk.dev)
+    assert isinstance(memory, int) and memory > 0
+    monkeypatch.setattr(vk.pool, "memory", memory)
+    with pytest.raises(MemoryError, match="bytes of memory"):
+        vk.alloc(2**42, D.float32)
 
 
 # ---------------------------------------------------------------- random

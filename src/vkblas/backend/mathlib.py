@@ -7,6 +7,13 @@ outside ``x > 0`` and shifts by 32 or more unspecified, and some drivers' ``sin`
 itself, tests NaN and infinity on the bit pattern (a compiler assuming finite math cannot fold that away), and
 reduces trigonometric arguments exactly (below).
 
+Why plain arithmetic needs some too: WGSL lets an implementation assume no NaN or infinity, ignore the sign of
+zero, and compute ``x / y`` as ``x * (1 / y)`` (2.5 ulp only for ``|y|`` in ``[2**-126, 2**126]``); NVIDIA's
+compiler does all of these (the H200's relu(NaN) was 0: ``select(a, 0, a < 0)`` became ``max(a, 0)``; its
+``inf / 3e38`` was NaN, ``inf * 0``). The builder (``vulkan/kernels/wgsl.py``) therefore ANDs every float
+comparison with bit-level NaN tests of its operands (:func:`guard_nan`), divides floats through :data:`DIV`, and
+writes ``-0.0`` as a bit pattern; the helpers here do the same by hand.
+
 Helpers are WGSL source per compute type: :func:`per_float` turns a template written for ``f32`` into the
 ``f16`` variant (computed in f32, stored back: f16 values are exact in f32) and ``_BITS`` gives the bit tests.
 
@@ -279,14 +286,34 @@ def _negative(x: str) -> str:
     return f"((bitcast<u32>({x}) >> 31u) != 0u)"
 
 
+def sign_of_quotient_zero(a: str, b: str) -> str:
+    """``copysign(0, a / b)`` for non-NaN ``a``, ``b``: the XOR of their sign bits, as a bit pattern (a ``-0.0``
+    literal or ``select(0.0, -0.0, c)`` may lose its sign under a compiler that ignores signed zeros)."""
+    return f"bitcast<f32>((bitcast<u32>({a}) ^ bitcast<u32>({b})) & 0x80000000u)"
+
+
+# x / y with |y| > 2**126 as (x / (y / 4)) / 4: a driver that divides as x * (1 / y) flushes 1 / y to 0 there
+# (NaN for inf / 3e38, 0 for 3e38 / 1e38); y / 4 and the final / 4 are exact, and select keeps it branch-free
+DIV = per_float(
+    "div",
+    """fn vk_div_f32(a: f32, b: f32) -> f32 {
+    let big = (bitcast<u32>(b) & 0x7fffffffu) > 0x7e800000u;
+    let q = a / select(b, b * 0.25, big);
+    return select(q, q * 0.25, big);
+}
+""",
+)
+
 MAXIMUM = per_float(
     "maximum",
-    f"fn vk_maximum_f32(a: f32, b: f32) -> f32 {{ return select(a, b, a < b || {_isnan('b')}); }}\n",
+    f"fn vk_maximum_f32(a: f32, b: f32) -> f32 {{\n"
+    f"    return select(a, b, (a < b && !{_isnan('a')}) || {_isnan('b')});\n}}\n",
     "fn vk_maximum_{T}(a: {T}, b: {T}) -> {T} { return max(a, b); }\n",
 )
 MINIMUM = per_float(
     "minimum",
-    f"fn vk_minimum_f32(a: f32, b: f32) -> f32 {{ return select(a, b, b < a || {_isnan('b')}); }}\n",
+    f"fn vk_minimum_f32(a: f32, b: f32) -> f32 {{\n"
+    f"    return select(a, b, (b < a && !{_isnan('a')}) || {_isnan('b')});\n}}\n",
     "fn vk_minimum_{T}(a: {T}, b: {T}) -> {T} { return min(a, b); }\n",
 )
 SIGN = per_float(
@@ -332,13 +359,16 @@ ATAN = per_float(
     f"fn vk_atan_f32(x: f32) -> f32 {{\n    if ({_isnan('x')} || abs(x) < 0.000244140625) {{ return x; }}\n"
     "    return atan(x);\n}\n",
 )
-# sinh / cosh through h = exp(|x| / 2), h * h / 2: no overflow of exp(|x|) for |x| in (88.7, 89.4], where the
-# result is finite; sinh by its odd series below 1 (no cancellation; x itself below 2**-12 keeps -0); NaN stays NaN
+# sinh / cosh: exp(|x|) / 2 past 9 (the other term is below half an ulp there), as exp(|x| - C) * exp(C - ln 2)
+# with C = 355/512 (exact subtraction): finite up to the true overflow at 89.416, where exp(|x|) itself or a product
+# that the compiler reassociates would overflow (the H200 gave inf at 88.75); h = exp(|x| / 2), h * h / 2 between
+# 1 and 9; sinh by its odd series below 1 (no cancellation; x itself below 2**-12 keeps -0); NaN stays NaN
 _SINH_SERIES = (
     "".join(f"{1.0 / math.factorial(2 * k + 1)!r} + z * (" for k in range(1, 6))
     + repr(1.0 / math.factorial(13))
     + ")" * 5
 )
+_HALF_EXP = f"exp(a - 0.693359375) * {math.exp(0.693359375 - math.log(2.0))!r}"
 SINH = per_float(
     "sinh",
     f"""fn vk_sinh_f32(x: f32) -> f32 {{
@@ -348,8 +378,8 @@ SINH = per_float(
         let z = x * x;
         return x + x * z * ({_SINH_SERIES});
     }}
-    let h = exp(0.5 * a);
-    let r = (0.5 * h) * h - 0.5 / (h * h);
+    let h = exp(0.5 * min(a, 9.0));
+    let r = select((0.5 * h) * h - 0.5 / (h * h), {_HALF_EXP}, a > 9.0);
     return select(r, -r, x < 0.0);
 }}
 """,
@@ -358,8 +388,9 @@ COSH = per_float(
     "cosh",
     f"""fn vk_cosh_f32(x: f32) -> f32 {{
     if ({_isnan("x")}) {{ return x; }}
-    let h = exp(0.5 * abs(x));
-    return (0.5 * h) * h + 0.5 / (h * h);
+    let a = abs(x);
+    let h = exp(0.5 * min(a, 9.0));
+    return select((0.5 * h) * h + 0.5 / (h * h), {_HALF_EXP}, a > 9.0);
 }}
 """,
 )
@@ -417,7 +448,10 @@ _FMOD_F32 = f"""fn vk_fmod_f32(a: f32, b: f32) -> f32 {{
     return select(r, -r, {_negative("a")});
 }}
 """
-FMOD = per_float("fmod", _FMOD_F32, "fn vk_fmod_{T}(a: {T}, b: {T}) -> {T} { return a % b; }\n")
+# the integer remainder as a - (a / b) * b (truncating, C's): the H200 computed WGSL's i32 % as if unsigned
+# (7 % -2 = 7 % 0xfffffffe = 7); WGSL's / gives INT_MIN / -1 = INT_MIN, so INT_MIN % -1 = 0 as in C
+_IREM = "fn vk_irem_{T}(a: {T}, b: {T}) -> {T} { return a - (a / b) * b; }\n"
+FMOD = per_float("fmod", _FMOD_F32, _IREM + "fn vk_fmod_{T}(a: {T}, b: {T}) -> {T} { return vk_irem_{T}(a, b); }\n")
 REMAINDER = per_float(
     "remainder",
     _FMOD_F32
@@ -426,8 +460,9 @@ REMAINDER = per_float(
     return select(r, r + b, r != 0.0 && ((b < 0.0) != (r < 0.0)));
 }
 """,
-    """fn vk_remainder_{T}(a: {T}, b: {T}) -> {T} {
-    let r = a % b;
+    _IREM
+    + """fn vk_remainder_{T}(a: {T}, b: {T}) -> {T} {
+    let r = vk_irem_{T}(a, b);
     return select(r, r + b, r != 0 && ((b < 0) != (r < 0)));
 }
 """,
@@ -435,25 +470,27 @@ REMAINDER = per_float(
 FLOOR_DIVIDE = per_float(
     "floor_divide",
     _FMOD_F32
+    + DIV["f32"]
     + f"""fn vk_floor_divide_f32(a: f32, b: f32) -> f32 {{
     if (b == 0.0) {{ return a / b; }}
     let m = vk_fmod_f32(a, b);
-    var q = (a - m) / b;
+    var q = vk_div_f32(a - m, b);
     if (m != 0.0 && ((b < 0.0) != (m < 0.0))) {{ q = q - 1.0; }}
-    if (q == 0.0) {{ return select(0.0, -0.0, {_negative("a")} != {_negative("b")}); }}
+    if (q == 0.0) {{ return {sign_of_quotient_zero("a", "b")}; }}
     let f = floor(q);
     return select(f, f + 1.0, q - f > 0.5);
 }}
 """,
-    """fn vk_floor_divide_{T}(a: {T}, b: {T}) -> {T} {
+    _IREM
+    + """fn vk_floor_divide_{T}(a: {T}, b: {T}) -> {T} {
     let q = a / b;
-    return select(q, q - 1, (a % b != 0) && ((a < 0) != (b < 0)));
+    return select(q, q - 1, (vk_irem_{T}(a, b) != 0) && ((a < 0) != (b < 0)));
 }
 """,
 )
 TRUNC_DIVIDE = per_float(
     "trunc_divide",
-    "fn vk_trunc_divide_f32(a: f32, b: f32) -> f32 { return trunc(a / b); }\n",
+    DIV["f32"] + "fn vk_trunc_divide_f32(a: f32, b: f32) -> f32 { return trunc(vk_div_f32(a, b)); }\n",
     "fn vk_trunc_divide_{T}(a: {T}, b: {T}) -> {T} { return a / b; }\n",
 )
 # shifts by < 0 or >= 32 give 0 (left) or the sign (right), as PyTorch and numpy

@@ -175,11 +175,9 @@ class Tuner:
             struct.pack_into(plan.fmt, raw, i * align, *[v.offset for v in views], *scalars, *plan.static)
             entries = [{"binding": 0, "resource": {"buffer": ubuf, "offset": 0, "size": align}}]
             entries += [
-                {
-                    "binding": j + 1,
-                    "resource": {"buffer": v.storage.buffer.buf, "offset": 0, "size": v.storage.buffer.size},
-                }
-                for j, v in enumerate(views)
+                # a window of a large tensor's buffer (large.py) binds from its offset, as the queue binds it
+                {"binding": j + 1, "resource": {"buffer": pb.buf, "offset": pb.offset, "size": pb.size}}
+                for j, pb in enumerate(v.storage.buffer for v in views)
             ]
             bg = device.create_bind_group(layout=dev.bind_group_layout(plan.kernel.nbuf), entries=entries)
             groups.append((plan.kernel.pipeline, bg, i * align, grid))

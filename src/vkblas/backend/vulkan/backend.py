@@ -38,6 +38,7 @@ from ..base import (
 from .autotune import startup_check
 from .device import Device
 from .device_checks import Check, DeviceChecks
+from .heaps import device_local_bytes
 from .kernels import attention as att
 from .kernels import elementwise as ew_kernels
 from .kernels import foreach as fe
@@ -58,9 +59,11 @@ _READ_CHUNK = 64 << 20
 
 
 def _memory(dev: Device) -> int | None:
-    """The memory a CPU adapter (lavapipe) allocates from: the host's; None (ask the driver) for a GPU."""
+    """The memory allocations come from: the host's for a CPU adapter (lavapipe), a GPU's device-local heaps (a
+    driver may spill what exceeds them into host memory); None (ask the driver) where neither is known."""
     if dev.info.get("adapter_type") != "CPU":
-        return None
+        raw = dev.adapter.info
+        return device_local_bytes(raw.get("vendor_id", -1), raw.get("device_id", -1), raw.get("device", ""))
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):

@@ -9,6 +9,7 @@ from typing import Any
 from ..base import View
 from . import gemm
 from .autotune import tuner
+from .memory import LargeStorage, NeedsSplitting
 
 
 def encode_matmul(backend: Any, out: View, a: View, b: View) -> None:
@@ -26,6 +27,10 @@ def encode_matmul(backend: Any, out: View, a: View, b: View) -> None:
         a.offset % 4 == 0,
         b.offset % 4 == 0,
     )
+    if any(isinstance(v.storage, LargeStorage) for v in (out, a, b)):
+        # before the tuner, which times the call's own operands: those of a large tensor are cut into pieces that
+        # fit a binding (large.py), whose matmuls come back here
+        raise NeedsSplitting("matmul")
     gp = backend.plans.get(key)
     if gp is None:
         # never tuned or self-checked inside a graph capture: that work runs eagerly, unrecorded

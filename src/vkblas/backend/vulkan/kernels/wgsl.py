@@ -21,6 +21,7 @@ from typing import Any
 
 from ....dtypes import BYTES, DType, bool_, float16, float32, int8, int32, uint8
 from ...elementwise import MATH, MathFunction
+from ...mathlib import DIV
 
 WORKGROUP = 256
 PARAM_WORDS = 64  # 256-byte params window per dispatch
@@ -69,7 +70,7 @@ def convert(code: str, src: str, dst: str) -> str:
     if src == dst:
         return code
     if dst == "bool":  # NaN is true: IEEE !=, spelled !(==) (naga emits an ordered != that NaN fails)
-        return f"!({code} == {src}(0))" if src in ("f32", "f16") else f"({code} != {src}(0))"
+        return guard_nan(f"!({code} == {src}(0))", [code], "!=") if src in ("f32", "f16") else f"({code} != {src}(0))"
     return f"{dst}({code})"
 
 
@@ -88,8 +89,12 @@ def literal(x: Any, ty: str) -> str:
         return "true" if x else "false"
     if ty == "i32":
         return f"i32({int(x)})"
-    if not math.isfinite(x):  # WGSL has no inf/nan literals: their f32 bit patterns
-        bits = "0x7fc00000u" if math.isnan(x) else "0x7f800000u" if x > 0 else "0xff800000u"
+    # WGSL has no inf/nan literals: their f32 bit patterns; -0.0 too, which a compiler that ignores the sign of
+    # zero may fold into +0.0
+    if math.isnan(x):
+        return f"{ty}(bitcast<f32>(0x7fc00000u))"
+    if math.isinf(x) or (x == 0 and math.copysign(1.0, x) < 0):
+        bits = "0x80000000u" if x == 0 else "0x7f800000u" if x > 0 else "0xff800000u"
         return f"{ty}(bitcast<f32>({bits}))"
     return f"{ty}({float(x)!r})"
 
@@ -174,13 +179,18 @@ class Expr:
         ca, cb, ty = _unify(self.em, a, b, arith=True)
         if op == "/" and ty == "i32":  # numpy true division of ints
             ca, cb, ty = f"f32({ca})", f"f32({cb})", "f32"
+        if op == "/":  # exact for huge divisors too (mathlib.DIV)
+            self.em.add_helper(DIV[ty])
+            return self.em.let(f"vk_div_{ty}({ca}, {cb})", ty)
         return self.em.let(f"{ca} {op} {cb}", ty)
 
     def _cmp(self, other: Any, op: str) -> Expr:
         ca, cb, ty = _unify(self.em, self, other, arith=op not in ("==", "!="))
-        if op == "!=" and ty in ("f32", "f16"):  # IEEE: NaN != x is true; naga's != is ordered (false for NaN)
-            return self.em.let(f"!({ca} == {cb})", "bool")
-        return self.em.let(f"{ca} {op} {cb}", "bool")
+        if ty not in ("f32", "f16"):
+            return self.em.let(f"{ca} {op} {cb}", "bool")
+        # IEEE: NaN != x is true; naga's != is ordered (false for NaN)
+        cmp = f"!({ca} == {cb})" if op == "!=" else f"{ca} {op} {cb}"
+        return self.em.let(guard_nan(cmp, [c for c, x in ((ca, self), (cb, other)) if isinstance(x, Expr)], op), "bool")
 
     def __add__(self, o: Any) -> Expr:
         return self._bin(o, "+")
@@ -227,6 +237,18 @@ class Expr:
 
     def __ne__(self, o: Any) -> Expr:  # type: ignore[override]
         return self._cmp(o, "!=")
+
+
+def guard_nan(cmp: str, operands: Sequence[str], op: str) -> str:
+    """The float comparison ``cmp`` made false (true for ``!=``) for NaN operands by bit tests: a compiler that
+    assumes no NaN folds ``select(a, 0, a < 0)`` into ``max(a, 0)``, which loses a NaN ``a`` (the H200's relu). With
+    the test in the condition, any such fold happens only where ``a`` is not NaN. Literal operands need none."""
+    tests = [f"((bitcast<u32>(f32({c})) & 0x7fffffffu) > 0x7f800000u)" for c in operands]
+    if not tests:
+        return cmp
+    if op == "!=":
+        return f"({cmp} || {' || '.join(tests)})"
+    return f"({cmp} && !({' || '.join(tests)}))"
 
 
 def _per_type(text: str | Mapping[str, str], ty: str) -> str:
