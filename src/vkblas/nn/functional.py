@@ -181,8 +181,10 @@ def _renorm_rows(weight: Tensor, indices: Tensor, max_norm: float, norm_type: fl
     with no_grad():
         norms = (weight.abs() ** norm_type).sum(-1) ** (1.0 / norm_type)
         picked = weight.new_zeros((weight.shape[0],)).index_fill(0, indices, 1.0)
-        scale = where((norms > max_norm) & (picked > 0), max_norm / (norms + 1e-7), 1.0)
-        weight.mul_(scale.unsqueeze(-1))
+        # divide by norm / max_norm rather than multiply by its reciprocal: for a row of norm ~1e38 the reciprocal
+        # is a denormal, which GPUs flush to zero (the H200 gave a zero row where PyTorch gives norm max_norm)
+        divisor = where((norms > max_norm) & (picked > 0), (norms + 1e-7) / max_norm, 1.0)
+        weight.div_(divisor.unsqueeze(-1))
 
 
 def normalize(
