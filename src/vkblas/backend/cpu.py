@@ -3,7 +3,7 @@ no hardware Vulkan adapter (only when chosen by the device policy, never per op)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -76,6 +76,11 @@ class CpuBackend(Backend):
         return np.array(_np(view), copy=True)
 
     def elementwise(self, op: str, out: View, args: Sequence[View | Scalar]) -> None:
+        fast = _FAST_ELEMENTWISE.get(op)
+        if fast is not None and out.dtype not in BYTES:
+            with np.errstate(all="ignore"):
+                if fast(_np(out), [_np(a) if isinstance(a, View) else a for a in args]):
+                    return
         spec = ew.OPS[op]
         # 8-bit storage computes in int32 (as on the GPU) and wraps when stored
         vals = [(_np(a).astype(np.int32) if a.dtype in BYTES else _np(a)) if isinstance(a, View) else a for a in args]
@@ -94,7 +99,9 @@ class CpuBackend(Backend):
             raise ValueError(f"{op}() of an empty tensor of shape {x.shape} has no identity")
         if op in ("argmax", "argmin"):
             (axis,) = axes
-            result = (np.argmax if op == "argmax" else np.argmin)(a, axis=axis)
+            result = _short_arg_reduce(op, a, axis)
+            if result is None:
+                result = (np.argmax if op == "argmax" else np.argmin)(a, axis=axis)
         else:
             fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[op]
             # sums of floats accumulate in at least fp32 (as the GPU kernels do), float64 stays float64
@@ -107,7 +114,18 @@ class CpuBackend(Backend):
         A, B = _np(a), _np(b)
         if A.dtype == np.float16:  # accumulate half in fp32, as the GPU path does
             A, B = A.astype(np.float32), B.astype(np.float32)
-        np.copyto(_np(out), np.matmul(A, B), casting="unsafe")
+        target = _np(out)
+        if A.dtype.kind == "f":  # numpy runs a matrix whose strides BLAS cannot take through a slow loop of its own
+            A, B = _blas_operand(A), _blas_operand(B)
+        if (
+            target.dtype == A.dtype == B.dtype
+            and target.flags.c_contiguous
+            and not np.may_share_memory(target, A)
+            and not np.may_share_memory(target, B)
+        ):
+            np.matmul(A, B, out=target)  # straight into the output: no result temporary and copy
+        else:
+            np.copyto(target, np.matmul(A, B), casting="unsafe")
 
     def gather(self, out: View, x: View, dim: int, index: View) -> None:
         idx = _np(index).astype(np.intp)
@@ -158,13 +176,16 @@ class CpuBackend(Backend):
 
     def random(self, out: View, distribution: str, seed: int, counter: int) -> None:
         n = out.numel
-        i = np.arange(n, dtype=np.uint64)
-        ctr = ((np.uint64(counter) + i) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        # (counter + i) mod 2**32, in uint32 arithmetic (which wraps)
+        ctr = np.arange(n, dtype=np.uint32)
+        ctr += np.uint32(counter & 0xFFFFFFFF)
         bits = pcg_hash(ctr ^ pcg_hash(np.array([seed & 0xFFFFFFFF], dtype=np.uint32))[0])
-        u = (bits >> np.uint32(8)).astype(np.float64) * 2.0**-24
         if distribution == "uniform":
-            vals = u
+            # a 24-bit integer times 2**-24 is exact in float32: the same numbers as in float64, at half the traffic
+            vals = (bits >> np.uint32(8)).astype(np.float32)
+            vals *= np.float32(2.0**-24)
         elif distribution == "normal":
+            u = (bits >> np.uint32(8)).astype(np.float64) * 2.0**-24
             u1 = ((pcg_hash(bits) >> np.uint32(8)).astype(np.float64) + 1.0) * 2.0**-24
             vals = np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u)
         else:
@@ -264,13 +285,178 @@ class CpuBackend(Backend):
         c6 = _windows(cols, out, kernel_size, stride, padding, dilation, "fold")
         n, c, h, w = out.shape
         oh, ow = c6.shape[4:]
-        wide = np.float32 if out.dtype.np == np.float16 else out.dtype.np  # accumulate half in fp32
-        acc = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=wide)
+        target = _np(out)
+        if out.dtype.np == np.float16:  # accumulate half in fp32
+            acc = np.zeros((n, c, h, w), dtype=np.float32)
+        else:  # the sums go straight into the output
+            acc = target
+            acc[...] = 0
+        # windows that cannot overlap (each pixel gets at most one term): assignments instead of read-add-writes
+        disjoint = sh > dh * (kh - 1) and sw > dw * (kw - 1)
         for i in range(kh):  # kh*kw strided adds: kernel tap (i, j) lands on a strided grid of the padded image
+            rows, src_rows = _tap_range(i * dh - ph, sh, oh, h)
             for j in range(kw):
-                rows = slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)
-                acc[:, :, rows, j * dw : j * dw + sw * (ow - 1) + 1 : sw] += c6[:, :, i, j]
-        np.copyto(_np(out), acc[:, :, ph : ph + h, pw : pw + w], casting="unsafe")
+                cols_, src_cols = _tap_range(j * dw - pw, sw, ow, w)
+                if rows is None or cols_ is None:
+                    continue  # the tap reads only padding
+                src = c6[:, :, i, j, src_rows, src_cols]
+                dst = acc[:, :, rows, cols_]
+                if disjoint:
+                    np.add(src, 0, out=dst)  # + 0 as the sum would: -0 becomes +0
+                else:
+                    dst += src
+        if acc is not target:
+            np.copyto(target, acc, casting="unsafe")
+
+
+def _tap_range(start: int, stride: int, count: int, size: int) -> tuple[slice | None, slice]:
+    """For one kernel tap along one axis: the slice of the image it touches (``start + o * stride`` for the outputs
+    ``o`` that land inside ``[0, size)``) and the matching slice of the outputs; ``None`` if it touches none."""
+    lo = max(0, -(start // stride)) if start < 0 else 0
+    hi = min(count - 1, (size - 1 - start) // stride)
+    if lo > hi:
+        return None, slice(0, 0)
+    return slice(start + lo * stride, start + hi * stride + 1, stride), slice(lo, hi + 1)
+
+
+def _blas_operand(a: np.ndarray) -> np.ndarray:
+    """``a`` itself if BLAS can read its last two dims as a (possibly transposed) matrix, else a C-contiguous copy:
+    numpy's matmul computes any other layout (a broadcast or a doubly strided view) in a loop many times slower."""
+    if a.ndim < 2:
+        return a
+    (m, n), (s0, s1), item = a.shape[-2:], a.strides[-2:], a.itemsize
+    if (s1 == item and s0 >= n * item and s0 % item == 0) or (s0 == item and s1 >= m * item and s1 % item == 0):
+        return a
+    if m == 1 or n == 1:  # a vector: any positive stride works
+        return a
+    return np.ascontiguousarray(a)
+
+
+#: argmax/argmin along an axis at most this long run as a few vectorised passes per position along it
+SHORT_AXIS = 16
+
+
+def _short_arg_reduce(op: str, a: np.ndarray, axis: int) -> np.ndarray | None:
+    """argmax/argmin along a short axis (max-pooling's window): numpy's own moves that axis last and reduces each
+    tiny row by itself. Here: the extreme, then, walking the axis from its end, the index moves to every position
+    that equals it (branch-free arithmetic: numpy's masked writes mispredict on random data), so the first extreme
+    wins, as numpy's. ``None`` (numpy's rule decides) where an extreme is NaN: numpy gives the first NaN."""
+    k = a.shape[axis] if a.ndim else 0
+    if not 1 < k <= SHORT_AXIS or a.size < 4096 or a.dtype.kind not in "fiu":
+        return None
+    best = (np.max if op == "argmax" else np.min)(a, axis=axis)
+    if a.dtype.kind == "f" and np.isnan(best).any():
+        return None
+    taps = np.moveaxis(a, axis, 0)
+    index = np.full(best.shape, k - 1, np.intp)
+    hit = np.empty(best.shape, bool)
+    step = np.empty(best.shape, np.intp)
+    for t in range(k - 2, -1, -1):
+        np.equal(taps[t], best, out=hit)
+        np.subtract(index, t, out=step)
+        step *= hit
+        index -= step  # index = t where hit, else unchanged
+    return index
+
+
+def _bits(v: object, dtype: np.dtype) -> object:
+    """The IEEE bits of a float array (a view) or number, as unsigned integers of the same width."""
+    unsigned = np.dtype(f"u{dtype.itemsize}")
+    if isinstance(v, np.ndarray):
+        return v.view(unsigned)
+    return np.array(v, dtype).view(unsigned)[()]
+
+
+def _select_into(target: np.ndarray, cond: np.ndarray, a: object, b: object) -> None:
+    """``target = where(cond, a, b)`` bit for bit (signed zeros and NaN payloads kept), branch-free: numpy's
+    ``where`` and masked ``copyto`` branch per element and run several times slower on an unpredictable mask.
+    ``a_bits * cond + b_bits * (not cond)`` in unsigned integers: one term is 0, so the sum is exact."""
+    out = target.view(np.dtype(f"u{target.itemsize}"))
+    abits, bbits = _bits(a, target.dtype), _bits(b, target.dtype)
+    if isinstance(bbits, np.integer) and bbits == 0:  # where(c, a, +0.0): one multiply
+        np.multiply(abits, cond, out=out, casting="unsafe")
+        return
+    other = np.logical_not(cond)
+    if isinstance(abits, np.integer) and abits == 0:
+        np.multiply(bbits, other, out=out, casting="unsafe")
+        return
+    tmp = np.multiply(bbits, other, dtype=out.dtype, casting="unsafe")
+    np.multiply(abits, cond, out=out, casting="unsafe")
+    out += tmp
+
+
+def _same_float(target: np.ndarray, vals: Sequence[object]) -> bool:
+    """Every array operand has the float dtype of ``target`` (numbers act as it): numpy's ufunc with ``out=``
+    computes exactly what the formula does."""
+    return target.dtype.kind == "f" and all(not isinstance(v, np.ndarray) or v.dtype == target.dtype for v in vals)
+
+
+def _ufunc_into(ufunc: np.ufunc) -> Callable[[np.ndarray, Sequence[object]], bool]:
+    def run(target: np.ndarray, vals: Sequence[object]) -> bool:
+        if not _same_float(target, vals):
+            return False
+        ufunc(*vals, out=target)
+        return True
+
+    return run
+
+
+def _compare_into(ufunc: np.ufunc) -> Callable[[np.ndarray, Sequence[object]], bool]:
+    def run(target: np.ndarray, vals: Sequence[object]) -> bool:
+        arrays = [v for v in vals if isinstance(v, np.ndarray)]
+        if target.dtype != np.bool_ or not arrays or any(v.dtype != arrays[0].dtype for v in arrays):
+            return False
+        ufunc(*vals, out=target)
+        return True
+
+    return run
+
+
+def _relu_into(target: np.ndarray, vals: Sequence[object]) -> bool:
+    (a,) = vals
+    if not _same_float(target, vals) or not isinstance(a, np.ndarray):
+        return False
+    # where(a < 0, 0, a): -0 and NaN stay as they are (np.maximum would turn -0 into +0)
+    keep = np.less(a, 0, out=np.empty(a.shape, bool))  # an array even when 0-d
+    _select_into(target, np.logical_not(keep, out=keep), a, 0.0)
+    return True
+
+
+def _relu_grad_into(target: np.ndarray, vals: Sequence[object]) -> bool:
+    g, x = vals
+    if not _same_float(target, vals) or not isinstance(x, np.ndarray):
+        return False
+    off = np.less_equal(
+        x, 0, out=np.empty(np.broadcast_shapes(x.shape, target.shape), bool)
+    )  # where(x <= 0, 0, g): a NaN input passes the gradient
+    _select_into(target, np.logical_not(off, out=off), g, 0.0)
+    return True
+
+
+def _where_op(target: np.ndarray, vals: Sequence[object]) -> bool:
+    cond, a, b = vals
+    if not isinstance(cond, np.ndarray) or cond.dtype != np.bool_ or not _same_float(target, (a, b)):
+        return False
+    if any(isinstance(v, np.ndarray) and np.may_share_memory(target, v) for v in (cond, a, b)):
+        return False  # the first write into target would change an operand before it is read
+    _select_into(target, cond, a, b)
+    return True
+
+
+#: cpu kernels for the hottest elementwise ops of a training step, written straight into the output (the generic
+#: path evaluates the formula into temporaries, then copies): each computes exactly the op's formula
+#: (backend/elementwise.py; ops/elementwise.py), and returns False to leave an operand mix it does not cover
+#: (integers, mixed dtypes) to the generic path
+_FAST_ELEMENTWISE: dict[str, Callable[[np.ndarray, Sequence[object]], bool]] = {
+    "add": _ufunc_into(np.add),
+    "sub": _ufunc_into(np.subtract),
+    "mul": _ufunc_into(np.multiply),
+    "eq": _compare_into(np.equal),
+    "ne": _compare_into(np.not_equal),
+    "relu": _relu_into,
+    "relu_grad": _relu_grad_into,
+    "where": _where_op,
+}
 
 
 # ---------------------------------------------------------------- attention, as plain matrices (the reference)
