@@ -6,7 +6,8 @@ pool -> conv 32->64 -> pool -> 3136-128-10), plus ``cnn9216``, PyTorch's MNIST e
 (lr 1e-3) on the same batches: one fixed set of MNIST-shaped float32 images and int64 labels per batch size,
 turned into tensors at every step by each framework's ``from_numpy`` path. Steps alternate between the
 frameworks in rounds so that load from other processes hits both alike; a row reports the fastest step (the
-least disturbed by other processes).
+least disturbed by other processes) in wall time, and the least CPU time (all of the process's threads) a step
+took: on a shared machine the CPU-time ratio is the steadier one. The profile counts CPU time too.
 
 Threads: numpy's BLAS (OpenBLAS) uses ``--threads`` threads (default: the CPUs this process may run on) through
 ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS``, set before numpy loads, and PyTorch gets the same number through
@@ -98,23 +99,36 @@ class Side:
         self.batches = batches
         self.i = 0
 
-    def step(self) -> float:
+    def step(self) -> tuple[float, float]:
+        """(wall seconds, CPU seconds of this process) of one training step."""
         x, y = self.batches[self.i % len(self.batches)]
         self.i += 1
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         xt, yt = self.to_tensor(x), self.to_tensor(y)
         self.optimizer.zero_grad()
         loss = self.loss_fn(self.model(xt), yt)
         loss.backward()
         self.optimizer.step()
         loss.item()  # a sync (the cpu backends are synchronous anyway)
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.process_time() - c0
 
 
 class PrimitiveTimer:
     """Wraps a backend's primitives with wall-clock timers (elementwise/reduce keyed by op)."""
 
-    PRIMITIVES = ("elementwise", "reduce", "matmul", "gather", "scatter", "scan", "sort", "random", "unfold", "fold")
+    PRIMITIVES = (
+        "elementwise",
+        "reduce",
+        "matmul",
+        "gather",
+        "scatter",
+        "scan",
+        "sort",
+        "random",
+        "unfold",
+        "fold",
+        "max_pool2d",
+    )
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend
@@ -136,13 +150,13 @@ class PrimitiveTimer:
 
         def timed(*a: Any, **kw: Any) -> Any:
             key = f"{name}:{a[0]}" if keyed else name
-            if name in ("matmul", "unfold", "fold"):  # a[1]: matmul's a, unfold's x, fold's cols
+            if name in ("matmul", "unfold", "fold", "max_pool2d"):  # a[1]: matmul's a, unfold's x, fold's cols
                 key += " " + "@".join("x".join(map(str, v.shape)) for v in a[1 : 3 if name == "matmul" else 2])
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             try:
                 return fn(*a, **kw)
             finally:
-                self.seconds[key] += time.perf_counter() - t0
+                self.seconds[key] += time.process_time() - t0
                 self.calls[key] += 1
 
         return timed
@@ -184,45 +198,62 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for _ in range(2)
             ]
             sides = [Side(f, name, state, batches) for f in ("vkblas", "torch")]
-            times: dict[str, list[float]] = {s.framework: [] for s in sides}
+            times: dict[str, list[tuple[float, float]]] = {s.framework: [] for s in sides}
             for s in sides:
                 for _ in range(args.warmup):
                     s.step()
             for _ in range(args.steps):  # alternate, so background load hits both alike
                 for s in sides:
                     times[s.framework].append(s.step())
-            best = {f: float(np.min(t)) for f, t in times.items()}
+            wall = {f: min(w for w, _ in t) for f, t in times.items()}
+            cpu = {f: min(c for _, c in t) for f, t in times.items()}
             rows.append(
                 [
                     name,
                     bs,
-                    f"{1e3 * best['vkblas']:.1f}",
-                    f"{1e3 * best['torch']:.1f}",
-                    f"{bs / best['vkblas']:,.0f}",
-                    f"{bs / best['torch']:,.0f}",
-                    f"{best['torch'] / best['vkblas']:.2f}x",
+                    f"{1e3 * wall['vkblas']:.1f}",
+                    f"{1e3 * wall['torch']:.1f}",
+                    f"{bs / wall['vkblas']:,.0f}",
+                    f"{bs / wall['torch']:,.0f}",
+                    f"{wall['torch'] / wall['vkblas']:.2f}x",
+                    f"{1e3 * cpu['vkblas']:.1f}",
+                    f"{1e3 * cpu['torch']:.1f}",
+                    f"{cpu['torch'] / cpu['vkblas']:.2f}x",
                 ]
             )
-            if args.profile:
-                with PrimitiveTimer(backend.get("cpu")) as timer:
-                    total = sum(sides[0].step() for _ in range(args.steps))
-                profiles.append((name, bs, total / args.steps, timer))
+            if args.profile:  # per primitive, its least time over the steps: the least disturbed by other load
+                steps, timers = [], []
+                for _ in range(args.steps):
+                    with PrimitiveTimer(backend.get("cpu")) as timer:
+                        steps.append(sides[0].step()[1])
+                    timers.append(timer)
+                profiles.append((name, bs, min(steps), timers))
             print(f"done: {name} batch {bs}", file=sys.stderr, flush=True)
     print_table(
         "training step, vkblas cpu vs torch cpu",
-        ["model", "batch", "vkblas ms", "torch ms", "vkblas samples/s", "torch samples/s", "vkblas / torch"],
+        [
+            "model",
+            "batch",
+            "vkblas ms",
+            "torch ms",
+            "vkblas samples/s",
+            "torch samples/s",
+            "vkblas / torch",
+            "vkblas cpu-ms",
+            "torch cpu-ms",
+            "ratio (cpu time)",
+        ],
         rows,
     )
-    for name, bs, step, timer in profiles:
-        n = args.steps
-        items = sorted(timer.seconds.items(), key=lambda kv: -kv[1])
-        prim = sum(timer.seconds.values()) / n
-        table = [[k, timer.calls[k] // n, f"{1e3 * v / n:.2f}", f"{100 * v / n / step:.1f}%"] for k, v in items]
-        table.append(["(rest of the step: Python, autograd)", "", f"{1e3 * (step - prim):.2f}", ""])
+    for name, bs, step, timers in profiles:
+        least = {k: min(t.seconds.get(k, 0.0) for t in timers) for k in timers[0].seconds}
+        items = sorted(least.items(), key=lambda kv: -kv[1])
+        table = [[k, timers[0].calls[k], f"{1e3 * v:.2f}", f"{100 * v / step:.1f}%"] for k, v in items]
+        table.append(["(rest of the step: Python, autograd)", "", f"{1e3 * (step - sum(least.values())):.2f}", ""])
         print()
         print_table(
-            f"vkblas cpu, {name} batch {bs}: {1e3 * step:.1f} ms per step, by primitive",
-            ["primitive (op / first arg shape)", "calls", "ms per step", "share"],
+            f"vkblas cpu, {name} batch {bs}: {1e3 * step:.1f} CPU-ms per step (least), by primitive (least per step)",
+            ["primitive (op / first arg shape)", "calls", "CPU-ms per step", "share"],
             table[:25] + table[-1:] if len(table) > 26 else table,
         )
     return 0

@@ -3,6 +3,7 @@ no hardware Vulkan adapter (only when chosen by the device policy, never per op)
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -12,12 +13,56 @@ from . import elementwise as ew
 from .base import PCG_INC, PCG_MUL, PCG_OUT, Backend, Scalar, Storage, View, dropout_threshold, window_output_size
 
 
+class _ArrayPool:
+    """The arrays of freed storages, by dtype and length, for ``alloc`` to hand out again (PyTorch's caching
+    allocator, on the host). A training step frees and allocates the same sizes every step; a fresh large numpy
+    array is fresh pages from the kernel, and first touching them (a page fault per 4 KiB, the kernel zeroing
+    each) cost the cpu backend a third of a CNN step. Arrays under ``MIN_BYTES`` come from malloc's own bins;
+    the pool keeps at most ``LIMIT_BYTES``, so its memory stays bounded."""
+
+    MIN_BYTES = 1 << 16
+    LIMIT_BYTES = 1 << 30
+
+    def __init__(self) -> None:
+        self.free: dict[tuple[np.dtype, int], list[np.ndarray]] = {}
+        self.bytes = 0
+
+    def take(self, dtype: np.dtype, numel: int) -> np.ndarray | None:
+        arrays = self.free.get((dtype, numel))
+        if not arrays:
+            return None
+        try:
+            array = arrays.pop()
+        except IndexError:  # another thread took it
+            return None
+        self.bytes -= array.nbytes
+        return array
+
+    def give(self, array: np.ndarray) -> None:
+        if array.nbytes < self.MIN_BYTES or self.bytes + array.nbytes > self.LIMIT_BYTES:
+            return
+        self.free.setdefault((array.dtype, array.size), []).append(array)
+        self.bytes += array.nbytes
+
+
+_POOL = _ArrayPool()
+
+
 class CpuStorage(Storage):
     __slots__ = ("array",)
 
     def __init__(self, array: np.ndarray, dtype: DType) -> None:
         super().__init__(dtype, array.size)
         self.array = array
+
+    def __del__(self) -> None:
+        # only an array nothing else refers to (no numpy view of it is alive: a view holds its base) goes back;
+        # 2 = this slot + getrefcount's argument
+        try:
+            if sys.getrefcount(self.array) == 2:
+                _POOL.give(self.array)
+        except Exception:  # noqa: BLE001, S110 - interpreter shutdown: the pool may be gone already
+            pass
 
 
 def _np(view: View) -> np.ndarray:
@@ -67,10 +112,14 @@ class CpuBackend(Backend):
         return {"name": "cpu", "adapter": "numpy " + np.__version__, "backend_type": "numpy"}
 
     def alloc(self, numel: int, dtype: DType) -> CpuStorage:
-        return CpuStorage(np.empty(numel, dtype=dtype.np), dtype)
+        array = _POOL.take(np.dtype(dtype.np), numel)
+        return CpuStorage(np.empty(numel, dtype=dtype.np) if array is None else array, dtype)
 
     def from_numpy(self, array: np.ndarray, dtype: DType) -> CpuStorage:
-        return CpuStorage(np.array(array, dtype=dtype.np, copy=True).reshape(-1), dtype)
+        array = np.asarray(array)
+        storage = self.alloc(array.size, dtype)
+        np.copyto(storage.array.reshape(array.shape), array, casting="unsafe")
+        return storage
 
     def to_numpy(self, view: View) -> np.ndarray:
         return np.array(_np(view), copy=True)
@@ -272,6 +321,38 @@ class CpuBackend(Backend):
         win = win[:, :, ::sh, ::sw, ::dh, ::dw]
         np.copyto(target, win.transpose(0, 1, 4, 5, 2, 3), casting="unsafe")
 
+    def max_pool2d(self, values: View, indices: View, x: View, kernel_size: Sequence[int]) -> bool:
+        kh, kw = kernel_size
+        a = _np(x)
+        n, c, h, w = a.shape
+        oh, ow = h // kh, w // kw
+        if a.dtype.kind not in "fiu" or values.shape != (n, c, oh, ow) or indices.shape != (n, c, oh, ow):
+            return False
+        # the windows as a (N, C, OH, kh, OW, kw) view; tap t = i*kw + j is [:, :, :, i, :, j]
+        win = a[:, :, : oh * kh, : ow * kw].reshape(n, c, oh, kh, ow, kw)
+        taps = [win[:, :, :, i, :, j] for i in range(kh) for j in range(kw)]
+        best = taps[0].copy()
+        for tap in taps[1:]:  # the max in window order, as the reduction over unfold's window dim takes it
+            np.maximum(best, tap, out=best)
+        kk = len(taps)
+        index = np.full(best.shape, kk - 1, np.int8 if kk <= 127 else np.int32)
+        hit = np.empty(best.shape, bool)
+        step = np.empty(best.shape, index.dtype)
+
+        def move_to(t: int, where: np.ndarray) -> None:  # index = t where ``where``, branch-free
+            np.subtract(index, t, out=step)
+            np.multiply(step, where, out=step)
+            np.subtract(index, step, out=index)
+
+        for t in range(kk - 2, -1, -1):  # from the end: the first maximum is the last to move the index
+            move_to(t, np.equal(taps[t], best, out=hit))
+        if a.dtype.kind == "f" and np.isnan(best).any():
+            for t in range(kk):  # in order: the last NaN is the last to move the index
+                move_to(t, np.isnan(taps[t], out=hit))
+        np.copyto(_np(values), best)
+        np.copyto(_np(indices), index, casting="unsafe")
+        return True
+
     def fold(
         self,
         out: View,
@@ -347,14 +428,17 @@ def _short_arg_reduce(op: str, a: np.ndarray, axis: int) -> np.ndarray | None:
     best = (np.max if op == "argmax" else np.min)(a, axis=axis)
     if a.dtype.kind == "f" and np.isnan(best).any():
         return None
+    if a.dtype.kind in "iu" and np.array_equal(best, (np.min if op == "argmax" else np.max)(a, axis=axis)):
+        return np.zeros(best.shape, np.int8)  # every row constant (max-pooling's NaN flags of a NaN-free input)
     taps = np.moveaxis(a, axis, 0)
-    index = np.full(best.shape, k - 1, np.intp)
+    # int8 positions (k <= 16): the temporaries stay a small share of the input's size
+    index = np.full(best.shape, k - 1, np.int8)
     hit = np.empty(best.shape, bool)
-    step = np.empty(best.shape, np.intp)
+    step = np.empty(best.shape, np.int8)
     for t in range(k - 2, -1, -1):
         np.equal(taps[t], best, out=hit)
         np.subtract(index, t, out=step)
-        step *= hit
+        np.multiply(step, hit, out=step)
         index -= step  # index = t where hit, else unchanged
     return index
 

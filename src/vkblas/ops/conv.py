@@ -297,12 +297,18 @@ def max_pool2d(
     needs_grad = is_grad_enabled() and x.requires_grad
     with no_grad():
         src, sp, (oh, ow) = _pool_input(x, k, s, p, d, ceil_mode, lowest, "max_pool2d")
-        windows = _unfold(src, k, s, sp, d, lowest, "max_pool2d").reshape(n, c, kk, oh * ow)
-        if needs_grad or return_indices:
-            values, indices = windows.max(dim=2, keepdim=True)
-            indices = _last_nan(windows, values, indices, kk)
-        else:  # inference: no argmax pass
-            values = windows.amax(dim=2, keepdim=True)
+        fused = None
+        if (needs_grad or return_indices) and s == k and sp == (0, 0) and d == (1, 1) and src is x:
+            fused = _fused_max_pool(x, k, oh, ow)  # the backend's one-pass primitive, where it has one
+        if fused is not None:
+            values, indices = fused
+        else:
+            windows = _unfold(src, k, s, sp, d, lowest, "max_pool2d").reshape(n, c, kk, oh * ow)
+            if needs_grad or return_indices:
+                values, indices = windows.max(dim=2, keepdim=True)
+                indices = _last_nan(windows, values, indices, kk)
+            else:  # inference: no argmax pass
+                values = windows.amax(dim=2, keepdim=True)
     out = values.reshape(n, c, oh, ow)
     if needs_grad:
         ph, pw = src.shape[-2:]
@@ -321,6 +327,17 @@ def max_pool2d(
     origin, taps = (x.new_tensor(a, int32) for a in _window_origins(w, k, s, p, d, oh, ow))
     flat = elementwise("add", origin, _take_taps(taps, indices)).reshape(n, c, oh, ow)
     return out, flat.squeeze(0) if unbatched else flat
+
+
+def _fused_max_pool(x: Tensor, k: Pair, oh: int, ow: int) -> tuple[Tensor, Tensor] | None:
+    """(values, indices) as (N, C, 1, OH*OW) -- the composition's shapes -- from ``Backend.max_pool2d`` over the
+    non-overlapping windows of ``x``, or ``None`` where the backend leaves it to the composition."""
+    n, c = x.shape[:2]
+    values = empty((n, c, oh, ow), x.dtype, x._backend)
+    indices = empty((n, c, oh, ow), int32, x._backend)
+    if not values.numel() or not x._backend.max_pool2d(values._view, indices._view, x._view, k):
+        return None
+    return values.reshape(n, c, 1, oh * ow), indices.reshape(n, c, 1, oh * ow)
 
 
 def _last_nan(windows: Tensor, values: Tensor, first: Tensor, kk: int) -> Tensor:
