@@ -113,8 +113,11 @@ class Side:
         return time.perf_counter() - t0, time.process_time() - c0
 
 
+SHAPED = ("matmul", "unfold", "fold", "max_pool2d", "max_pool2d_backward")
+
+
 class PrimitiveTimer:
-    """Wraps a backend's primitives with wall-clock timers (elementwise/reduce keyed by op)."""
+    """Wraps a backend's primitives with CPU-time timers (elementwise/reduce keyed by op, the big ones by shape)."""
 
     PRIMITIVES = (
         "elementwise",
@@ -128,6 +131,7 @@ class PrimitiveTimer:
         "unfold",
         "fold",
         "max_pool2d",
+        "max_pool2d_backward",
     )
 
     def __init__(self, backend: Any) -> None:
@@ -150,7 +154,7 @@ class PrimitiveTimer:
 
         def timed(*a: Any, **kw: Any) -> Any:
             key = f"{name}:{a[0]}" if keyed else name
-            if name in ("matmul", "unfold", "fold", "max_pool2d"):  # a[1]: matmul's a, unfold's x, fold's cols
+            if name in SHAPED:  # a[1]: matmul's a, unfold's x, fold's cols, max pooling's indices / gradient
                 key += " " + "@".join("x".join(map(str, v.shape)) for v in a[1 : 3 if name == "matmul" else 2])
             t0 = time.process_time()
             try:

@@ -150,6 +150,12 @@ def _pool_inputs(dtype: Any) -> list[np.ndarray]:
 POOLS = [dict(kernel_size=2), dict(kernel_size=(2, 3)), dict(kernel_size=3, stride=3), dict(kernel_size=(1, 2))]
 
 
+def _pool_grad(shape: tuple[int, ...]) -> np.ndarray:
+    g = np.arange(np.prod(shape), dtype=np.float64).reshape(shape) - 3.0
+    g[0, 0, 0, :2] = [-0.0, np.inf]  # -0 comes back +0 (0 + g), inf stays where the index is
+    return g
+
+
 def _pool(x: np.ndarray, device: str, kw: dict[str, Any], fused: bool) -> tuple[np.ndarray, ...]:
     t = vk.tensor(x, dtype=vk.float64 if device == "cpu" else vk.float32, device=device, requires_grad=True)
     be = t._backend
@@ -157,7 +163,7 @@ def _pool(x: np.ndarray, device: str, kw: dict[str, Any], fused: bool) -> tuple[
         be.max_pool2d = lambda *a: False  # the unfold composition
     try:
         out, idx = F.max_pool2d(t, return_indices=True, **kw)
-        g = np.arange(out.numel(), dtype=np.float64).reshape(out.shape) - 3.0
+        g = _pool_grad(out.shape)
         out.backward(vk.tensor(g, dtype=t.dtype, device=device))
     finally:
         if not fused:
@@ -177,7 +183,7 @@ def test_max_pool_primitive_matches_composition_and_torch(device: str, kw: dict[
             _same_bits(got, want)
         tx = torch.tensor(x, requires_grad=True)
         tout, tidx = torch.nn.functional.max_pool2d(tx, return_indices=True, **kw)
-        tout.backward(torch.tensor(np.arange(tout.numel(), dtype=np.float64).reshape(tout.shape) - 3.0))
+        tout.backward(torch.tensor(_pool_grad(tuple(tout.shape))))
         np.testing.assert_array_equal(fused[0], tout.detach().numpy().astype(fused[0].dtype))
         np.testing.assert_array_equal(fused[1], tidx.numpy())
         np.testing.assert_array_equal(fused[2], tx.grad.numpy().astype(fused[2].dtype))

@@ -30,8 +30,9 @@ Primitives (all outputs are views the caller allocated; inputs may be any views,
                        outside ``x``). ``out`` may have any strides (conv2d writes a (C*kh*kw, N, L) layout).
 ``fold``               col2im (``torch.nn.functional.fold``), the adjoint of ``unfold``: ``out`` (N, C, H, W) is
                        overwritten with, per pixel, the sum of the ``cols`` entries ``unfold`` read from it.
-``max_pool2d``         optional (:meth:`Backend.max_pool2d`): max and argmax over non-overlapping windows in one
-                       pass; a backend without it gets ``unfold`` + reductions from ``vkblas.ops``.
+``max_pool2d``         optional (:meth:`Backend.max_pool2d`, :meth:`Backend.max_pool2d_backward`): max and argmax
+                       over non-overlapping windows in one pass, and the gradient put back at the argmax; a backend
+                       without them gets ``unfold`` + reductions and a one-hot ``fold`` from ``vkblas.ops``.
 ``random``             fill ``out`` from the counter-based generator: ``uniform`` in [0, 1) or ``normal`` (0, 1),
                        from ``(seed, counter)``; the same numbers on every backend (up to float rounding).
 ``to_numpy`` / ``from_numpy``   the only host transfers; ``to_numpy`` is a sync point.
@@ -298,6 +299,13 @@ class Backend(ABC):
         reductions. Why a primitive: the composition writes the whole window tensor and reads it back four
         times (max, argmax, and the NaN rule's two passes), and on the cpu backend those passes over
         max-pooling's windows were most of a small CNN's training step."""
+        return False
+
+    def max_pool2d_backward(self, grad_input: View, grad: View, indices: View, kernel_size: tuple[int, int]) -> bool:
+        """Optional, with :meth:`max_pool2d`: ``grad_input`` (N, C, H, W) is overwritten with ``grad`` (N, C, OH, OW)
+        at each window's ``indices`` position and 0 everywhere else (what ``fold`` of the one-hot gradient windows
+        gives: ``0 + g``, so -0 comes out +0). Returns whether it did the work; the default leaves it to the
+        composition."""
         return False
 
     def check_values(

@@ -155,7 +155,7 @@ class CpuBackend(Backend):
             fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[op]
             # sums of floats accumulate in at least fp32 (as the GPU kernels do), float64 stays float64
             wide = np.float64 if x.dtype is float64 else np.float32
-            acc = a.astype(wide) if op in ("sum", "prod") and x.dtype.is_floating else a
+            acc = a.astype(wide, copy=False) if op in ("sum", "prod") and x.dtype.is_floating else a
             result = fn(acc, axis=axes)
         np.copyto(target, result, casting="unsafe")
 
@@ -351,6 +351,26 @@ class CpuBackend(Backend):
                 move_to(t, np.isnan(taps[t], out=hit))
         np.copyto(_np(values), best)
         np.copyto(_np(indices), index, casting="unsafe")
+        return True
+
+    def max_pool2d_backward(self, grad_input: View, grad: View, indices: View, kernel_size: Sequence[int]) -> bool:
+        kh, kw = kernel_size
+        out = _np(grad_input)
+        g, index = _np(grad), _np(indices)
+        n, c, h, w = out.shape
+        oh, ow = h // kh, w // kw
+        if out.dtype.kind != "f" or g.dtype != out.dtype or g.shape != (n, c, oh, ow) or index.shape != g.shape:
+            return False
+        if (oh * kh, ow * kw) != (h, w):
+            out[...] = 0  # the rows and columns no window covers
+        s0, s1, s2, s3 = out.strides  # the windows of out as (N, C, OH, kh, OW, kw), written through
+        win = np.lib.stride_tricks.as_strided(out, (n, c, oh, kh, ow, kw), (s0, s1, s2 * kh, s2, s3 * kw, s3))
+        with np.errstate(all="ignore"):
+            g0 = g + 0  # the sum the composition's fold takes (0 + g): -0 becomes +0
+        hit = np.empty(g.shape, bool)
+        for i in range(kh):
+            for j in range(kw):
+                _select_into(win[:, :, :, i, :, j], np.equal(index, i * kw + j, out=hit), g0, 0.0)
         return True
 
     def fold(

@@ -314,6 +314,11 @@ def max_pool2d(
         ph, pw = src.shape[-2:]
 
         def rule(node: Node, g: Tensor) -> tuple[Tensor]:
+            if fused is not None:  # the backend's primitive put the forward through: its backward may too
+                grad = empty((n, c, h, w), g.dtype, g._backend)
+                g4, i4 = g.reshape(n, c, oh, ow), indices.reshape(n, c, oh, ow)
+                if g._backend.max_pool2d_backward(grad._view, g4._view, i4._view, k):
+                    return (grad,)
             # g at the argmax of each window (a one-hot over the window dim), then summed back onto the image
             hot = elementwise("eq", indices, _taps(g._backend, kk))
             cols_g = elementwise("where", hot, g.reshape(n, c, 1, oh * ow), 0.0)
