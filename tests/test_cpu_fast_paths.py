@@ -73,6 +73,19 @@ def _cases(op: str, dtype: type) -> list[list[Any]]:
     if op in ("eq", "ne"):
         ints = rng.integers(0, 3, (5, 7)).astype(np.int32)
         return [[x, y] for x in _layouts(a) for y in (b, a, 0.0, np.nan)] + [[ints, ints.T.copy().T[:, ::-1]]]
+    zero_d = np.array(0.9, dtype)  # a capturable optimizer's hyper-parameters are 0-d tensors
+    if op == "lerp":
+        return [[x, y, w] for x in _layouts(a) for y in (b, b[:1]) for w in (0.1, zero_d, -0.0)]
+    if op == "ema_sq":
+        return [[x, y, beta] for x in _layouts(a) for y in (b, b.T.copy().T) for beta in (0.999, zero_d)]
+    if op == "adam_apply":
+        v = np.abs(b)
+        return [
+            [x, b, v, step, inv, 1e-8, decay]
+            for x in _layouts(a)
+            for step, inv in ((1e-3, 3.2), (zero_d, zero_d))
+            for decay in (1.0, 0.99)
+        ] + [[a, b, b, 1e-3, 1.0, 1e-8, 1.0]]  # sqrt of negatives: NaN alike
     return [[x, y] for x in _layouts(a) for y in (b, 2.0, -0.0, b[:1])] + [[np.array(1.5, dtype), a]]
 
 

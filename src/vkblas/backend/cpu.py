@@ -547,6 +547,43 @@ def _where_op(target: np.ndarray, vals: Sequence[object]) -> bool:
     return True
 
 
+def _lerp_into(target: np.ndarray, vals: Sequence[object]) -> bool:
+    a, b, w = vals  # a + w * (b - a)
+    if not _same_float(target, vals) or not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray):
+        return False
+    t = np.subtract(b, a)
+    np.multiply(w, t, out=t)
+    np.add(a, t, out=target)
+    return True
+
+
+def _ema_sq_into(target: np.ndarray, vals: Sequence[object]) -> bool:
+    v, g, beta = vals  # beta * v + (1.0 - beta) * g * g
+    if not _same_float(target, vals) or not isinstance(g, np.ndarray) or np.may_share_memory(target, g):
+        return False
+    t = np.multiply(1.0 - beta, g)
+    np.multiply(t, g, out=t)
+    np.multiply(beta, v, out=target)
+    np.add(target, t, out=target)
+    return True
+
+
+def _adam_apply_into(target: np.ndarray, vals: Sequence[object]) -> bool:
+    p, mom, v, step, inv_sqrt_bc2, eps, decay = vals  # p * decay - step * mom / (sqrt(v) * inv_sqrt_bc2 + eps)
+    if not _same_float(target, vals) or not isinstance(mom, np.ndarray) or not isinstance(v, np.ndarray):
+        return False
+    if np.may_share_memory(target, mom) or np.may_share_memory(target, v):
+        return False
+    d = np.sqrt(v)
+    np.multiply(d, inv_sqrt_bc2, out=d)
+    np.add(d, eps, out=d)
+    u = np.multiply(step, mom)
+    np.divide(u, d, out=u)
+    np.multiply(p, decay, out=target)
+    np.subtract(target, u, out=target)
+    return True
+
+
 #: cpu kernels for the hottest elementwise ops of a training step, written straight into the output (the generic
 #: path evaluates the formula into temporaries, then copies): each computes exactly the op's formula
 #: (backend/elementwise.py; ops/elementwise.py), and returns False to leave an operand mix it does not cover
@@ -560,6 +597,10 @@ _FAST_ELEMENTWISE: dict[str, Callable[[np.ndarray, Sequence[object]], bool]] = {
     "relu": _relu_into,
     "relu_grad": _relu_grad_into,
     "where": _where_op,
+    # Adam's update (optim/fused.py): the same operations in the same order, two temporaries instead of six
+    "lerp": _lerp_into,
+    "ema_sq": _ema_sq_into,
+    "adam_apply": _adam_apply_into,
 }
 
 
