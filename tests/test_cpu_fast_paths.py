@@ -272,3 +272,39 @@ def test_uniform_float32_is_the_float64_formula() -> None:
         want = (bits >> np.uint32(8)).astype(np.float64) * 2.0**-24
         np.testing.assert_array_equal(be.to_numpy(out64), want)
         np.testing.assert_array_equal(be.to_numpy(out32), want.astype(np.float32))
+
+
+def _training_ops(x: np.ndarray) -> list[np.ndarray]:
+    """relu, where, add with broadcasting, conv2d and max pooling forward and backward, on the cpu backend."""
+    t = vk.tensor(x, dtype=vk.float32, device="cpu", requires_grad=True)
+    w = vk.tensor(np.linspace(-1, 1, 8 * 3 * 9).reshape(8, 3, 3, 3), dtype=vk.float32, device="cpu")
+    w.requires_grad_(True)
+    y = F.conv2d(t.relu(), w, padding=1)
+    z = F.max_pool2d(vk.where(y > 0.1, y, y * 0.5) + t.sum(1, keepdim=True), 2)
+    z.backward(vk.tensor(np.cos(np.arange(z.numel())).reshape(z.shape), dtype=vk.float32, device="cpu"))
+    return [y.detach().numpy(), z.detach().numpy(), t.grad.numpy(), w.grad.numpy()]
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_threaded_kernels_match_one_thread(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """Above PARALLEL_MIN the fast kernels, unfold, fold and max pooling split the batch over threads: the same
+    bits as one thread (uneven chunks with 3)."""
+    x = _operand(np.random.default_rng(6), (41, 3, 34, 34), np.float32)
+    assert x.size >= cpu.PARALLEL_MIN  # the input and everything after it is split
+    monkeypatch.setattr(cpu, "_threads", 1)
+    serial = _training_ops(x)
+    monkeypatch.setattr(cpu, "_threads", threads)
+    for got, want in zip(_training_ops(x), serial, strict=True):
+        _same_bits(got, want)
+
+
+def test_threaded_elementwise_with_overlapping_operands(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An output that overlaps an operand at an offset is not split (a chunk would overwrite another's input)."""
+    monkeypatch.setattr(cpu, "_threads", 2)
+    be = backend.get("cpu")
+    n = 2 * cpu.PARALLEL_MIN
+    base = np.random.default_rng(7).standard_normal(n + 1).astype(np.float32)
+    storage = be.from_numpy(base, float32)
+    # out = elements 1..n, the operand elements 0..n-1: each chunk's input is the previous chunk's output
+    be.elementwise("add", View(storage, (n,), (1,), 1), [View(storage, (n,), (1,), 0), 1.0])
+    np.testing.assert_array_equal(be.to_numpy(View.of(storage, (n + 1,)))[1:], base[:-1] + 1)

@@ -3,8 +3,10 @@ no hardware Vulkan adapter (only when chosen by the device policy, never per op)
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -78,6 +80,50 @@ def _np(view: View) -> np.ndarray:
     )
 
 
+# ---------------------------------------------------------------- work split over the BLAS threads
+#: arrays smaller than this (elements) are not worth a thread hand-off
+PARALLEL_MIN = 1 << 17
+_BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+_executor: ThreadPoolExecutor | None = None
+_threads: int | None = None
+
+
+def cpu_threads() -> int:
+    """How many threads the cpu backend splits its big non-BLAS loops over: numpy's BLAS thread count (its
+    environment variables, which the distributed workers and ``benchmarks/cpu_train.py --threads`` set), else the
+    CPUs this process may run on. numpy's loops release the GIL, so the chunks run in parallel."""
+    global _threads
+    if _threads is None:
+        for var in _BLAS_THREAD_VARS:
+            value = os.environ.get(var, "")
+            if value.isdigit() and int(value) > 0:
+                _threads = int(value)
+                break
+        else:
+            _threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return _threads
+
+
+def _parallel(run: Callable[[slice], object], n: int, size: int) -> None:
+    """``run(chunk)`` over slices covering ``range(n)`` (the leading axis of arrays of ``size`` elements), on
+    ``cpu_threads()`` threads where the work is big enough; the caller's thread takes the first chunk."""
+    global _executor
+    parts = min(cpu_threads(), n) if size >= PARALLEL_MIN else 1
+    if parts <= 1:
+        run(slice(None))
+        return
+    bounds = [n * i // parts for i in range(parts + 1)]
+    chunks = [slice(bounds[i], bounds[i + 1]) for i in range(parts)]
+    if _executor is None:
+        _executor = ThreadPoolExecutor(max_workers=max(cpu_threads() - 1, 1), thread_name_prefix="vkblas-cpu")
+    futures = [_executor.submit(run, chunk) for chunk in chunks[1:]]
+    try:
+        run(chunks[0])
+    finally:
+        for f in futures:
+            f.result()
+
+
 def pcg_hash(x: np.ndarray) -> np.ndarray:
     s = x * np.uint32(PCG_MUL) + np.uint32(PCG_INC)
     w = ((s >> ((s >> np.uint32(28)) + np.uint32(4))) ^ s) * np.uint32(PCG_OUT)
@@ -126,10 +172,8 @@ class CpuBackend(Backend):
 
     def elementwise(self, op: str, out: View, args: Sequence[View | Scalar]) -> None:
         fast = _FAST_ELEMENTWISE.get(op)
-        if fast is not None and out.dtype not in BYTES:
-            with np.errstate(all="ignore"):
-                if fast(_np(out), [_np(a) if isinstance(a, View) else a for a in args]):
-                    return
+        if fast is not None and out.dtype not in BYTES and self._fast_elementwise(op, fast, _np(out), args):
+            return
         spec = ew.OPS[op]
         # 8-bit storage computes in int32 (as on the GPU) and wraps when stored
         vals = [(_np(a).astype(np.int32) if a.dtype in BYTES else _np(a)) if isinstance(a, View) else a for a in args]
@@ -140,6 +184,40 @@ class CpuBackend(Backend):
             np.copyto(target, np.asarray(result).astype(bool), casting="unsafe")
         else:
             np.copyto(target, result, casting="unsafe")
+
+    def _fast_elementwise(
+        self, op: str, fast: Callable[[np.ndarray, Sequence[object]], bool], target: np.ndarray, args: Sequence[object]
+    ) -> bool:
+        """Run a fast kernel, split over threads along the leading axis where that is safe: every array operand
+        broadcast to the output's shape, and none overlapping the output except exactly (an in-place op): one
+        chunk's writes must not reach another chunk's operands."""
+        vals = [_np(a) if isinstance(a, View) else a for a in args]
+        arrays = [v for v in vals if isinstance(v, np.ndarray)]
+        splittable = target.ndim > 0 and target.shape[0] > 1 and target.size >= PARALLEL_MIN and cpu_threads() > 1
+        if splittable:
+            splittable = all(
+                not np.may_share_memory(target, v)
+                or (v.shape == target.shape and v.strides == target.strides and _same_start(v, target))
+                for v in arrays
+            )
+        with np.errstate(all="ignore"):
+            if not splittable:
+                return fast(target, vals)
+            full = [np.broadcast_to(v, target.shape) if isinstance(v, np.ndarray) else v for v in vals]
+            part = [v[:1] if isinstance(v, np.ndarray) else v for v in full]
+            if not fast(target[:1], part):  # the kernel's own checks decide, on the first row
+                return False
+
+            rest, rest_vals = target[1:], [v[1:] if isinstance(v, np.ndarray) else v for v in full]
+
+            def run(chunk: slice) -> None:
+                sub = [v[chunk] if isinstance(v, np.ndarray) else v for v in rest_vals]
+                with np.errstate(all="ignore"):
+                    if not fast(rest[chunk], sub):  # cannot happen (same dtypes, no new overlap); stay exact anyway
+                        np.copyto(rest[chunk], ew.OPS[op].fn(ew.numpy_math, *sub), casting="unsafe")
+
+            _parallel(run, rest.shape[0], target.size)
+        return True
 
     def reduce(self, op: str, out: View, x: View, axes: tuple[int, ...]) -> None:
         a = _np(x)
@@ -319,7 +397,8 @@ class CpuBackend(Backend):
         # windows of the dilated extent, then every sh-th start and every dh-th tap: (N, C, OH, OW, kh, kw)
         win = np.lib.stride_tricks.sliding_window_view(a, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), axis=(2, 3))
         win = win[:, :, ::sh, ::sw, ::dh, ::dw]
-        np.copyto(target, win.transpose(0, 1, 4, 5, 2, 3), casting="unsafe")
+        win = win.transpose(0, 1, 4, 5, 2, 3)
+        _parallel(lambda b: np.copyto(target[b], win[b], casting="unsafe"), target.shape[0], target.size)
 
     def max_pool2d(self, values: View, indices: View, x: View, kernel_size: Sequence[int]) -> bool:
         kh, kw = kernel_size
@@ -330,27 +409,32 @@ class CpuBackend(Backend):
             return False
         # the windows as a (N, C, OH, kh, OW, kw) view; tap t = i*kw + j is [:, :, :, i, :, j]
         win = a[:, :, : oh * kh, : ow * kw].reshape(n, c, oh, kh, ow, kw)
-        taps = [win[:, :, :, i, :, j] for i in range(kh) for j in range(kw)]
-        best = taps[0].copy()
-        for tap in taps[1:]:  # the max in window order, as the reduction over unfold's window dim takes it
-            np.maximum(best, tap, out=best)
-        kk = len(taps)
-        index = np.full(best.shape, kk - 1, np.int8 if kk <= 127 else np.int32)
-        hit = np.empty(best.shape, bool)
-        step = np.empty(best.shape, index.dtype)
+        kk = kh * kw
+        values_out, indices_out = _np(values), _np(indices)
 
-        def move_to(t: int, where: np.ndarray) -> None:  # index = t where ``where``, branch-free
-            np.subtract(index, t, out=step)
-            np.multiply(step, where, out=step)
-            np.subtract(index, step, out=index)
+        def run(b: slice) -> None:  # the images ``b`` of the batch
+            taps = [win[b, :, :, i, :, j] for i in range(kh) for j in range(kw)]
+            best = taps[0].copy()
+            for tap in taps[1:]:  # the max in window order, as the reduction over unfold's window dim takes it
+                np.maximum(best, tap, out=best)
+            index = np.full(best.shape, kk - 1, np.int8 if kk <= 127 else np.int32)
+            hit = np.empty(best.shape, bool)
+            step = np.empty(best.shape, index.dtype)
 
-        for t in range(kk - 2, -1, -1):  # from the end: the first maximum is the last to move the index
-            move_to(t, np.equal(taps[t], best, out=hit))
-        if a.dtype.kind == "f" and np.isnan(best).any():
-            for t in range(kk):  # in order: the last NaN is the last to move the index
-                move_to(t, np.isnan(taps[t], out=hit))
-        np.copyto(_np(values), best)
-        np.copyto(_np(indices), index, casting="unsafe")
+            def move_to(t: int, where: np.ndarray) -> None:  # index = t where ``where``, branch-free
+                np.subtract(index, t, out=step)
+                np.multiply(step, where, out=step)
+                np.subtract(index, step, out=index)
+
+            for t in range(kk - 2, -1, -1):  # from the end: the first maximum is the last to move the index
+                move_to(t, np.equal(taps[t], best, out=hit))
+            if a.dtype.kind == "f" and np.isnan(best).any():
+                for t in range(kk):  # in order: the last NaN is the last to move the index
+                    move_to(t, np.isnan(taps[t], out=hit))
+            np.copyto(values_out[b], best)
+            np.copyto(indices_out[b], index, casting="unsafe")
+
+        _parallel(run, n, a.size)
         return True
 
     def max_pool2d_backward(self, grad_input: View, grad: View, indices: View, kernel_size: Sequence[int]) -> bool:
@@ -365,12 +449,16 @@ class CpuBackend(Backend):
             out[...] = 0  # the rows and columns no window covers
         s0, s1, s2, s3 = out.strides  # the windows of out as (N, C, OH, kh, OW, kw), written through
         win = np.lib.stride_tricks.as_strided(out, (n, c, oh, kh, ow, kw), (s0, s1, s2 * kh, s2, s3 * kw, s3))
-        with np.errstate(all="ignore"):
-            g0 = g + 0  # the sum the composition's fold takes (0 + g): -0 becomes +0
-        hit = np.empty(g.shape, bool)
-        for i in range(kh):
-            for j in range(kw):
-                _select_into(win[:, :, :, i, :, j], np.equal(index, i * kw + j, out=hit), g0, 0.0)
+
+        def run(b: slice) -> None:  # the images ``b`` of the batch
+            with np.errstate(all="ignore"):
+                g0 = g[b] + 0  # the sum the composition's fold takes (0 + g): -0 becomes +0
+            hit = np.empty(g0.shape, bool)
+            for i in range(kh):
+                for j in range(kw):
+                    _select_into(win[b, :, :, i, :, j], np.equal(index[b], i * kw + j, out=hit), g0, 0.0)
+
+        _parallel(run, n, out.size)
         return True
 
     def fold(
@@ -387,27 +475,35 @@ class CpuBackend(Backend):
         n, c, h, w = out.shape
         oh, ow = c6.shape[4:]
         target = _np(out)
-        if out.dtype.np == np.float16:  # accumulate half in fp32
-            acc = np.zeros((n, c, h, w), dtype=np.float32)
-        else:  # the sums go straight into the output
-            acc = target
-            acc[...] = 0
         # windows that cannot overlap (each pixel gets at most one term): assignments instead of read-add-writes
         disjoint = sh > dh * (kh - 1) and sw > dw * (kw - 1)
-        for i in range(kh):  # kh*kw strided adds: kernel tap (i, j) lands on a strided grid of the padded image
-            rows, src_rows = _tap_range(i * dh - ph, sh, oh, h)
-            for j in range(kw):
-                cols_, src_cols = _tap_range(j * dw - pw, sw, ow, w)
-                if rows is None or cols_ is None:
-                    continue  # the tap reads only padding
-                src = c6[:, :, i, j, src_rows, src_cols]
-                dst = acc[:, :, rows, cols_]
-                if disjoint:
-                    np.add(src, 0, out=dst)  # + 0 as the sum would: -0 becomes +0
-                else:
-                    dst += src
-        if acc is not target:
-            np.copyto(target, acc, casting="unsafe")
+
+        def run(b: slice) -> None:  # the images ``b`` of the batch
+            if out.dtype.np == np.float16:  # accumulate half in fp32
+                acc = np.zeros(target[b].shape, dtype=np.float32)
+            else:  # the sums go straight into the output
+                acc = target[b]
+                acc[...] = 0
+            for i in range(kh):  # kh*kw strided adds: tap (i, j) lands on a strided grid of the padded image
+                rows, src_rows = _tap_range(i * dh - ph, sh, oh, h)
+                for j in range(kw):
+                    cols_, src_cols = _tap_range(j * dw - pw, sw, ow, w)
+                    if rows is None or cols_ is None:
+                        continue  # the tap reads only padding
+                    src = c6[b, :, i, j, src_rows, src_cols]
+                    dst = acc[:, :, rows, cols_]
+                    if disjoint:
+                        np.add(src, 0, out=dst)  # + 0 as the sum would: -0 becomes +0
+                    else:
+                        dst += src
+            if out.dtype.np == np.float16:
+                np.copyto(target[b], acc, casting="unsafe")
+
+        _parallel(run, n, target.size * kh * kw)
+
+
+def _same_start(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
 
 
 def _tap_range(start: int, stride: int, count: int, size: int) -> tuple[slice | None, slice]:
