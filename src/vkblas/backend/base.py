@@ -30,6 +30,9 @@ Primitives (all outputs are views the caller allocated; inputs may be any views,
                        outside ``x``). ``out`` may have any strides (conv2d writes a (C*kh*kw, N, L) layout).
 ``fold``               col2im (``torch.nn.functional.fold``), the adjoint of ``unfold``: ``out`` (N, C, H, W) is
                        overwritten with, per pixel, the sum of the ``cols`` entries ``unfold`` read from it.
+``max_pool2d``         optional (:meth:`Backend.max_pool2d`, :meth:`Backend.max_pool2d_backward`): max and argmax
+                       over non-overlapping windows in one pass, and the gradient put back at the argmax; a backend
+                       without them gets ``unfold`` + reductions and a one-hot ``fold`` from ``vkblas.ops``.
 ``random``             fill ``out`` from the counter-based generator: ``uniform`` in [0, 1) or ``normal`` (0, 1),
                        from ``(seed, counter)``; the same numbers on every backend (up to float rounding).
 ``to_numpy`` / ``from_numpy``   the only host transfers; ``to_numpy`` is a sync point.
@@ -304,6 +307,24 @@ class Backend(ABC):
         """col2im, the adjoint of :meth:`unfold`: ``out`` (N, C, H, W) is overwritten with, for every pixel, the
         sum of the ``cols`` (N, C*kh*kw, OH*OW) entries that ``unfold`` reads from it (0 where none does).
         Deterministic: no atomics, each output pixel gathers its own terms. ``out`` must not overlap ``cols``."""
+
+    def max_pool2d(self, values: View, indices: View, x: View, kernel_size: tuple[int, int]) -> bool:
+        """Optional: max pooling of ``x`` (N, C, H, W) over the non-overlapping windows of ``unfold`` with stride =
+        kernel, no padding, no dilation (``OH = H // kh``, ``OW = W // kw``), in one pass. ``values`` (N, C, OH, OW)
+        receives each window's maximum (NaN if it holds one), ``indices`` (N, C, OH, OW) int32 the position
+        ``i*kw + j`` in the window of its first maximum, or of its last NaN where it holds one (PyTorch's choice).
+        Returns whether it did the work; the default leaves it to ``vkblas.ops``' composition of ``unfold`` and
+        reductions. Why a primitive: the composition writes the whole window tensor and reads it back four
+        times (max, argmax, and the NaN rule's two passes), and on the cpu backend those passes over
+        max-pooling's windows were most of a small CNN's training step."""
+        return False
+
+    def max_pool2d_backward(self, grad_input: View, grad: View, indices: View, kernel_size: tuple[int, int]) -> bool:
+        """Optional, with :meth:`max_pool2d`: ``grad_input`` (N, C, H, W) is overwritten with ``grad`` (N, C, OH, OW)
+        at each window's ``indices`` position and 0 everywhere else (what ``fold`` of the one-hot gradient windows
+        gives: ``0 + g``, so -0 comes out +0). Returns whether it did the work; the default leaves it to the
+        composition."""
+        return False
 
     def check_values(
         self,

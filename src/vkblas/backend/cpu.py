@@ -3,7 +3,10 @@ no hardware Vulkan adapter (only when chosen by the device policy, never per op)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -12,12 +15,56 @@ from . import elementwise as ew
 from .base import PCG_INC, PCG_MUL, PCG_OUT, Backend, Scalar, Storage, View, dropout_threshold, window_output_size
 
 
+class _ArrayPool:
+    """The arrays of freed storages, by dtype and length, for ``alloc`` to hand out again (PyTorch's caching
+    allocator, on the host). A training step frees and allocates the same sizes every step; a fresh large numpy
+    array is fresh pages from the kernel, and first touching them (a page fault per 4 KiB, the kernel zeroing
+    each) cost the cpu backend a third of a CNN step. Arrays under ``MIN_BYTES`` come from malloc's own bins;
+    the pool keeps at most ``LIMIT_BYTES``, so its memory stays bounded."""
+
+    MIN_BYTES = 1 << 16
+    LIMIT_BYTES = 1 << 30
+
+    def __init__(self) -> None:
+        self.free: dict[tuple[np.dtype, int], list[np.ndarray]] = {}
+        self.bytes = 0
+
+    def take(self, dtype: np.dtype, numel: int) -> np.ndarray | None:
+        arrays = self.free.get((dtype, numel))
+        if not arrays:
+            return None
+        try:
+            array = arrays.pop()
+        except IndexError:  # another thread took it
+            return None
+        self.bytes -= array.nbytes
+        return array
+
+    def give(self, array: np.ndarray) -> None:
+        if array.nbytes < self.MIN_BYTES or self.bytes + array.nbytes > self.LIMIT_BYTES:
+            return
+        self.free.setdefault((array.dtype, array.size), []).append(array)
+        self.bytes += array.nbytes
+
+
+_POOL = _ArrayPool()
+
+
 class CpuStorage(Storage):
     __slots__ = ("array",)
 
     def __init__(self, array: np.ndarray, dtype: DType) -> None:
         super().__init__(dtype, array.size)
         self.array = array
+
+    def __del__(self) -> None:
+        # only an array nothing else refers to (no numpy view of it is alive: a view holds its base) goes back;
+        # 2 = this slot + getrefcount's argument
+        try:
+            if sys.getrefcount(self.array) == 2:
+                _POOL.give(self.array)
+        except Exception:  # noqa: BLE001, S110 - interpreter shutdown: the pool may be gone already
+            pass
 
 
 def _np(view: View) -> np.ndarray:
@@ -31,6 +78,50 @@ def _np(view: View) -> np.ndarray:
         shape=view.shape,
         strides=tuple(s * item for s in view.strides),
     )
+
+
+# ---------------------------------------------------------------- work split over the BLAS threads
+#: arrays smaller than this (elements) are not worth a thread hand-off
+PARALLEL_MIN = 1 << 17
+_BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+_executor: ThreadPoolExecutor | None = None
+_threads: int | None = None
+
+
+def cpu_threads() -> int:
+    """How many threads the cpu backend splits its big non-BLAS loops over: numpy's BLAS thread count (its
+    environment variables, which the distributed workers and ``benchmarks/cpu_train.py --threads`` set), else the
+    CPUs this process may run on. numpy's loops release the GIL, so the chunks run in parallel."""
+    global _threads
+    if _threads is None:
+        for var in _BLAS_THREAD_VARS:
+            value = os.environ.get(var, "")
+            if value.isdigit() and int(value) > 0:
+                _threads = int(value)
+                break
+        else:
+            _threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return _threads
+
+
+def _parallel(run: Callable[[slice], object], n: int, size: int) -> None:
+    """``run(chunk)`` over slices covering ``range(n)`` (the leading axis of arrays of ``size`` elements), on
+    ``cpu_threads()`` threads where the work is big enough; the caller's thread takes the first chunk."""
+    global _executor
+    parts = min(cpu_threads(), n) if size >= PARALLEL_MIN else 1
+    if parts <= 1:
+        run(slice(None))
+        return
+    bounds = [n * i // parts for i in range(parts + 1)]
+    chunks = [slice(bounds[i], bounds[i + 1]) for i in range(parts)]
+    if _executor is None:
+        _executor = ThreadPoolExecutor(max_workers=max(cpu_threads() - 1, 1), thread_name_prefix="vkblas-cpu")
+    futures = [_executor.submit(run, chunk) for chunk in chunks[1:]]
+    try:
+        run(chunks[0])
+    finally:
+        for f in futures:
+            f.result()
 
 
 def pcg_hash(x: np.ndarray) -> np.ndarray:
@@ -67,15 +158,22 @@ class CpuBackend(Backend):
         return {"name": "cpu", "adapter": "numpy " + np.__version__, "backend_type": "numpy"}
 
     def alloc(self, numel: int, dtype: DType) -> CpuStorage:
-        return CpuStorage(np.empty(numel, dtype=dtype.np), dtype)
+        array = _POOL.take(np.dtype(dtype.np), numel)
+        return CpuStorage(np.empty(numel, dtype=dtype.np) if array is None else array, dtype)
 
     def from_numpy(self, array: np.ndarray, dtype: DType) -> CpuStorage:
-        return CpuStorage(np.array(array, dtype=dtype.np, copy=True).reshape(-1), dtype)
+        array = np.asarray(array)
+        storage = self.alloc(array.size, dtype)
+        np.copyto(storage.array.reshape(array.shape), array, casting="unsafe")
+        return storage
 
     def to_numpy(self, view: View) -> np.ndarray:
         return np.array(_np(view), copy=True)
 
     def elementwise(self, op: str, out: View, args: Sequence[View | Scalar]) -> None:
+        fast = _FAST_ELEMENTWISE.get(op)
+        if fast is not None and out.dtype not in BYTES and self._fast_elementwise(op, fast, _np(out), args):
+            return
         spec = ew.OPS[op]
         # 8-bit storage computes in int32 (as on the GPU) and wraps when stored
         vals = [(_np(a).astype(np.int32) if a.dtype in BYTES else _np(a)) if isinstance(a, View) else a for a in args]
@@ -87,6 +185,40 @@ class CpuBackend(Backend):
         else:
             np.copyto(target, result, casting="unsafe")
 
+    def _fast_elementwise(
+        self, op: str, fast: Callable[[np.ndarray, Sequence[object]], bool], target: np.ndarray, args: Sequence[object]
+    ) -> bool:
+        """Run a fast kernel, split over threads along the leading axis where that is safe: every array operand
+        broadcast to the output's shape, and none overlapping the output except exactly (an in-place op): one
+        chunk's writes must not reach another chunk's operands."""
+        vals = [_np(a) if isinstance(a, View) else a for a in args]
+        arrays = [v for v in vals if isinstance(v, np.ndarray)]
+        splittable = target.ndim > 0 and target.shape[0] > 1 and target.size >= PARALLEL_MIN and cpu_threads() > 1
+        if splittable:
+            splittable = all(
+                not np.may_share_memory(target, v)
+                or (v.shape == target.shape and v.strides == target.strides and _same_start(v, target))
+                for v in arrays
+            )
+        with np.errstate(all="ignore"):
+            if not splittable:
+                return fast(target, vals)
+            full = [np.broadcast_to(v, target.shape) if isinstance(v, np.ndarray) else v for v in vals]
+            part = [v[:1] if isinstance(v, np.ndarray) else v for v in full]
+            if not fast(target[:1], part):  # the kernel's own checks decide, on the first row
+                return False
+
+            rest, rest_vals = target[1:], [v[1:] if isinstance(v, np.ndarray) else v for v in full]
+
+            def run(chunk: slice) -> None:
+                sub = [v[chunk] if isinstance(v, np.ndarray) else v for v in rest_vals]
+                with np.errstate(all="ignore"):
+                    if not fast(rest[chunk], sub):  # cannot happen (same dtypes, no new overlap); stay exact anyway
+                        np.copyto(rest[chunk], ew.OPS[op].fn(ew.numpy_math, *sub), casting="unsafe")
+
+            _parallel(run, rest.shape[0], target.size)
+        return True
+
     def reduce(self, op: str, out: View, x: View, axes: tuple[int, ...]) -> None:
         a = _np(x)
         target = _np(out)
@@ -94,12 +226,14 @@ class CpuBackend(Backend):
             raise ValueError(f"{op}() of an empty tensor of shape {x.shape} has no identity")
         if op in ("argmax", "argmin"):
             (axis,) = axes
-            result = (np.argmax if op == "argmax" else np.argmin)(a, axis=axis)
+            result = _short_arg_reduce(op, a, axis)
+            if result is None:
+                result = (np.argmax if op == "argmax" else np.argmin)(a, axis=axis)
         else:
             fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[op]
             # sums of floats accumulate in at least fp32 (as the GPU kernels do), float64 stays float64
             wide = np.float64 if x.dtype is float64 else np.float32
-            acc = a.astype(wide) if op in ("sum", "prod") and x.dtype.is_floating else a
+            acc = a.astype(wide, copy=False) if op in ("sum", "prod") and x.dtype.is_floating else a
             result = fn(acc, axis=axes)
         np.copyto(target, result, casting="unsafe")
 
@@ -107,7 +241,18 @@ class CpuBackend(Backend):
         A, B = _np(a), _np(b)
         if A.dtype == np.float16:  # accumulate half in fp32, as the GPU path does
             A, B = A.astype(np.float32), B.astype(np.float32)
-        np.copyto(_np(out), np.matmul(A, B), casting="unsafe")
+        target = _np(out)
+        if A.dtype.kind == "f":  # numpy runs a matrix whose strides BLAS cannot take through a slow loop of its own
+            A, B = _blas_operand(A), _blas_operand(B)
+        if (
+            target.dtype == A.dtype == B.dtype
+            and target.flags.c_contiguous
+            and not np.may_share_memory(target, A)
+            and not np.may_share_memory(target, B)
+        ):
+            np.matmul(A, B, out=target)  # straight into the output: no result temporary and copy
+        else:
+            np.copyto(target, np.matmul(A, B), casting="unsafe")
 
     def gather(self, out: View, x: View, dim: int, index: View) -> None:
         idx = _np(index).astype(np.intp)
@@ -158,13 +303,16 @@ class CpuBackend(Backend):
 
     def random(self, out: View, distribution: str, seed: int, counter: int) -> None:
         n = out.numel
-        i = np.arange(n, dtype=np.uint64)
-        ctr = ((np.uint64(counter) + i) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        # (counter + i) mod 2**32, in uint32 arithmetic (which wraps)
+        ctr = np.arange(n, dtype=np.uint32)
+        ctr += np.uint32(counter & 0xFFFFFFFF)
         bits = pcg_hash(ctr ^ pcg_hash(np.array([seed & 0xFFFFFFFF], dtype=np.uint32))[0])
-        u = (bits >> np.uint32(8)).astype(np.float64) * 2.0**-24
         if distribution == "uniform":
-            vals = u
+            # a 24-bit integer times 2**-24 is exact in float32: the same numbers as in float64, at half the traffic
+            vals = (bits >> np.uint32(8)).astype(np.float32)
+            vals *= np.float32(2.0**-24)
         elif distribution == "normal":
+            u = (bits >> np.uint32(8)).astype(np.float64) * 2.0**-24
             u1 = ((pcg_hash(bits) >> np.uint32(8)).astype(np.float64) + 1.0) * 2.0**-24
             vals = np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u)
         else:
@@ -249,7 +397,69 @@ class CpuBackend(Backend):
         # windows of the dilated extent, then every sh-th start and every dh-th tap: (N, C, OH, OW, kh, kw)
         win = np.lib.stride_tricks.sliding_window_view(a, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), axis=(2, 3))
         win = win[:, :, ::sh, ::sw, ::dh, ::dw]
-        np.copyto(target, win.transpose(0, 1, 4, 5, 2, 3), casting="unsafe")
+        win = win.transpose(0, 1, 4, 5, 2, 3)
+        _parallel(lambda b: np.copyto(target[b], win[b], casting="unsafe"), target.shape[0], target.size)
+
+    def max_pool2d(self, values: View, indices: View, x: View, kernel_size: Sequence[int]) -> bool:
+        kh, kw = kernel_size
+        a = _np(x)
+        n, c, h, w = a.shape
+        oh, ow = h // kh, w // kw
+        if a.dtype.kind not in "fiu" or values.shape != (n, c, oh, ow) or indices.shape != (n, c, oh, ow):
+            return False
+        # the windows as a (N, C, OH, kh, OW, kw) view; tap t = i*kw + j is [:, :, :, i, :, j]
+        win = a[:, :, : oh * kh, : ow * kw].reshape(n, c, oh, kh, ow, kw)
+        kk = kh * kw
+        values_out, indices_out = _np(values), _np(indices)
+
+        def run(b: slice) -> None:  # the images ``b`` of the batch
+            taps = [win[b, :, :, i, :, j] for i in range(kh) for j in range(kw)]
+            best = taps[0].copy()
+            for tap in taps[1:]:  # the max in window order, as the reduction over unfold's window dim takes it
+                np.maximum(best, tap, out=best)
+            index = np.full(best.shape, kk - 1, np.int8 if kk <= 127 else np.int32)
+            hit = np.empty(best.shape, bool)
+            step = np.empty(best.shape, index.dtype)
+
+            def move_to(t: int, where: np.ndarray) -> None:  # index = t where ``where``, branch-free
+                np.subtract(index, t, out=step)
+                np.multiply(step, where, out=step)
+                np.subtract(index, step, out=index)
+
+            for t in range(kk - 2, -1, -1):  # from the end: the first maximum is the last to move the index
+                move_to(t, np.equal(taps[t], best, out=hit))
+            if a.dtype.kind == "f" and np.isnan(best).any():
+                for t in range(kk):  # in order: the last NaN is the last to move the index
+                    move_to(t, np.isnan(taps[t], out=hit))
+            np.copyto(values_out[b], best)
+            np.copyto(indices_out[b], index, casting="unsafe")
+
+        _parallel(run, n, a.size)
+        return True
+
+    def max_pool2d_backward(self, grad_input: View, grad: View, indices: View, kernel_size: Sequence[int]) -> bool:
+        kh, kw = kernel_size
+        out = _np(grad_input)
+        g, index = _np(grad), _np(indices)
+        n, c, h, w = out.shape
+        oh, ow = h // kh, w // kw
+        if out.dtype.kind != "f" or g.dtype != out.dtype or g.shape != (n, c, oh, ow) or index.shape != g.shape:
+            return False
+        if (oh * kh, ow * kw) != (h, w):
+            out[...] = 0  # the rows and columns no window covers
+        s0, s1, s2, s3 = out.strides  # the windows of out as (N, C, OH, kh, OW, kw), written through
+        win = np.lib.stride_tricks.as_strided(out, (n, c, oh, kh, ow, kw), (s0, s1, s2 * kh, s2, s3 * kw, s3))
+
+        def run(b: slice) -> None:  # the images ``b`` of the batch
+            with np.errstate(all="ignore"):
+                g0 = g[b] + 0  # the sum the composition's fold takes (0 + g): -0 becomes +0
+            hit = np.empty(g0.shape, bool)
+            for i in range(kh):
+                for j in range(kw):
+                    _select_into(win[b, :, :, i, :, j], np.equal(index[b], i * kw + j, out=hit), g0, 0.0)
+
+        _parallel(run, n, out.size)
+        return True
 
     def fold(
         self,
@@ -264,13 +474,230 @@ class CpuBackend(Backend):
         c6 = _windows(cols, out, kernel_size, stride, padding, dilation, "fold")
         n, c, h, w = out.shape
         oh, ow = c6.shape[4:]
-        wide = np.float32 if out.dtype.np == np.float16 else out.dtype.np  # accumulate half in fp32
-        acc = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=wide)
-        for i in range(kh):  # kh*kw strided adds: kernel tap (i, j) lands on a strided grid of the padded image
-            for j in range(kw):
-                rows = slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)
-                acc[:, :, rows, j * dw : j * dw + sw * (ow - 1) + 1 : sw] += c6[:, :, i, j]
-        np.copyto(_np(out), acc[:, :, ph : ph + h, pw : pw + w], casting="unsafe")
+        target = _np(out)
+        # windows that cannot overlap (each pixel gets at most one term): assignments instead of read-add-writes
+        disjoint = sh > dh * (kh - 1) and sw > dw * (kw - 1)
+
+        def run(b: slice) -> None:  # the images ``b`` of the batch
+            if out.dtype.np == np.float16:  # accumulate half in fp32
+                acc = np.zeros(target[b].shape, dtype=np.float32)
+            else:  # the sums go straight into the output
+                acc = target[b]
+                acc[...] = 0
+            for i in range(kh):  # kh*kw strided adds: tap (i, j) lands on a strided grid of the padded image
+                rows, src_rows = _tap_range(i * dh - ph, sh, oh, h)
+                for j in range(kw):
+                    cols_, src_cols = _tap_range(j * dw - pw, sw, ow, w)
+                    if rows is None or cols_ is None:
+                        continue  # the tap reads only padding
+                    src = c6[b, :, i, j, src_rows, src_cols]
+                    dst = acc[:, :, rows, cols_]
+                    if disjoint:
+                        np.add(src, 0, out=dst)  # + 0 as the sum would: -0 becomes +0
+                    else:
+                        dst += src
+            if out.dtype.np == np.float16:
+                np.copyto(target[b], acc, casting="unsafe")
+
+        _parallel(run, n, target.size * kh * kw)
+
+
+def _same_start(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+
+
+def _tap_range(start: int, stride: int, count: int, size: int) -> tuple[slice | None, slice]:
+    """For one kernel tap along one axis: the slice of the image it touches (``start + o * stride`` for the outputs
+    ``o`` that land inside ``[0, size)``) and the matching slice of the outputs; ``None`` if it touches none."""
+    lo = max(0, -(start // stride)) if start < 0 else 0
+    hi = min(count - 1, (size - 1 - start) // stride)
+    if lo > hi:
+        return None, slice(0, 0)
+    return slice(start + lo * stride, start + hi * stride + 1, stride), slice(lo, hi + 1)
+
+
+def _blas_operand(a: np.ndarray) -> np.ndarray:
+    """``a`` itself if BLAS can read its last two dims as a (possibly transposed) matrix, else a C-contiguous copy:
+    numpy's matmul computes any other layout (a broadcast or a doubly strided view) in a loop many times slower."""
+    if a.ndim < 2:
+        return a
+    (m, n), (s0, s1), item = a.shape[-2:], a.strides[-2:], a.itemsize
+    if (s1 == item and s0 >= n * item and s0 % item == 0) or (s0 == item and s1 >= m * item and s1 % item == 0):
+        return a
+    if m == 1 or n == 1:  # a vector: any positive stride works
+        return a
+    return np.ascontiguousarray(a)
+
+
+#: argmax/argmin along an axis at most this long run as a few vectorised passes per position along it
+SHORT_AXIS = 16
+
+
+def _short_arg_reduce(op: str, a: np.ndarray, axis: int) -> np.ndarray | None:
+    """argmax/argmin along a short axis (max-pooling's window): numpy's own moves that axis last and reduces each
+    tiny row by itself. Here: the extreme, then, walking the axis from its end, the index moves to every position
+    that equals it (branch-free arithmetic: numpy's masked writes mispredict on random data), so the first extreme
+    wins, as numpy's. ``None`` (numpy's rule decides) where an extreme is NaN: numpy gives the first NaN."""
+    k = a.shape[axis] if a.ndim else 0
+    if not 1 < k <= SHORT_AXIS or a.size < 4096 or a.dtype.kind not in "fiu":
+        return None
+    best = (np.max if op == "argmax" else np.min)(a, axis=axis)
+    if a.dtype.kind == "f" and np.isnan(best).any():
+        return None
+    if a.dtype.kind in "iu" and np.array_equal(best, (np.min if op == "argmax" else np.max)(a, axis=axis)):
+        return np.zeros(best.shape, np.int8)  # every row constant (max-pooling's NaN flags of a NaN-free input)
+    taps = np.moveaxis(a, axis, 0)
+    # int8 positions (k <= 16): the temporaries stay a small share of the input's size
+    index = np.full(best.shape, k - 1, np.int8)
+    hit = np.empty(best.shape, bool)
+    step = np.empty(best.shape, np.int8)
+    for t in range(k - 2, -1, -1):
+        np.equal(taps[t], best, out=hit)
+        np.subtract(index, t, out=step)
+        np.multiply(step, hit, out=step)
+        index -= step  # index = t where hit, else unchanged
+    return index
+
+
+def _bits(v: object, dtype: np.dtype) -> object:
+    """The IEEE bits of a float array (a view) or number, as unsigned integers of the same width."""
+    unsigned = np.dtype(f"u{dtype.itemsize}")
+    if isinstance(v, np.ndarray):
+        return v.view(unsigned)
+    return np.array(v, dtype).view(unsigned)[()]
+
+
+def _select_into(target: np.ndarray, cond: np.ndarray, a: object, b: object) -> None:
+    """``target = where(cond, a, b)`` bit for bit (signed zeros and NaN payloads kept), branch-free: numpy's
+    ``where`` and masked ``copyto`` branch per element and run several times slower on an unpredictable mask.
+    ``a_bits * cond + b_bits * (not cond)`` in unsigned integers: one term is 0, so the sum is exact."""
+    out = target.view(np.dtype(f"u{target.itemsize}"))
+    abits, bbits = _bits(a, target.dtype), _bits(b, target.dtype)
+    if isinstance(bbits, np.integer) and bbits == 0:  # where(c, a, +0.0): one multiply
+        np.multiply(abits, cond, out=out, casting="unsafe")
+        return
+    other = np.logical_not(cond)
+    if isinstance(abits, np.integer) and abits == 0:
+        np.multiply(bbits, other, out=out, casting="unsafe")
+        return
+    tmp = np.multiply(bbits, other, dtype=out.dtype, casting="unsafe")
+    np.multiply(abits, cond, out=out, casting="unsafe")
+    out += tmp
+
+
+def _same_float(target: np.ndarray, vals: Sequence[object]) -> bool:
+    """Every array operand has the float dtype of ``target`` (numbers act as it): numpy's ufunc with ``out=``
+    computes exactly what the formula does."""
+    return target.dtype.kind == "f" and all(not isinstance(v, np.ndarray) or v.dtype == target.dtype for v in vals)
+
+
+def _ufunc_into(ufunc: np.ufunc) -> Callable[[np.ndarray, Sequence[object]], bool]:
+    def run(target: np.ndarray, vals: Sequence[object]) -> bool:
+        if not _same_float(target, vals):
+            return False
+        ufunc(*vals, out=target)
+        return True
+
+    return run
+
+
+def _compare_into(ufunc: np.ufunc) -> Callable[[np.ndarray, Sequence[object]], bool]:
+    def run(target: np.ndarray, vals: Sequence[object]) -> bool:
+        arrays = [v for v in vals if isinstance(v, np.ndarray)]
+        if target.dtype != np.bool_ or not arrays or any(v.dtype != arrays[0].dtype for v in arrays):
+            return False
+        ufunc(*vals, out=target)
+        return True
+
+    return run
+
+
+def _relu_into(target: np.ndarray, vals: Sequence[object]) -> bool:
+    (a,) = vals
+    if not _same_float(target, vals) or not isinstance(a, np.ndarray):
+        return False
+    # where(a < 0, 0, a): -0 and NaN stay as they are (np.maximum would turn -0 into +0)
+    keep = np.less(a, 0, out=np.empty(a.shape, bool))  # an array even when 0-d
+    _select_into(target, np.logical_not(keep, out=keep), a, 0.0)
+    return True
+
+
+def _relu_grad_into(target: np.ndarray, vals: Sequence[object]) -> bool:
+    g, x = vals
+    if not _same_float(target, vals) or not isinstance(x, np.ndarray):
+        return False
+    off = np.less_equal(
+        x, 0, out=np.empty(np.broadcast_shapes(x.shape, target.shape), bool)
+    )  # where(x <= 0, 0, g): a NaN input passes the gradient
+    _select_into(target, np.logical_not(off, out=off), g, 0.0)
+    return True
+
+
+def _where_op(target: np.ndarray, vals: Sequence[object]) -> bool:
+    cond, a, b = vals
+    if not isinstance(cond, np.ndarray) or cond.dtype != np.bool_ or not _same_float(target, (a, b)):
+        return False
+    if any(isinstance(v, np.ndarray) and np.may_share_memory(target, v) for v in (cond, a, b)):
+        return False  # the first write into target would change an operand before it is read
+    _select_into(target, cond, a, b)
+    return True
+
+
+def _lerp_into(target: np.ndarray, vals: Sequence[object]) -> bool:
+    a, b, w = vals  # a + w * (b - a)
+    if not _same_float(target, vals) or not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray):
+        return False
+    t = np.subtract(b, a)
+    np.multiply(w, t, out=t)
+    np.add(a, t, out=target)
+    return True
+
+
+def _ema_sq_into(target: np.ndarray, vals: Sequence[object]) -> bool:
+    v, g, beta = vals  # beta * v + (1.0 - beta) * g * g
+    if not _same_float(target, vals) or not isinstance(g, np.ndarray) or np.may_share_memory(target, g):
+        return False
+    t = np.multiply(1.0 - beta, g)
+    np.multiply(t, g, out=t)
+    np.multiply(beta, v, out=target)
+    np.add(target, t, out=target)
+    return True
+
+
+def _adam_apply_into(target: np.ndarray, vals: Sequence[object]) -> bool:
+    p, mom, v, step, inv_sqrt_bc2, eps, decay = vals  # p * decay - step * mom / (sqrt(v) * inv_sqrt_bc2 + eps)
+    if not _same_float(target, vals) or not isinstance(mom, np.ndarray) or not isinstance(v, np.ndarray):
+        return False
+    if np.may_share_memory(target, mom) or np.may_share_memory(target, v):
+        return False
+    d = np.sqrt(v)
+    np.multiply(d, inv_sqrt_bc2, out=d)
+    np.add(d, eps, out=d)
+    u = np.multiply(step, mom)
+    np.divide(u, d, out=u)
+    np.multiply(p, decay, out=target)
+    np.subtract(target, u, out=target)
+    return True
+
+
+#: cpu kernels for the hottest elementwise ops of a training step, written straight into the output (the generic
+#: path evaluates the formula into temporaries, then copies): each computes exactly the op's formula
+#: (backend/elementwise.py; ops/elementwise.py), and returns False to leave an operand mix it does not cover
+#: (integers, mixed dtypes) to the generic path
+_FAST_ELEMENTWISE: dict[str, Callable[[np.ndarray, Sequence[object]], bool]] = {
+    "add": _ufunc_into(np.add),
+    "sub": _ufunc_into(np.subtract),
+    "mul": _ufunc_into(np.multiply),
+    "eq": _compare_into(np.equal),
+    "ne": _compare_into(np.not_equal),
+    "relu": _relu_into,
+    "relu_grad": _relu_grad_into,
+    "where": _where_op,
+    # Adam's update (optim/fused.py): the same operations in the same order, two temporaries instead of six
+    "lerp": _lerp_into,
+    "ema_sq": _ema_sq_into,
+    "adam_apply": _adam_apply_into,
+}
 
 
 # ---------------------------------------------------------------- attention, as plain matrices (the reference)

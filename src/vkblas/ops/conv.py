@@ -297,17 +297,28 @@ def max_pool2d(
     needs_grad = is_grad_enabled() and x.requires_grad
     with no_grad():
         src, sp, (oh, ow) = _pool_input(x, k, s, p, d, ceil_mode, lowest, "max_pool2d")
-        windows = _unfold(src, k, s, sp, d, lowest, "max_pool2d").reshape(n, c, kk, oh * ow)
-        if needs_grad or return_indices:
-            values, indices = windows.max(dim=2, keepdim=True)
-            indices = _last_nan(windows, values, indices, kk)
-        else:  # inference: no argmax pass
-            values = windows.amax(dim=2, keepdim=True)
+        fused = None
+        if (needs_grad or return_indices) and s == k and sp == (0, 0) and d == (1, 1) and src is x:
+            fused = _fused_max_pool(x, k, oh, ow)  # the backend's one-pass primitive, where it has one
+        if fused is not None:
+            values, indices = fused
+        else:
+            windows = _unfold(src, k, s, sp, d, lowest, "max_pool2d").reshape(n, c, kk, oh * ow)
+            if needs_grad or return_indices:
+                values, indices = windows.max(dim=2, keepdim=True)
+                indices = _last_nan(windows, values, indices, kk)
+            else:  # inference: no argmax pass
+                values = windows.amax(dim=2, keepdim=True)
     out = values.reshape(n, c, oh, ow)
     if needs_grad:
         ph, pw = src.shape[-2:]
 
         def rule(node: Node, g: Tensor) -> tuple[Tensor]:
+            if fused is not None:  # the backend's primitive put the forward through: its backward may too
+                grad = empty((n, c, h, w), g.dtype, g._backend)
+                g4, i4 = g.reshape(n, c, oh, ow), indices.reshape(n, c, oh, ow)
+                if g._backend.max_pool2d_backward(grad._view, g4._view, i4._view, k):
+                    return (grad,)
             # g at the argmax of each window (a one-hot over the window dim), then summed back onto the image
             hot = elementwise("eq", indices, _taps(g._backend, kk))
             cols_g = elementwise("where", hot, g.reshape(n, c, 1, oh * ow), 0.0)
@@ -321,6 +332,17 @@ def max_pool2d(
     origin, taps = (x.new_tensor(a, int32) for a in _window_origins(w, k, s, p, d, oh, ow))
     flat = elementwise("add", origin, _take_taps(taps, indices)).reshape(n, c, oh, ow)
     return out, flat.squeeze(0) if unbatched else flat
+
+
+def _fused_max_pool(x: Tensor, k: Pair, oh: int, ow: int) -> tuple[Tensor, Tensor] | None:
+    """(values, indices) as (N, C, 1, OH*OW) -- the composition's shapes -- from ``Backend.max_pool2d`` over the
+    non-overlapping windows of ``x``, or ``None`` where the backend leaves it to the composition."""
+    n, c = x.shape[:2]
+    values = empty((n, c, oh, ow), x.dtype, x._backend)
+    indices = empty((n, c, oh, ow), int32, x._backend)
+    if not values.numel() or not x._backend.max_pool2d(values._view, indices._view, x._view, k):
+        return None
+    return values.reshape(n, c, 1, oh * ow), indices.reshape(n, c, 1, oh * ow)
 
 
 def _last_nan(windows: Tensor, values: Tensor, first: Tensor, kk: int) -> Tensor:

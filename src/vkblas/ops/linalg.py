@@ -27,9 +27,17 @@ def _matmul_nd(a: Tensor, b: Tensor) -> Tensor:
 
     def rule(node: Node, g: Tensor) -> tuple[Tensor | None, Tensor | None]:
         x, y = node.saved
-        return (_matmul_nd(g, y.mT) if node.needs[0] else None, _matmul_nd(x.mT, g) if node.needs[1] else None)
+        return (_matmul_nd(g, y.mT) if node.needs[0] else None, _grad_b(x, y, g) if node.needs[1] else None)
 
     return record(out, "MmBackward", (a, b), rule, (a, b))
+
+
+def _grad_b(x: Tensor, y: Tensor, g: Tensor) -> Tensor:
+    """``x^T g``, laid out as ``y``: for ``y`` the transpose of a contiguous matrix (``linear``'s ``weight.mT``),
+    as ``(g^T x)^T``, so the weight's gradient arrives contiguous and becomes its ``.grad`` without a copy."""
+    if y.ndim == 2 and not y._view.is_contiguous() and y._view.strides == (1, y.shape[0]):
+        return _matmul_nd(g.mT, x).mT
+    return _matmul_nd(x.mT, g)
 
 
 def matmul(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
