@@ -187,6 +187,9 @@ class InProcess:
             "batch_size": 64,
             "unit_seconds": 0.5,
             "algorithm": "async",
+            # the protocol's tests see every result applied; validation's own tests (test_validation.py) turn it on
+            "validate_fraction": 0.0,
+            "trust_after": 0,
         }
         opts.update(spec)
         self.settings = ServeSettings(db=db, store=str(tmp / "store"), applier=False, data=str(DATA))

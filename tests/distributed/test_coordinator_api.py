@@ -84,9 +84,13 @@ def test_openapi_states_the_auth_of_every_endpoint(coord: InProcess):
     assert {"/v1/workers", "/v1/leases", "/v1/leases/{lease_id}/result", "/v1/shards/{sha256}", "/v1/status"} <= set(
         paths
     )
-    needs_token = {(p, m) for p, ops in paths.items() for m, op in ops.items() if op.get("security")}
-    assert ("/v1/leases", "post") in needs_token and ("/v1/leases/{lease_id}/result", "put") in needs_token
-    assert ("/v1/workers", "post") not in needs_token and ("/v1/status", "get") not in needs_token
+    auth = {(p, m): {k for s in op.get("security", []) for k in s} for p, ops in paths.items() for m, op in ops.items()}
+    assert auth[("/v1/leases", "post")] == auth[("/v1/leases/{lease_id}/result", "put")] == {"workerToken"}
+    assert auth[("/v1/workers", "post")] == {"userToken"}  # optional: credits a user
+    assert not auth[("/v1/status", "get")] and not auth[("/v1/users", "post")] and not auth[("/v1/dashboard", "get")]
+    assert all(v == {"adminToken"} for (p, _), v in auth.items() if p.startswith("/v1/admin/")) and any(
+        p.startswith("/v1/admin/") for p, _ in auth
+    )
 
 
 # ------------------------------------------------------------------------------------------------ shards
@@ -329,7 +333,7 @@ def test_rounds_close_on_quorum_and_weigh_late_results(db_url, tmp_path, algorit
         la, lb = _lease(c, a), _lease(c, b)
         assert la["kind"] == ("inner-steps" if algorithm == "diloco" else "gradient")
         r = c.tc.post("/v1/leases", headers=a).json()
-        assert r["status"] == "wait" and "round 0" in r["reason"]  # one unit per worker per round
+        assert r["status"] == "wait" and "active lease" in r["reason"]  # one unit per worker per round
         ap = c.applier(evaluate=False)
         assert _put(c, a, la, _payload(la, _update(c))).status_code == 200
         assert ap.step() == 1  # a alone holds half of round 0's leased samples: the quorum
