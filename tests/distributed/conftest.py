@@ -173,7 +173,9 @@ class InProcess:
     """A coordinator app in this process (no applier thread: tests step the applier themselves), a test client
     and a helper to make workers."""
 
-    def __init__(self, db: str, tmp: Path, **spec: object) -> None:
+    def __init__(
+        self, db: str, tmp: Path, settings: dict | None = None, peer: tuple[str, int] = ("testclient", 50000), **spec
+    ) -> None:
         from starlette.testclient import TestClient
 
         from vkblas.distributed.coordinator.app import create_app
@@ -192,11 +194,13 @@ class InProcess:
             "trust_after": 0,
         }
         opts.update(spec)
-        self.settings = ServeSettings(db=db, store=str(tmp / "store"), applier=False, data=str(DATA))
+        self.settings = ServeSettings(
+            db=db, store=str(tmp / "store"), applier=False, data=str(DATA), **(settings or {})
+        )
         self.spec = RunSpec(**opts)  # type: ignore[arg-type]
         prepare(self.settings, self.spec)
         self.app = create_app(self.settings)
-        self.tc = TestClient(self.app, base_url="http://testserver")
+        self.tc = TestClient(self.app, base_url="http://testserver", client=peer)
         self.tc.__enter__()
         self.ctx = self.app.state.ctx
         self.tmp = tmp
@@ -211,9 +215,14 @@ class InProcess:
 
         return Client("http://testserver", transport=transport or self.tc._transport, retry_for=5.0)
 
-    def register(self, name: str = "w") -> dict[str, str]:
-        token = self.tc.post("/v1/workers", json={"name": name, "device": "cpu"}).json()["token"]
-        return {"authorization": f"Bearer {token}"}
+    def register(self, name: str = "w", user_token: str | None = None) -> dict[str, str]:
+        headers = {"authorization": f"Bearer {user_token}"} if user_token else {}
+        r = self.tc.post("/v1/workers", json={"name": name, "device": "cpu"}, headers=headers)
+        assert r.status_code == 200, r.text
+        return {"authorization": f"Bearer {r.json()['token']}"}
+
+    def admin(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.settings.admin_token_path.read_text().strip()}"}
 
     def close(self) -> None:
         self.tc.__exit__(None, None, None)

@@ -8,10 +8,12 @@ their lease row, so an upload and the expiry of its lease cannot both win.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import secrets
 
+import numpy as np
 from sqlalchemy import exists, func, select, update
 from sqlalchemy.orm import Session
 
@@ -256,11 +258,21 @@ def upload_reply(u: Update, worker: Worker) -> UploadReply:
     return UploadReply(update_id=u.seq, status=status, bytes=u.payload_bytes, credit=worker.credit)  # type: ignore[arg-type]
 
 
-def replay_of(s: Session, *, sha: str, lease_id: str) -> int | None:
-    """The update whose payload has these very bytes, for another unit than the lease's (a result copied from
-    elsewhere; two copies of one unit may be identical)."""
+def content_hash(tensors: dict) -> str:
+    """sha256 of an upload's tensors alone (name, dtype, shape, bytes, in name order), not of its metadata."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        arr = tensors[name]
+        h.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
+        h.update(memoryview(np.ascontiguousarray(arr)).cast("B"))
+    return h.hexdigest()
+
+
+def replay_of(s: Session, *, content: str, lease_id: str) -> int | None:
+    """An update with the same tensors for another unit than the lease's (a result sent again, perhaps under new
+    metadata; two copies of one unit may be identical)."""
     unit_id = select(Lease.unit_id).where(Lease.id == lease_id).scalar_subquery()
-    q = select(Update.seq).where(Update.payload_sha256 == sha, Update.unit_id != unit_id)
+    q = select(Update.seq).where(Update.content_sha256 == content, Update.unit_id != unit_id)
     return s.scalar(q.limit(1))
 
 
@@ -292,6 +304,7 @@ def record_upload(
     nbytes: int,
     meta: UploadMeta,
     norm: float,
+    content: str,
     spec: RunSpec,
     flops_per_sample: float,
     now: float,
@@ -319,6 +332,7 @@ def record_upload(
         unit_id=unit.id,
         idempotency_key=key,
         payload_sha256=sha,
+        content_sha256=content,
         payload_bytes=nbytes,
         base_version=row.base_version,
         samples=row.samples,

@@ -147,7 +147,7 @@ class Update(Base):
         UniqueConstraint("lease_id", name="uq_updates_lease"),
         Index("ix_updates_status", "status"),
         Index("ix_updates_unit", "unit_id"),
-        Index("ix_updates_payload", "payload_sha256"),
+        Index("ix_updates_content", "content_sha256"),
     )
 
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -166,6 +166,9 @@ class Update(Base):
     #: its twin is applied), invalid (disagreed: quarantined), inconclusive, quarantined (its worker was banned)
     status: Mapped[str] = mapped_column(String(16))
     unit_id: Mapped[int | None] = mapped_column(ForeignKey("units.id", name="fk_updates_unit"), nullable=True)
+    #: sha256 of the tensors alone (names, dtypes, shapes, bytes; no metadata): the same result sent again under
+    #: another lease's metadata has the same one
+    content_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     suspicion: Mapped[str] = mapped_column(Text, server_default="")  # why it was sent to validation, if it was
     distance: Mapped[float | None] = mapped_column(Float, nullable=True)  # to the canonical result of its unit
     applied_version: Mapped[int | None] = mapped_column(Integer, nullable=True)

@@ -110,13 +110,13 @@ def _upload(ctx: Context, lease_id: str, key: str, digest: str, body: bytes, aut
     sha = sha256_hex(body)
     if sha != digest:
         raise ApiError("checksum-mismatch", f"body hashes to {sha}, X-Content-SHA256 says {digest}")
+    meta, update, norm, content = _validate(ctx, lease_id, body, wid)
     with ctx.db.read_session() as s:
-        replayed = crud.replay_of(s, sha=sha, lease_id=lease_id)
+        replayed = crud.replay_of(s, content=content, lease_id=lease_id)
     if replayed is not None:
         with ctx.db.session() as s:
             crud.count_rejected(s, worker_id=wid)
-        raise ApiError("replayed-upload", f"this payload was already uploaded for another unit (update {replayed})")
-    meta, update, norm = _validate(ctx, lease_id, body, wid)
+        raise ApiError("replayed-upload", f"these tensors were already uploaded for another unit (update {replayed})")
     if meta.samples != samples:
         raise ApiError("invalid-payload", f"the upload reports {meta.samples} samples; lease {lease_id} has {samples}")
     # the file first: a crash before the commit leaves an orphan for the GC, never a row without its payload
@@ -126,7 +126,7 @@ def _upload(ctx: Context, lease_id: str, key: str, digest: str, body: bytes, aut
             worker = accounts.authenticate(s, authorization=auth, spec=ctx.spec)
             u = crud.record_upload(
                 s, worker=worker, lease_id=lease_id, key=key, sha=sha, nbytes=len(body), meta=meta, norm=norm,
-                spec=ctx.spec, flops_per_sample=ctx.flops_per_sample, now=now(),
+                content=content, spec=ctx.spec, flops_per_sample=ctx.flops_per_sample, now=now(),
             )  # fmt: skip
             return crud.upload_reply(u, worker)
     except IntegrityError:  # the same upload raced itself (two retries at once): answer as the winner did
@@ -138,7 +138,7 @@ def _upload(ctx: Context, lease_id: str, key: str, digest: str, body: bytes, aut
             return crud.upload_reply(previous, worker)
 
 
-def _validate(ctx: Context, lease_id: str, body: bytes, worker_id: int) -> tuple[UploadMeta, dict, float]:
+def _validate(ctx: Context, lease_id: str, body: bytes, worker_id: int) -> tuple[UploadMeta, dict, float, str]:
     try:
         tensors, meta = from_payload(body, max_bytes=ctx.upload_limit)
         if meta.get("codec") != ctx.spec.codec:
@@ -155,7 +155,7 @@ def _validate(ctx: Context, lease_id: str, body: bytes, worker_id: int) -> tuple
         with ctx.db.session() as s:
             crud.count_rejected(s, worker_id=worker_id)
         raise ApiError("rejected-update", str(e)) from e
-    return info, update, norm
+    return info, update, norm, crud.content_hash(tensors)
 
 
 def _short(e: Exception) -> str:

@@ -62,11 +62,12 @@ def upgrade() -> None:
         t.add_column(sa.Column("role", sa.String(16), nullable=False, server_default="primary"))
     with op.batch_alter_table("updates") as t:
         t.add_column(sa.Column("unit_id", sa.Integer(), nullable=True))
+        t.add_column(sa.Column("content_sha256", sa.String(64), nullable=True))
         t.add_column(sa.Column("suspicion", sa.Text(), nullable=False, server_default=""))
         t.add_column(sa.Column("distance", sa.Float(), nullable=True))
         t.create_foreign_key("fk_updates_unit", "units", ["unit_id"], ["id"])
         t.create_index("ix_updates_unit", ["unit_id"])
-        t.create_index("ix_updates_payload", ["payload_sha256"])
+        t.create_index("ix_updates_content", ["content_sha256"])
     # results recorded before this revision were of units of one copy: theirs
     op.execute("UPDATE updates SET unit_id = (SELECT unit_id FROM leases WHERE leases.id = updates.lease_id)")
     op.execute("UPDATE units SET results = (SELECT count(*) FROM updates WHERE updates.unit_id = units.id)")
@@ -74,10 +75,10 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     with op.batch_alter_table("updates") as t:
-        t.drop_index("ix_updates_payload")
+        t.drop_index("ix_updates_content")
         t.drop_index("ix_updates_unit")
         t.drop_constraint("fk_updates_unit", type_="foreignkey")
-        for name in ("distance", "suspicion", "unit_id"):
+        for name in ("distance", "suspicion", "content_sha256", "unit_id"):
             t.drop_column(name)
     with op.batch_alter_table("leases") as t:
         t.drop_column("role")
