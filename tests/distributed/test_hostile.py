@@ -88,7 +88,8 @@ def test_path_tricks(coord: InProcess):
     auth = coord.register("alice")
     for path in ("/v1/shards/..%2F..%2Fetc%2Fpasswd", "/v1/shards/" + "A" * 64, "/v1/shards/" + "0" * 63,
                  "/web/..%2Fapp.py", "/web/%2e%2e%2fapp.py", "/web/index.html", "/web/style.css%00.js",
-                 "/v1/leases/..%2F..%2Fworkers/heartbeat", "/v1/admin/workers/-1/unban", "/v1/admin/workers/x/ban"):  # fmt: skip
+                 "/v1/leases/..%2F..%2Fworkers/heartbeat", "/v1/admin/workers/-1/unban",
+                 "/v1/admin/workers/x/ban"):  # fmt: skip
         method = coord.tc.post if "leases" in path or "admin" in path else coord.tc.get
         r = method(path, headers={**auth, **coord.admin()} if "admin" in path else auth)
         assert r.status_code in (404, 405, 422), (path, r.status_code)
