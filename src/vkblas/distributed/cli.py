@@ -125,7 +125,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     names = (
         "model epochs samples batch_size lr optimizer seed limit algorithm max_staleness inner_steps outer_lr "
         "outer_momentum codec block unit_seconds quorum round_seconds lease_seconds eval_seconds max_norm "
-        "shard_samples validate_fraction trust_after max_unchecked suspend_after tolerance norm_factor aggregate trim inner_state"
+        "shard_samples validate_fraction trust_after max_unchecked suspend_after tolerance norm_factor aggregate trim "
+        "inner_state"
     ).split()
     from pydantic import ValidationError
 

@@ -12,8 +12,8 @@ upload runs in the background while the next one computes, so a fast device is n
 A network failure is retried (with backoff) by the client; a coordinator that restarts is waited for, and the work
 goes on with the same token; a coordinator that no longer knows the token (a new database) gets a new
 registration. A banned or suspended worker stops, saying why. A lease the coordinator gave away meanwhile (it
-expired) is dropped and the next one taken. ``Ctrl-C`` once: finish and upload the unit being computed, give back a prefetched one, and stop; twice:
-give back everything now and stop.
+expired) is dropped and the next one taken. ``Ctrl-C`` once: finish and upload the unit being computed, give back
+a prefetched one, and stop; twice: give back everything now and stop.
 """
 
 from __future__ import annotations
