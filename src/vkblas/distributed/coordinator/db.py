@@ -84,14 +84,29 @@ def alembic_config(connection=None):  # type: ignore[no-untyped-def]
 def migrate(db: Database, revision: str = "head") -> None:
     """Apply the migrations up to ``revision`` (idempotent: an up-to-date database is left as is); ``"base"``
     undoes them all."""
+    _run_alembic(db, "downgrade" if revision == "base" else "upgrade", revision)
+
+
+def downgrade(db: Database, revision: str) -> None:
+    """Undo the migrations above ``revision``."""
+    _run_alembic(db, "downgrade", revision)
+
+
+def _run_alembic(db: Database, direction: str, revision: str) -> None:
     from alembic import command
 
     with db.engine.connect() as conn:
-        if revision == "base":
-            command.downgrade(alembic_config(conn), revision)
-        else:
-            command.upgrade(alembic_config(conn), revision)
-        conn.commit()
+        sqlite = conn.dialect.name == "sqlite"
+        # SQLite's batch mode copies a table and drops the old one, which its foreign keys refuse; the pragma is
+        # only honoured outside a transaction, so it goes to the driver's connection before Alembic begins one
+        if sqlite:
+            conn.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")
+        try:
+            getattr(command, direction)(alembic_config(conn), revision)
+            conn.commit()
+        finally:
+            if sqlite:
+                conn.connection.driver_connection.execute("PRAGMA foreign_keys=ON")
 
 
 def current_revision(db: Database) -> str | None:
