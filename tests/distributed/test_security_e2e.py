@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import ssl
 import subprocess
 import sys
 import time
@@ -48,7 +49,7 @@ def test_https_proxy_addresses_and_the_organisers_cli(tmp_path: Path, procs: Pro
          "--trusted-proxy", "127.0.0.1", "--admin-token-file", str(admin_file)],
         "serve.log",
     )  # fmt: skip
-    https = httpx.Client(base_url=url, verify=str(cert), timeout=10)
+    https = httpx.Client(base_url=url, verify=ssl.create_default_context(cafile=str(cert)), timeout=10)
     deadline = time.monotonic() + 120
     while True:
         assert p.poll() is None, p.log.read_text()[-2000:]  # type: ignore[attr-defined]

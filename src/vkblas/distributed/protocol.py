@@ -19,6 +19,7 @@ PROTOCOL_VERSION = 1
 # size limits (bytes); the coordinator refuses larger bodies with 413 before reading them whole
 MAX_JSON_BODY = 16 * 1024
 MAX_NAME = 64
+MAX_CLASS = 128
 #: an upload is at most this many times the size of the model in fp32 (the int8 scales add a little), plus slack
 UPLOAD_FACTOR = 1.1
 UPLOAD_SLACK = 64 * 1024
@@ -75,6 +76,9 @@ class RegisterRequest(Strict):
     name: str = Field(min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN)
     device: str = Field(min_length=1, max_length=MAX_NAME)
     client_version: str = Field(default="", max_length=MAX_NAME)
+    #: what its results' rounding depends on (backend, adapter and driver, or CPU architecture and numpy): copies of
+    #: a unit go to workers of the same class (homogeneous redundancy), whose honest results agree closely
+    device_class: str = Field(default="", max_length=MAX_CLASS)
 
 
 class RegisterReply(Strict):

@@ -62,7 +62,9 @@ def _numeric(ident: str, prefix: str = "") -> int | None:
 
 
 # ------------------------------------------------------------------------------------------------ workers
-def register(s: Session, *, name: str, device: str, now: float, address: str, user: User | None) -> RegisterReply:
+def register(
+    s: Session, *, name: str, device: str, now: float, address: str, user: User | None, device_class: str = ""
+) -> RegisterReply:
     secret = new_secret()
     w = Worker(
         name=name,
@@ -70,6 +72,7 @@ def register(s: Session, *, name: str, device: str, now: float, address: str, us
         token_hash=hash_secret(secret),
         user_id=user.id if user is not None else None,
         address=address[:64],
+        device_class=device_class,
         created_at=now,
         last_seen=now,
         rate=json.dumps(RateMeter().state()),

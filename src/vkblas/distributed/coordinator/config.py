@@ -56,6 +56,10 @@ class RunSpec(BaseModel):
     aggregate: Literal["mean", "trimmed-mean"] = "trimmed-mean"
     trim: float = Field(default=0.1, ge=0, lt=0.5, description="trimmed-mean: share dropped at each end")
     inner_state: Literal["fresh", "kept"] = "fresh"  # diloco: a new AdamW per unit (recomputable) or the worker's
+    #: copies of a unit go to workers of its first copy's device class (BOINC's homogeneous redundancy: honest
+    #: results of several Adam steps on different devices can diverge chaotically); after ``lease_seconds``
+    #: without such a worker, to any
+    homogeneous: bool = True
 
     @field_validator("dataset", "model")
     @classmethod

@@ -48,6 +48,7 @@ def refresh(s: Session, unit: Unit) -> None:
         unit.status = "open"
     if active == 0 and live == 0:
         unit.base_version, unit.lr, unit.quorum = None, None, 1
+        unit.device_class, unit.pinned_at = None, None
 
 
 def refresh_ids(s: Session, unit_ids: Iterable[int]) -> None:

@@ -100,8 +100,8 @@ def _carve(s: Session, run: Run, spec: RunSpec, n: int) -> Unit | None:
 def lease(s: Session, *, worker: Worker, spec: RunSpec, now: float) -> LeaseReply:
     """A unit of work for ``worker``, or why not now (``wait``) or never (``done``). A copy of a unit that is being
     checked (a replica) goes first; the worker must not have computed that unit already nor share a user with
-    whoever did, and while a trusted worker is online only a trusted one gets it (colluders who are new cannot
-    check each other)."""
+    whoever did, must be of the unit's device class (``homogeneous``; any class after ``lease_seconds``), and
+    while a trusted worker is online only a trusted one gets it (colluders who are new cannot check each other)."""
     run = s.get(Run, RUN_ID, with_for_update=True)
     assert run is not None
     expire_leases(s, now=now)
@@ -153,6 +153,7 @@ def lease(s: Session, *, worker: Worker, spec: RunSpec, now: float) -> LeaseRepl
     if unit.base_version is None:  # the first copy: pin what every copy computes from; check it or not
         unit.base_version = run.version
         unit.lr = current_lr(spec, run.samples_applied, run.samples_total)
+        unit.device_class, unit.pinned_at = worker.device_class, now
         if _random.random() < trust.replication_probability(spec, worker):
             unit.quorum = max(unit.quorum, 2)
     row = Lease(
@@ -192,18 +193,21 @@ def _replica_slot(s: Session, worker: Worker, spec: RunSpec, now: float) -> Unit
     """The oldest unit that wants another copy and that ``worker`` may compute (see :func:`lease`)."""
     q = select(Unit).where(Unit.status == "open", Unit.base_version.is_not(None))
     q = q.where(~exists().where(Lease.unit_id == Unit.id, Lease.worker_id == worker.id))
+    if spec.homogeneous:  # the same device class, unless the unit has waited for one longer than a lease lasts
+        q = q.where((Unit.device_class == worker.device_class) | (Unit.pinned_at < now - spec.lease_seconds))
     if worker.user_id is not None:
         same_user = select(Lease.id).join(Worker, Worker.id == Lease.worker_id)
         q = q.where(~exists(same_user.where(Lease.unit_id == Unit.id, Worker.user_id == worker.user_id)))
-    if not trust.trusted(spec, worker):
+    if not trust.trusted(spec, worker):  # only if no trusted worker who could take it is online
         online_trusted = select(Worker.id).where(
             Worker.id != worker.id,
             Worker.consecutive_valid >= spec.trust_after,
             Worker.last_seen > now - spec.lease_seconds,
             Worker.banned.is_(None),
         )
-        if s.scalar(select(exists(online_trusted))):
-            return None
+        if spec.homogeneous:
+            online_trusted = online_trusted.where(Worker.device_class == Unit.device_class)
+        q = q.where(~exists(online_trusted))
     return s.scalars(q.order_by(Unit.id).limit(1).with_for_update()).first()
 
 

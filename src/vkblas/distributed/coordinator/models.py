@@ -72,6 +72,7 @@ class Worker(Base):
     token_hash: Mapped[str] = mapped_column(String(64))  # sha256 of the token's secret, hex
     user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", name="fk_workers_user"), nullable=True)
     address: Mapped[str] = mapped_column(String(64), server_default="")  # where it registered from
+    device_class: Mapped[str] = mapped_column(String(128), server_default="")  # homogeneous redundancy's class
     #: reputation: results in a row that agreed with another worker's (0 after a disagreement), and totals
     consecutive_valid: Mapped[int] = mapped_column(Integer, server_default="0")
     valid: Mapped[int] = mapped_column(Integer, server_default="0")
@@ -116,6 +117,8 @@ class Unit(Base):
     #: the version every copy computes from, once the first copy is out (replicas must start from the same weights)
     base_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     lr: Mapped[float | None] = mapped_column(Float, nullable=True)  # and the same learning rate
+    device_class: Mapped[str | None] = mapped_column(String(128), nullable=True)  # its first copy's worker's
+    pinned_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # when its first copy went out
 
 
 class Lease(Base):

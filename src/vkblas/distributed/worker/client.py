@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -56,7 +57,8 @@ class Client:
         ca_cert: str | None = None,
     ) -> None:
         self.server = server.rstrip("/")
-        inner = transport or httpx.HTTPTransport(verify=ca_cert if ca_cert else True)
+        verify = ssl.create_default_context(cafile=ca_cert) if ca_cert else True
+        inner = transport or httpx.HTTPTransport(verify=verify)
         self.meter = Metered(inner, uplink_bits=uplink_mbit * 1e6 if uplink_mbit else None)
         self.http = httpx.Client(base_url=self.server, transport=self.meter, timeout=timeout)
         self.retry_for, self.sleep = retry_for, sleep
@@ -115,11 +117,11 @@ class Client:
 
     # ------------------------------------------------------------------ the protocol
     def register(
-        self, name: str, device: str, client_version: str = "", user_token: str | None = None
+        self, name: str, device: str, client_version: str = "", user_token: str | None = None, device_class: str = ""
     ) -> RegisterReply:
         """Register (again: a coordinator that forgot this worker's token answers ``bad-token``); ``user_token``
         credits the work to that user."""
-        body = {"name": name, "device": device, "client_version": client_version}
+        body = {"name": name, "device": device, "client_version": client_version, "device_class": device_class}
         self.token = user_token
         reply = self.request("POST", f"{API}/workers", json=body, model=RegisterReply)
         self.token = reply.token

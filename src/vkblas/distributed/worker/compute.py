@@ -30,6 +30,21 @@ from ..protocol import UPLOAD_META_KEY, Lease, RunInfo, UploadMeta
 from ..shards import batches
 
 
+def device_class(device: str) -> str:
+    """What this device's rounding depends on, for homogeneous redundancy: ``cpu/<arch>/numpy <version>`` or
+    ``vulkan/<adapter name>/<driver>``."""
+    import platform
+
+    from ...device import info
+
+    if device.startswith("vulkan"):
+        index = int(device.partition(":")[2] or 0)
+        adapters = info()["adapters"]
+        a = adapters[index] if index < len(adapters) else {}
+        return f"vulkan/{a.get('name', '?')}/{a.get('driver', '?')}"[:128]
+    return f"cpu/{platform.machine()}/numpy {np.__version__}"
+
+
 @dataclass
 class Result:
     tensors: dict[str, np.ndarray]

@@ -35,7 +35,7 @@ from ..protocol import Heartbeat, Lease, LeaseReply, UploadMeta
 from ..sizing import IdleClock
 from .cache import DataCache, ModelCache
 from .client import Client
-from .compute import Trainer
+from .compute import Trainer, device_class
 from .errors import ServerError, WorkerError
 
 LOST = ("lease-expired", "lease-finished", "unknown-lease", "unknown-shard")  # the unit is gone; take the next
@@ -144,7 +144,10 @@ class Worker:
 
     # ------------------------------------------------------------------ steps
     def _register(self) -> None:
-        self.client.register(self.name, self.opts.device, __version__, user_token=self.opts.user_token)
+        self.client.register(
+            self.name, self.opts.device, __version__, user_token=self.opts.user_token,
+            device_class=device_class(self.opts.device),
+        )  # fmt: skip
 
     def _lease(self) -> LeaseReply:
         try:

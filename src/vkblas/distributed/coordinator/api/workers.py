@@ -22,8 +22,9 @@ def register(body: RegisterRequest, request: Request, auth: str | None = Depends
     with Context.of(request).db.session() as s:
         user = accounts.user_of(s, authorization=auth)
         return accounts.register(
-            s, name=body.name, device=body.device, now=now(), address=client_address(request), user=user
-        )
+            s, name=body.name, device=body.device, now=now(), address=client_address(request), user=user,
+            device_class=body.device_class,
+        )  # fmt: skip
 
 
 @router.get("/workers/me", response_model=WorkerSelf, summary="The calling worker's record and credit (worker token)")

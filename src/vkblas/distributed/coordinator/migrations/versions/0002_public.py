@@ -46,6 +46,7 @@ def upgrade() -> None:
     with op.batch_alter_table("workers") as t:
         t.add_column(sa.Column("user_id", sa.Integer(), nullable=True))
         t.add_column(sa.Column("address", sa.String(64), nullable=False, server_default=""))
+        t.add_column(sa.Column("device_class", sa.String(128), nullable=False, server_default=""))
         for name in ("consecutive_valid", "valid", "invalid"):
             t.add_column(sa.Column(name, sa.Integer(), nullable=False, server_default="0"))
         t.add_column(sa.Column("credit_flops", sa.Float(), nullable=False, server_default="0"))
@@ -58,6 +59,8 @@ def upgrade() -> None:
         t.add_column(sa.Column("results", sa.Integer(), nullable=False, server_default="0"))
         t.add_column(sa.Column("base_version", sa.Integer(), nullable=True))
         t.add_column(sa.Column("lr", sa.Float(), nullable=True))
+        t.add_column(sa.Column("device_class", sa.String(128), nullable=True))
+        t.add_column(sa.Column("pinned_at", sa.Float(), nullable=True))
     with op.batch_alter_table("leases") as t:
         t.add_column(sa.Column("role", sa.String(16), nullable=False, server_default="primary"))
     with op.batch_alter_table("updates") as t:
@@ -83,12 +86,12 @@ def downgrade() -> None:
     with op.batch_alter_table("leases") as t:
         t.drop_column("role")
     with op.batch_alter_table("units") as t:
-        for name in ("lr", "base_version", "results", "quorum"):
+        for name in ("pinned_at", "device_class", "lr", "base_version", "results", "quorum"):
             t.drop_column(name)
     with op.batch_alter_table("workers") as t:
         t.drop_constraint("fk_workers_user", type_="foreignkey")
         for name in ("banned", "pending_flops", "pending_samples", "credit_flops", "invalid", "valid",
-                     "consecutive_valid", "address", "user_id"):  # fmt: skip
+                     "consecutive_valid", "device_class", "address", "user_id"):  # fmt: skip
             t.drop_column(name)
     with op.batch_alter_table("runs") as t:
         t.drop_column("stop_reason")
