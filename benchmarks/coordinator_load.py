@@ -130,7 +130,8 @@ class Sim:
                     await self.call(client, "heartbeat", "POST", f"/v1/leases/{lease['lease_id']}/heartbeat",
                                     json={"wall_s": 1.0}, headers=auth)  # fmt: skip
             body = await asyncio.to_thread(self.payload, lease)
-            headers = {**auth, "idempotency-key": uuid.uuid4().hex, "x-content-sha256": hashlib.sha256(body).hexdigest(),
+            digest = hashlib.sha256(body).hexdigest()
+            headers = {**auth, "idempotency-key": uuid.uuid4().hex, "x-content-sha256": digest,
                        "content-type": "application/octet-stream"}  # fmt: skip
             r = await self.call(client, "upload", "PUT", f"/v1/leases/{lease['lease_id']}/result", content=body,
                                 headers=headers, timeout=60)  # fmt: skip
