@@ -215,9 +215,10 @@ class InProcess:
 
         return Client("http://testserver", transport=transport or self.tc._transport, retry_for=5.0)
 
-    def register(self, name: str = "w", user_token: str | None = None) -> dict[str, str]:
+    def register(self, name: str = "w", user_token: str | None = None, device_class: str = "") -> dict[str, str]:
         headers = {"authorization": f"Bearer {user_token}"} if user_token else {}
-        r = self.tc.post("/v1/workers", json={"name": name, "device": "cpu"}, headers=headers)
+        body = {"name": name, "device": "cpu", "device_class": device_class}
+        r = self.tc.post("/v1/workers", json=body, headers=headers)
         assert r.status_code == 200, r.text
         return {"authorization": f"Bearer {r.json()['token']}"}
 

@@ -298,3 +298,19 @@ def test_unit_rows_follow_their_copies(vc: InProcess):
     assert unit()[0] == "checking"
     vc.applier(evaluate=False).step()
     assert unit()[0] == "done"
+
+
+def test_copies_go_to_the_same_device_class_first(vc: InProcess):
+    gpu, cpu, gpu2 = (
+        vc.register(n, device_class=k) for n, k in (("gpu", "vulkan/x"), ("cpu", "cpu/y"), ("gpu2", "vulkan/x"))
+    )
+    lg = _lease(vc, gpu)
+    lc = _lease(vc, cpu)  # another class: not the copy of gpu's unit, a unit of its own
+    assert lc["unit_id"] != lg["unit_id"] and lc["role"] == "primary"
+    copy = _lease(vc, gpu2)
+    assert copy["unit_id"] == lg["unit_id"] and copy["role"] == "replica"
+    # a unit that waited longer than a lease lasts for a worker of its class goes to anyone
+    with vc.ctx.db.session() as s:
+        s.execute(update(Unit).where(Unit.id == lc["unit_id"]).values(pinned_at=0.0))
+    late = _lease(vc, gpu)
+    assert late["unit_id"] == lc["unit_id"] and late["role"] == "replica"

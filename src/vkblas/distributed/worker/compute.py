@@ -31,8 +31,10 @@ from ..shards import batches
 
 
 def device_class(device: str) -> str:
-    """What this device's rounding depends on, for homogeneous redundancy: ``cpu/<arch>/numpy <version>`` or
-    ``vulkan/<adapter name>/<driver>``."""
+    """What this device's rounding depends on, for homogeneous redundancy: ``vulkan/<adapter name>/<driver>``, or
+    ``cpu/<arch>/<cpu model>/numpy <version>/<BLAS threads>`` (BLAS kernels follow the CPU model, and the thread
+    count changes the order of sums)."""
+    import os
     import platform
 
     from ...device import info
@@ -42,7 +44,14 @@ def device_class(device: str) -> str:
         adapters = info()["adapters"]
         a = adapters[index] if index < len(adapters) else {}
         return f"vulkan/{a.get('name', '?')}/{a.get('driver', '?')}"[:128]
-    return f"cpu/{platform.machine()}/numpy {np.__version__}"
+    model = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model)
+    except OSError:
+        pass
+    threads = os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or str(os.cpu_count())
+    return f"cpu/{platform.machine()}/{model}/numpy {np.__version__}/{threads} threads"[:128]
 
 
 @dataclass
