@@ -42,22 +42,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table  # noqa: E402
+from coordinator import cpu_seconds, free_port  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 EXPECTED = {409}  # lease-expired / lease-finished: the protocol's own answers under churn, not failures
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
 
 
 class Stats:
@@ -195,7 +183,7 @@ def main() -> None:
         with psycopg.connect(args.db, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{pg_name}"')
         db_url = f"{args.db.rsplit('/', 1)[0]}/{pg_name}"
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, PYTHONPATH=str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     if args.data:
         env["VKBLAS_DATA"] = args.data
@@ -229,9 +217,9 @@ def main() -> None:
                 }
             )
         sim = Sim(args, url, signature)
-        cpu0, t0 = _cpu_s(server.pid), time.monotonic()
+        cpu0, t0 = cpu_seconds(server.pid), time.monotonic()
         asyncio.run(sim.run())
-        wall, cpu = time.monotonic() - t0, _cpu_s(server.pid) - cpu0
+        wall, cpu = time.monotonic() - t0, cpu_seconds(server.pid) - cpu0
         for _ in range(120):  # let the applier drain what was recorded
             st = httpx.get(f"{url}/v1/status", timeout=30).json()
             if st["validation"].get("recorded", 0) == 0:
