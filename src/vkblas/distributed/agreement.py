@@ -55,8 +55,15 @@ def tolerance(kind: str, codec: str) -> float:
         raise ValueError(f"no measured tolerance for {kind!r} work in codec {codec!r}") from None
 
 
+def _sq(v: np.ndarray) -> float:
+    """The sum of squares in float64. einsum, not ``v @ v``: a BLAS dot was 100x slower on a busy machine (its
+    threads wait for cores), and the validator computes three of these per pair of 2 MB results."""
+    v = v.reshape(-1)
+    return float(np.einsum("i,i->", v, v, dtype=np.float64))
+
+
 def norm(a: Params) -> float:
-    return math.sqrt(sum(float(np.einsum("i,i->", v.reshape(-1), v.reshape(-1), dtype=np.float64)) for v in a.values()))
+    return math.sqrt(sum(_sq(v) for v in a.values()))
 
 
 def distance(a: Params, b: Params) -> float:
@@ -65,8 +72,7 @@ def distance(a: Params, b: Params) -> float:
         raise ValueError(f"results name different tensors: {sorted(a)} vs {sorted(b)}")
     diff = 0.0
     for k in a:
-        d = np.subtract(a[k], b[k], dtype=np.float64).reshape(-1)
-        diff += float(d @ d)
+        diff += _sq(np.subtract(a[k], b[k], dtype=np.float64))
     scale = max(norm(a), norm(b))
     return 0.0 if scale == 0 else math.sqrt(diff) / scale
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -14,6 +15,8 @@ from .db import Database, migrate
 from .models import Credential
 from .runs import create_or_resume
 from .store import Store
+
+KEEP_ALIVE_S = 75  # seconds an idle connection stays open (nginx's default)
 
 
 def prepare(settings: ServeSettings, spec: RunSpec) -> bool:
@@ -66,8 +69,12 @@ def serve(settings: ServeSettings, spec: RunSpec) -> int:
         flush=True,
     )
     # uvicorn's own X-Forwarded-For handling is off: the app believes it only from --trusted-proxy (addresses.py)
+    # keep-alive outlasts the heartbeat interval (a quarter of the lease): with uvicorn's 5 s the server closed a
+    # worker's idle connection just as its next heartbeat reused it (a reset, retried by the client)
+    keep_alive = max(KEEP_ALIVE_S, math.ceil(spec.lease_seconds))
     opts = dict(host=settings.host, port=settings.port, log_level="warning", proxy_headers=False,
-                ssl_certfile=settings.tls_cert, ssl_keyfile=settings.tls_key)  # fmt: skip
+                ssl_certfile=settings.tls_cert, ssl_keyfile=settings.tls_key,
+                timeout_keep_alive=keep_alive)  # fmt: skip
     if settings.workers == 1:
         uvicorn.run(create_app(settings), **opts)
     else:
