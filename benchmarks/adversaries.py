@@ -241,9 +241,12 @@ class Run:
             "overhead_second_half": late_extra / max(1, len(late) - late_extra),
             "by_kind": by_kind,
             "suspended": sorted(w.name for w in self.workers if w.stopped),
+            "refusals": sorted({(e["kind"], e["refused"]) for e in self.log if "refused" in e}),
             "statuses": {k: sum(1 for v in status.values() if v == k) for k in set(status.values())},
             "honest_distances": sorted(round(dist[e["update"]], 4) for e in honest if dist.get(e.get("update"))),
-            "wrongly_rejected": [(e["device"], e["role"], dist.get(e.get("update"))) for e in wrong],
+            "wrongly_rejected": [
+                (e["device"], e["role"], e.get("refused") or status.get(e.get("update"))) for e in wrong
+            ],
             "wall_s": wall,
             "tolerance": self.tol,
         }
@@ -264,7 +267,7 @@ def main() -> None:
     ap.add_argument("--honest", type=int, default=32)
     ap.add_argument("--vulkan-share", type=float, default=0.25, help="of the honest workers, on vulkan")
     ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--limit", type=int, default=20_000)
+    ap.add_argument("--limit", type=int, default=60_000, help="training samples (MNIST has 60,000)")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--inner-steps", type=int, default=8)
     ap.add_argument("--trust-after", type=int, default=3)
@@ -272,7 +275,9 @@ def main() -> None:
     ap.add_argument(
         "--heterogeneous", action="store_true", help="copies to any device class (no homogeneous redundancy)"
     )
-    ap.add_argument("--lease-seconds", type=float, default=2.0, help="short: refused workers' leases expire soon")
+    ap.add_argument(
+        "--lease-seconds", type=float, default=10.0, help="short: refused workers' leases expire soon (no heartbeats)"
+    )
     ap.add_argument("--max-idle", type=float, default=30.0, help="stop after this long with nothing to do")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data", default=os.environ.get("VKBLAS_DATA"))

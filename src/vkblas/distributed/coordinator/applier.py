@@ -53,6 +53,7 @@ GC_EVERY_S = 30.0
 EXPIRE_EVERY_S = 1.0  # leasing expires leases too; this pass is for when nobody asks
 GC_GRACE_S = 120.0  # a superseded blob stays this long (a worker may still be downloading it)
 HISTORY_EVERY_S = 2.0  # the dashboard's curves of throughput and workers online
+KEEP_DECODED_BYTES = 256 * 2**20  # validated results handed from the validator to this pass's applying
 
 
 @dataclass
@@ -98,6 +99,7 @@ class Applier:
         self._last_expiry = 0.0
         self._last_history = 0.0
         self.flops_per_sample = 0.0
+        self._decoded: dict[str, dict[str, np.ndarray]] = {}  # payload sha256 -> the validator's decoded result
 
     # ------------------------------------------------------------------ leadership
     def _hold(self, now: float) -> bool:
@@ -137,8 +139,12 @@ class Applier:
                 expire_leases(s, now=now)
         if self.model is None:
             self._load()
-        decided = validate(self.db, self.store, self.spec, flops_per_sample=self.flops_per_sample)
-        decided += self._apply_pending(now)
+        decided = validate(self.db, self.store, self.spec, flops_per_sample=self.flops_per_sample,
+                           decoded=self._decoded, keep_bytes=KEEP_DECODED_BYTES)  # fmt: skip
+        try:
+            decided += self._apply_pending(now)
+        finally:
+            self._decoded.clear()  # only this pass's: a later pass reads the store (the bytes' hash checked)
         if now - self._last_history >= HISTORY_EVERY_S:
             self._last_history = now
             self._record_history(now)
@@ -214,6 +220,9 @@ class Applier:
         return pending if close else []
 
     def _payload(self, u: Update) -> dict[str, np.ndarray]:
+        kept = self._decoded.pop(u.payload_sha256, None)
+        if kept is not None:
+            return kept
         tensors, meta = from_payload(self.store.get(u.payload_sha256))
         return decode(tensors, meta)  # validated at upload; the store's hash check guards the bytes since
 

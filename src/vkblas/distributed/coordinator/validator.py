@@ -45,8 +45,18 @@ def _distance_to(verdict: Verdict, canonical: int, other: int) -> float | None:
     return verdict.distances.get((canonical, other), verdict.distances.get((other, canonical)))
 
 
-def validate(db: Database, store: Store, spec: RunSpec, *, flops_per_sample: float) -> int:
-    """One pass; returns how many units it decided (or re-issued)."""
+def validate(
+    db: Database,
+    store: Store,
+    spec: RunSpec,
+    *,
+    flops_per_sample: float,
+    decoded: dict[str, dict[str, np.ndarray]] | None = None,
+    keep_bytes: int = 0,
+) -> int:
+    """One pass; returns how many units it decided (or re-issued). ``decoded``: the canonical results it made
+    ``recorded`` go there (by payload sha256, up to ``keep_bytes`` in all), so the applier that runs next need not
+    read, hash and decode them again."""
     with db.read_session() as s:
         units = s.scalars(select(Unit.id).where(Unit.status == "checking").order_by(Unit.id).limit(MAX_PER_PASS)).all()
         held = {
@@ -58,7 +68,8 @@ def validate(db: Database, store: Store, spec: RunSpec, *, flops_per_sample: flo
     tol = run_tolerance(spec)
     for uid in units:
         results = held[uid]
-        verdict = judge([(u.seq, _payload(store, u)) for u in results], tol)
+        updates = {u.seq: _payload(store, u) for u in results}
+        verdict = judge(list(updates.items()), tol)
         with db.session() as s:
             unit = s.get(Unit, uid, with_for_update=True)
             if unit is None or unit.status != "checking":
@@ -73,6 +84,10 @@ def validate(db: Database, store: Store, spec: RunSpec, *, flops_per_sample: flo
                     unit.quorum, unit.status = unit.quorum + 1, "open"
                 continue
             canonical = verdict.valid[0]
+            if decoded is not None:
+                size = sum(v.nbytes for v in updates[canonical].values())
+                if sum(v.nbytes for d in decoded.values() for v in d.values()) + size <= keep_bytes:
+                    decoded[by_seq[canonical].payload_sha256] = updates[canonical]
             for seq, u in by_seq.items():
                 status = "recorded" if seq == canonical else "duplicate" if seq in verdict.valid else "invalid"
                 dist = _distance_to(verdict, canonical, seq)
