@@ -1,6 +1,8 @@
 """ASGI middleware: who is asking (the client's address, through trusted proxies only) and rate limits per address
 and per token, before anything else runs, so a flood is refused (429 ``rate-limited``, ``Retry-After``) without
-reading its body or touching the database."""
+reading its body or touching the database. Every answer carries ``Server-Timing: app;dur=<ms>``: the time from
+here (headers parsed) to the answer's start, so a client can tell the coordinator's time from the network's and
+its own (benchmarks/coordinator_load.py reports both)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import hashlib
 import math
 import time
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..addresses import Network, client_address
 from ..ratelimit import RateLimiter
@@ -27,6 +29,17 @@ class RateLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        start = time.perf_counter()
+
+        async def timed(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                dur = f"app;dur={1000 * (time.perf_counter() - start):.1f}".encode()
+                message = {**message, "headers": [*message.get("headers", []), (b"server-timing", dur)]}
+            await send(message)
+
+        await self._limited(scope, receive, timed)
+
+    async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope.get("headers") or [])
         peer = scope.get("client")
         forwarded = headers.get(b"x-forwarded-for")
