@@ -35,6 +35,19 @@ def test_register_me_and_tokens(coord: InProcess):
     assert stored == hashlib.sha256(secret.encode()).hexdigest() and secret not in stored
 
 
+def test_every_answer_carries_server_timing(coord: InProcess):
+    """``Server-Timing: app;dur=<ms>`` on answers of every kind: a success, an auth error, a body refused unread."""
+    answers = [
+        coord.tc.get("/v1/status"),
+        coord.tc.get("/v1/workers/me", headers={"authorization": "Bearer 999.abc"}),
+        coord.tc.post("/v1/workers", content=b"x" * 20_000),
+    ]
+    assert [r.status_code for r in answers] == [200, 401, 413]
+    for r in answers:
+        name, _, dur = r.headers["server-timing"].partition(";dur=")
+        assert name == "app" and 0 <= float(dur) < 60_000, r.headers["server-timing"]
+
+
 def test_bodies_are_bounded_and_strict(coord: InProcess):
     assert _error(coord.tc.post("/v1/workers", content=b"x" * 20_000)) == "too-large"
     assert _error(coord.tc.post("/v1/workers", json={"name": "a", "device": "cpu", "admin": True})) == "invalid-body"
