@@ -199,7 +199,7 @@ class Run:
 
     # ------------------------------------------------------------------ what happened
     def _report(self, wall: float) -> dict[str, Any]:
-        from sqlalchemy import select
+        from sqlalchemy import func, select
 
         from vkblas.distributed.coordinator.models import Evaluation, Lease, Update
 
@@ -209,6 +209,7 @@ class Run:
             dist = dict(s.execute(select(Update.seq, Update.distance)).all())
             roles = dict(s.execute(select(Update.seq, Lease.role).join(Lease, Lease.id == Update.lease_id)).all())
             acc = s.scalars(select(Evaluation.accuracy).order_by(Evaluation.id.desc()).limit(1)).first()
+            flagged = s.scalar(select(func.count()).select_from(Update).where(Update.suspicion != ""))
         caught_states = ("invalid", "inconclusive", "quarantined")
         bad = [e for e in self.log if e["bad"]]
         honest = [e for e in self.log if e["kind"] == "honest"]
@@ -239,6 +240,7 @@ class Run:
             "applied_or_stale": len(applied),
             "overhead": extra / max(1, len(applied)),
             "overhead_second_half": late_extra / max(1, len(late) - late_extra),
+            "norm_flagged": flagged,  # results whose norm fell outside the band (their units were checked)
             "by_kind": by_kind,
             "suspended": sorted(w.name for w in self.workers if w.stopped),
             "refusals": sorted({(e["kind"], e["refused"]) for e in self.log if "refused" in e}),
