@@ -173,7 +173,9 @@ class InProcess:
     """A coordinator app in this process (no applier thread: tests step the applier themselves), a test client
     and a helper to make workers."""
 
-    def __init__(self, db: str, tmp: Path, **spec: object) -> None:
+    def __init__(
+        self, db: str, tmp: Path, settings: dict | None = None, peer: tuple[str, int] = ("testclient", 50000), **spec
+    ) -> None:
         from starlette.testclient import TestClient
 
         from vkblas.distributed.coordinator.app import create_app
@@ -187,13 +189,18 @@ class InProcess:
             "batch_size": 64,
             "unit_seconds": 0.5,
             "algorithm": "async",
+            # the protocol's tests see every result applied; validation's own tests (test_validation.py) turn it on
+            "validate_fraction": 0.0,
+            "trust_after": 0,
         }
         opts.update(spec)
-        self.settings = ServeSettings(db=db, store=str(tmp / "store"), applier=False, data=str(DATA))
+        self.settings = ServeSettings(
+            db=db, store=str(tmp / "store"), applier=False, data=str(DATA), **(settings or {})
+        )
         self.spec = RunSpec(**opts)  # type: ignore[arg-type]
         prepare(self.settings, self.spec)
         self.app = create_app(self.settings)
-        self.tc = TestClient(self.app, base_url="http://testserver")
+        self.tc = TestClient(self.app, base_url="http://testserver", client=peer)
         self.tc.__enter__()
         self.ctx = self.app.state.ctx
         self.tmp = tmp
@@ -208,9 +215,15 @@ class InProcess:
 
         return Client("http://testserver", transport=transport or self.tc._transport, retry_for=5.0)
 
-    def register(self, name: str = "w") -> dict[str, str]:
-        token = self.tc.post("/v1/workers", json={"name": name, "device": "cpu"}).json()["token"]
-        return {"authorization": f"Bearer {token}"}
+    def register(self, name: str = "w", user_token: str | None = None, device_class: str = "") -> dict[str, str]:
+        headers = {"authorization": f"Bearer {user_token}"} if user_token else {}
+        body = {"name": name, "device": "cpu", "device_class": device_class}
+        r = self.tc.post("/v1/workers", json=body, headers=headers)
+        assert r.status_code == 200, r.text
+        return {"authorization": f"Bearer {r.json()['token']}"}
+
+    def admin(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.settings.admin_token_path.read_text().strip()}"}
 
     def close(self) -> None:
         self.tc.__exit__(None, None, None)

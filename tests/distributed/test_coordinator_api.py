@@ -4,53 +4,18 @@ error paths, the applier's record -> apply -> checkpoint sequence, crash replay,
 from __future__ import annotations
 
 import hashlib
-import json
 import uuid
 
 import numpy as np
 import pytest
 from sqlalchemy import select, update
 
-from vkblas.distributed.codec import encode, to_payload
 from vkblas.distributed.coordinator.models import Lease, Update
-from vkblas.distributed.protocol import UPLOAD_META_KEY
 
 from .conftest import InProcess, needs_data
+from .helpers import _error, _lease, _payload, _put, _update
 
 pytestmark = [needs_data, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
-
-
-def _lease(c: InProcess, auth: dict[str, str]) -> dict:
-    r = c.tc.post("/v1/leases", headers=auth)
-    assert r.status_code == 200, r.text
-    body = r.json()
-    assert body["status"] == "work", body
-    return body["lease"]
-
-
-def _update(c: InProcess, value: float = 1e-3) -> dict[str, np.ndarray]:
-    return {k: np.full(shape, value, np.float32) for k, (shape, _) in c.ctx.signature.items()}
-
-
-def _payload(lease: dict, update: dict[str, np.ndarray], codec: str = "fp32", **meta: object) -> bytes:
-    tensors, m = encode(update, codec)
-    info = {"lease_id": lease["lease_id"], "samples": lease["data"]["samples"], "compute_s": 0.1, "loss": 1.0}
-    info.update(meta)
-    return to_payload(tensors, {**m, UPLOAD_META_KEY: json.dumps(info)})
-
-
-def _put(c: InProcess, auth: dict, lease: dict, body: bytes, key: str | None = None, digest: str | None = None):  # type: ignore[no-untyped-def]
-    headers = {
-        **auth,
-        "idempotency-key": key or uuid.uuid4().hex,
-        "x-content-sha256": digest or hashlib.sha256(body).hexdigest(),
-    }
-    return c.tc.put(f"/v1/leases/{lease['lease_id']}/result", content=body, headers=headers)
-
-
-def _error(r) -> str:  # type: ignore[no-untyped-def]
-    assert 400 <= r.status_code < 500, (r.status_code, r.text)
-    return r.json()["error"]["code"]
 
 
 # ------------------------------------------------------------------------------------------------ workers
@@ -70,6 +35,19 @@ def test_register_me_and_tokens(coord: InProcess):
     assert stored == hashlib.sha256(secret.encode()).hexdigest() and secret not in stored
 
 
+def test_every_answer_carries_server_timing(coord: InProcess):
+    """``Server-Timing: app;dur=<ms>`` on answers of every kind: a success, an auth error, a body refused unread."""
+    answers = [
+        coord.tc.get("/v1/status"),
+        coord.tc.get("/v1/workers/me", headers={"authorization": "Bearer 999.abc"}),
+        coord.tc.post("/v1/workers", content=b"x" * 20_000),
+    ]
+    assert [r.status_code for r in answers] == [200, 401, 413]
+    for r in answers:
+        name, _, dur = r.headers["server-timing"].partition(";dur=")
+        assert name == "app" and 0 <= float(dur) < 60_000, r.headers["server-timing"]
+
+
 def test_bodies_are_bounded_and_strict(coord: InProcess):
     assert _error(coord.tc.post("/v1/workers", content=b"x" * 20_000)) == "too-large"
     assert _error(coord.tc.post("/v1/workers", json={"name": "a", "device": "cpu", "admin": True})) == "invalid-body"
@@ -84,9 +62,13 @@ def test_openapi_states_the_auth_of_every_endpoint(coord: InProcess):
     assert {"/v1/workers", "/v1/leases", "/v1/leases/{lease_id}/result", "/v1/shards/{sha256}", "/v1/status"} <= set(
         paths
     )
-    needs_token = {(p, m) for p, ops in paths.items() for m, op in ops.items() if op.get("security")}
-    assert ("/v1/leases", "post") in needs_token and ("/v1/leases/{lease_id}/result", "put") in needs_token
-    assert ("/v1/workers", "post") not in needs_token and ("/v1/status", "get") not in needs_token
+    auth = {(p, m): {k for s in op.get("security", []) for k in s} for p, ops in paths.items() for m, op in ops.items()}
+    assert auth[("/v1/leases", "post")] == auth[("/v1/leases/{lease_id}/result", "put")] == {"workerToken"}
+    assert auth[("/v1/workers", "post")] == {"userToken"}  # optional: credits a user
+    assert not auth[("/v1/status", "get")] and not auth[("/v1/users", "post")] and not auth[("/v1/dashboard", "get")]
+    assert all(v == {"adminToken"} for (p, _), v in auth.items() if p.startswith("/v1/admin/")) and any(
+        p.startswith("/v1/admin/") for p, _ in auth
+    )
 
 
 # ------------------------------------------------------------------------------------------------ shards
@@ -329,7 +311,7 @@ def test_rounds_close_on_quorum_and_weigh_late_results(db_url, tmp_path, algorit
         la, lb = _lease(c, a), _lease(c, b)
         assert la["kind"] == ("inner-steps" if algorithm == "diloco" else "gradient")
         r = c.tc.post("/v1/leases", headers=a).json()
-        assert r["status"] == "wait" and "round 0" in r["reason"]  # one unit per worker per round
+        assert r["status"] == "wait" and "active lease" in r["reason"]  # one unit per worker per round
         ap = c.applier(evaluate=False)
         assert _put(c, a, la, _payload(la, _update(c))).status_code == 200
         assert ap.step() == 1  # a alone holds half of round 0's leased samples: the quorum

@@ -10,7 +10,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
 from vkblas.distributed.coordinator.config import normalise_db_url
-from vkblas.distributed.coordinator.db import HEAD, Database, alembic_config, current_revision, migrate
+from vkblas.distributed.coordinator.db import HEAD, Database, alembic_config, current_revision, downgrade, migrate
 from vkblas.distributed.coordinator.models import Base
 
 
@@ -34,5 +34,50 @@ def test_upgrade_empty_database_matches_the_models(db_url: str):
         migrate(db)
         with db.engine.connect() as conn:
             assert conn.execute(text("SELECT count(*) FROM leaders")).scalar() == 0
+    finally:
+        db.dispose()
+
+
+def test_upgrade_from_0001_with_data_in_and_back(db_url: str):
+    """A database of the first schema holding a run, a worker, a unit, its lease and an applied result is upgraded
+    to the head (the result gets its unit, the unit its count of results, new columns their defaults), and taken
+    back to 0001 with its rows intact."""
+    db = Database(normalise_db_url(db_url))
+    try:
+        migrate(db, "0001")
+        with db.engine.begin() as conn:
+            conn.execute(text(
+                "INSERT INTO runs VALUES ('run', 'uid', '{}', '[]', 'running', 1.0, 100, 64, 0, 0, 64, 1, 1.0, 64,"
+                " 0.5, 1)"))  # fmt: skip
+            conn.execute(text(
+                "INSERT INTO workers (id, name, device, token_hash, created_at, last_seen, rate, samples_per_s, wall_s,"
+                " idle_s, bytes_sent, bytes_received, units_done, credit, accepted, stale, rejected) VALUES"
+                " (1, 'alice', 'cpu', 'h', 1.0, 2.0, '{}', 10.0, 5.0, 1.0, 100, 200, 1, 64, 1, 0, 0)"))  # fmt: skip
+            conn.execute(text("INSERT INTO units VALUES (7, 0, 0, 42, 0, 64, 'done', 1)"))
+            conn.execute(text("INSERT INTO leases VALUES ('l1', 7, 1, 0, 64, 1.0, 31.0, 'done')"))
+            conn.execute(text(
+                "INSERT INTO updates (seq, lease_id, worker_id, idempotency_key, payload_sha256, payload_bytes,"
+                " base_version, samples, compute_s, loss, norm, created_at, status, applied_version, staleness)"
+                " VALUES (1, 'l1', 1, 'key12345', 'sha', 10, 0, 64, 0.1, 2.3, 1.5, 1.5, 'applied', 1, 0)"))  # fmt: skip
+        migrate(db)
+        assert current_revision(db) == HEAD
+        with db.engine.connect() as conn:
+            assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+            up = conn.execute(text("SELECT unit_id, status, suspicion, content_sha256 FROM updates")).one()
+            assert tuple(up) == (7, "applied", "", None)
+            unit = conn.execute(text("SELECT quorum, results, base_version, status FROM units")).one()
+            assert tuple(unit) == (1, 1, None, "done")
+            w = conn.execute(text(
+                "SELECT credit, consecutive_valid, valid, invalid, pending_samples, banned, address, user_id"
+                " FROM workers")).one()  # fmt: skip
+            assert tuple(w) == (64, 0, 0, 0, 0, None, "", None)
+            assert conn.execute(text("SELECT role FROM leases")).scalar() == "primary"
+            assert conn.execute(text("SELECT state, stop_reason FROM runs")).one() == ("running", "")
+        downgrade(db, "0001")
+        assert current_revision(db) == "0001"
+        with db.engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM updates WHERE status = 'applied'")).scalar() == 1
+            assert conn.execute(text("SELECT name, credit FROM workers")).one() == ("alice", 64)
+        assert "users" not in inspect(db.engine).get_table_names()
     finally:
         db.dispose()

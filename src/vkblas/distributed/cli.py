@@ -53,6 +53,26 @@ def add_commands(sub: Any, positive_int: Any, positive_float: Any, device: Any) 
     serve.add_argument("--eval-seconds", type=positive_float, default=10.0, help="evaluate at most this often")
     serve.add_argument("--shard-samples", type=positive_int, default=10_000, help="samples per data shard")
     serve.add_argument("--max-norm", type=positive_float, default=None, help="refuse updates of a larger L2 norm")
+    trust = serve.add_argument_group("untrusted workers (docs/PROTOCOL.md, 'Validation')")
+    trust.add_argument("--validate-fraction", type=float, default=0.05, help="share of trusted units computed twice")
+    trust.add_argument("--trust-after", type=int, default=5, help="agreeing results in a row before trust")
+    trust.add_argument("--max-unchecked", type=positive_int, default=3, help="units out before a first check")
+    trust.add_argument("--suspend-after", type=positive_int, default=3, help="invalid results that suspend")
+    trust.add_argument("--tolerance", type=positive_float, default=None, help="override the measured tolerance")
+    trust.add_argument("--norm-factor", type=positive_float, default=4.0, help="suspect norms this far from median")
+    trust.add_argument("--aggregate", choices=("mean", "trimmed-mean"), default="trimmed-mean", help="round rule")
+    trust.add_argument("--trim", type=float, default=0.1, help="trimmed-mean: share dropped at each end")
+    trust.add_argument("--inner-state", choices=("fresh", "kept"), default="fresh", help="diloco: AdamW per unit")
+    net = serve.add_argument_group("network and security")
+    net.add_argument("--tls-cert", default=None, metavar="PEM", help="serve HTTPS with this certificate")
+    net.add_argument("--tls-key", default=None, metavar="PEM", help="and this private key")
+    net.add_argument("--trusted-proxy", action="append", default=[], metavar="ADDR",
+                     help="believe X-Forwarded-For from this address or CIDR (repeatable)")  # fmt: skip
+    net.add_argument("--rate-per-address", type=float, default=50.0, help="requests/s per client address (0: off)")
+    net.add_argument("--burst-per-address", type=positive_int, default=200)
+    net.add_argument("--rate-per-token", type=float, default=20.0, help="requests/s per token (0: off)")
+    net.add_argument("--burst-per-token", type=positive_int, default=60)
+    net.add_argument("--admin-token-file", default=None, help="the organiser's token (default: STORE/admin-token)")
     serve.add_argument("--db", default="coordinator.db", help="a SQLite file (default) or postgresql://...")
     serve.add_argument("--store", default="coordinator-store", help="directory of the content-addressed shards")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
@@ -73,7 +93,24 @@ def add_commands(sub: Any, positive_int: Any, positive_float: Any, device: Any) 
     join.add_argument("--uplink-mbit", type=positive_float, default=None, help="simulate an uplink of this speed")
     join.add_argument("--delay-per-sample", type=float, default=0.0, help="simulate a slower device (seconds)")
     join.add_argument("--quiet", action="store_true", help="no progress bar")
+    join.add_argument("--user-token", default=None, help="credit the work to this user ('distributed user' makes one)")
+    join.add_argument("--ca-cert", default=None, metavar="PEM", help="trust this certificate for an https:// server")
     join.set_defaults(func=cmd_join)
+
+    user = cmds.add_parser("user", help="make a user account on a run: its workers' credit adds up under its name")
+    user.add_argument("--server", required=True)
+    user.add_argument("name")
+    user.add_argument("--ca-cert", default=None, metavar="PEM")
+    user.set_defaults(func=cmd_user)
+
+    admin = cmds.add_parser("admin", help="the organiser's run control: pause, resume, stop, ban, workers")
+    admin.add_argument("--server", required=True)
+    admin.add_argument("--token-file", required=True, help="the admin token's file (serve wrote it)")
+    admin.add_argument("--ca-cert", default=None, metavar="PEM")
+    admin.add_argument("action", choices=("pause", "resume", "stop", "ban", "unban", "workers"))
+    admin.add_argument("worker", nargs="?", type=int, default=None, help="ban/unban: the worker id")
+    admin.add_argument("--reason", default="", help="shown to the workers (pause, stop, ban)")
+    admin.set_defaults(func=cmd_admin)
 
     status = cmds.add_parser("status", help="a run's progress, accuracy and workers")
     status.add_argument("--server", required=True)
@@ -87,7 +124,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     names = (
         "model epochs samples batch_size lr optimizer seed limit algorithm max_staleness inner_steps outer_lr "
-        "outer_momentum codec block unit_seconds quorum round_seconds lease_seconds eval_seconds max_norm shard_samples"
+        "outer_momentum codec block unit_seconds quorum round_seconds lease_seconds eval_seconds max_norm "
+        "shard_samples validate_fraction trust_after max_unchecked suspend_after tolerance norm_factor aggregate trim "
+        "inner_state"
     ).split()
     from pydantic import ValidationError
 
@@ -98,8 +137,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"--{'-'.join(str(p) for p in err['loc']).replace('_', '-')}: {err['msg']}" for err in e.errors()
         )
         raise ValueError(bad) from None
+    net = "tls_cert tls_key rate_per_address burst_per_address rate_per_token burst_per_token admin_token_file".split()
     settings = ServeSettings(
-        db=args.db, store=args.store, host=args.host, port=args.port, workers=args.workers, data=args.data
+        db=args.db,
+        store=args.store,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        data=args.data,
+        trusted_proxies=args.trusted_proxy,
+        **{k: getattr(args, k) for k in net},
     )
     return serve(settings, spec)
 
@@ -120,6 +167,8 @@ def cmd_join(args: argparse.Namespace) -> int:
             error_feedback=args.error_feedback,
             delay_per_sample=args.delay_per_sample,
             progress=not args.quiet,
+            user_token=args.user_token,
+            ca_cert=args.ca_cert,
         )
     )
     print(
@@ -128,6 +177,41 @@ def cmd_join(args: argparse.Namespace) -> int:
         f"idle {100 * s.idle_s / max(s.wall_s, 1e-9):.0f}% of {s.wall_s:.0f} s ({s.stopped_by})"
     )
     return 130 if s.stopped_by.startswith("ctrl-c") else 0
+
+
+def cmd_user(args: argparse.Namespace) -> int:
+    from .worker.client import Client
+
+    client = Client(args.server, retry_for=10.0, ca_cert=args.ca_cert)
+    try:
+        reply = client.create_user(args.name)
+    finally:
+        client.close()
+    print(f"user {args.name} (id {reply.user_id}); its token, shown once (join --user-token ...):\n{reply.token}")
+    return 0
+
+
+def cmd_admin(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .worker.client import Client
+
+    client = Client(args.server, retry_for=10.0, ca_cert=args.ca_cert)
+    client.token = Path(args.token_file).read_text().strip()
+    try:
+        if args.action == "workers":
+            print(json.dumps(client.request("GET", "/v1/admin/workers").json(), indent=2))
+        elif args.action in ("ban", "unban"):
+            if args.worker is None:
+                raise ValueError(f"admin {args.action} needs a worker id")
+            body = {"json": {"reason": args.reason or "banned by the organiser"}} if args.action == "ban" else {}
+            print(json.dumps(client.request("POST", f"/v1/admin/workers/{args.worker}/{args.action}", **body).json()))
+        else:
+            st = client.request("POST", "/v1/admin/run", json={"action": args.action, "reason": args.reason}).json()
+            print(f"run {st['run_id']}: {st['state']}")
+    finally:
+        client.close()
+    return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ PROTOCOL_VERSION = 1
 # size limits (bytes); the coordinator refuses larger bodies with 413 before reading them whole
 MAX_JSON_BODY = 16 * 1024
 MAX_NAME = 64
+MAX_CLASS = 128
 #: an upload is at most this many times the size of the model in fp32 (the int8 scales add a little), plus slack
 UPLOAD_FACTOR = 1.1
 UPLOAD_SLACK = 64 * 1024
@@ -46,7 +47,15 @@ ERROR_CODES = {
     "too-large": 413,
     "bad-range": 416,
     "run-finished": 409,
+    "not-admin": 403,
+    "banned": 403,
+    "suspended": 403,
+    "name-taken": 409,
+    "replayed-upload": 409,
+    "rate-limited": 429,
 }
+#: the longest a lease request may wait for work (``POST /v1/leases?wait=S``: long polling)
+MAX_LEASE_WAIT = 30.0
 
 
 class Strict(BaseModel):
@@ -67,6 +76,9 @@ class RegisterRequest(Strict):
     name: str = Field(min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN)
     device: str = Field(min_length=1, max_length=MAX_NAME)
     client_version: str = Field(default="", max_length=MAX_NAME)
+    #: what its results' rounding depends on (backend, adapter and driver, or CPU architecture and numpy): copies of
+    #: a unit go to workers of the same class (homogeneous redundancy), whose honest results agree closely
+    device_class: str = Field(default="", max_length=MAX_CLASS)
 
 
 class RegisterReply(Strict):
@@ -75,15 +87,31 @@ class RegisterReply(Strict):
     token: str
 
 
+class UserRequest(Strict):
+    name: str = Field(min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN)
+
+
+class UserReply(Strict):
+    user_id: int
+    #: ``u<user_id>.<secret>``: send it when registering a worker (``join --user-token``) to credit the user
+    token: str
+
+
 class WorkerSelf(Strict):
     worker_id: int
     name: str
     device: str
+    user: str | None
     units_done: int
-    credit: int  # accepted samples
+    credit: int  # validated samples
+    credit_flops: float  # their training FLOPs (estimate: 6 x parameters x samples)
+    pending: int  # samples accepted unchecked: credited at this worker's next passed check
     accepted: int
     stale: int
     rejected: int
+    valid: int  # results that agreed with another worker's
+    invalid: int  # results that disagreed (quarantined)
+    reputation: int  # agreeing results in a row
 
 
 # ------------------------------------------------------------------------------------------------ run
@@ -139,7 +167,11 @@ class Lease(Strict):
     #: (diloco: ceil(samples / batch_size) AdamW steps from the model, returning start - end)
     kind: Literal["gradient", "inner-steps"]
     lr: float  # the inner learning rate (diloco); informative for gradients
-    seed: int  # dropout randomness of the unit
+    #: diloco: ``fresh``: a new AdamW for this unit (recomputable by another worker); ``kept``: the worker's own
+    inner_state: Literal["fresh", "kept"] = "fresh"
+    seed: int  # dropout randomness of the unit (the same for every copy of the unit)
+    #: ``primary``: the unit's first copy; ``replica``: a copy re-issued to compare with (validation)
+    role: Literal["primary", "replica"] = "primary"
     codec: Literal["fp32", "fp16", "int8"]
     block: int
     lease_seconds: float  # the lease expires this long after the last heartbeat
@@ -186,7 +218,8 @@ UPLOAD_META_KEY = "vkblas"
 
 class UploadReply(Strict):
     update_id: int
-    status: Literal["recorded"]
+    #: ``recorded``: it will be applied; ``held``: it waits for another worker's copy of the unit to compare with
+    status: Literal["recorded", "held"]
     bytes: int
     credit: int
 
@@ -206,6 +239,12 @@ class WorkerStatus(Strict):
     bytes_sent: int  # as the worker's transport counted them (request and response heads and bodies)
     bytes_received: int
     online: bool
+    user: str | None = None
+    credit_flops: float = 0.0
+    valid: int = 0
+    invalid: int = 0
+    reputation: int = 0
+    banned: bool = False
 
 
 class Evaluation(Strict):
@@ -218,7 +257,8 @@ class Evaluation(Strict):
 
 class RunStatus(Strict):
     run_id: str
-    state: Literal["running", "finished"]
+    state: Literal["running", "paused", "finished"]
+    stop_reason: str = ""
     algorithm: str
     dataset: str
     model: str
@@ -238,3 +278,57 @@ class RunStatus(Strict):
     bytes_out: int  # what workers report having received
     apply_cpu_s_per_update: float
     spec: dict[str, str | int | float | bool | None]
+    #: updates by validation state: held, recorded, applied, stale, duplicate, invalid, inconclusive, quarantined
+    validation: dict[str, int] = Field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------------ leaderboard
+class LeaderboardRow(Strict):
+    user: str  # the account, or the worker's own name for a worker without one
+    workers: int
+    samples: int  # validated samples
+    flops: float
+    valid: int
+    invalid: int
+
+
+class HistoryPoint(Strict):
+    at: float
+    version: int
+    samples_applied: int
+    samples_validated: int
+    workers_online: int
+
+
+class Dashboard(Strict):
+    """Everything the web page shows (``GET /v1/dashboard``)."""
+
+    status: RunStatus
+    leaderboard: list[LeaderboardRow]
+    history: list[HistoryPoint]
+
+
+# ------------------------------------------------------------------------------------------------ admin
+class RunAction(Strict):
+    action: Literal["pause", "resume", "stop"]
+    reason: str = Field(default="", max_length=500)
+
+
+class BanRequest(Strict):
+    reason: str = Field(min_length=1, max_length=500)
+
+
+class AdminWorker(Strict):
+    worker_id: int
+    name: str
+    user: str | None
+    address: str
+    device: str
+    reputation: int
+    valid: int
+    invalid: int
+    rejected: int
+    credit: int
+    pending: int
+    banned: str | None
+    last_seen: float

@@ -19,14 +19,18 @@ from starlette.types import Scope
 from ...version import __version__
 from ..protocol import MAX_JSON_BODY, UPLOAD_SLACK, ModelManifest
 from ..validation import signature_of
-from . import checkpoints
-from .api import files, leases, status, workers
+from . import checkpoints, trust
+from .addresses import parse_networks
+from .api import admin, board, files, leases, status, workers
 from .api.deps import Context
 from .api.errors import BodyLimit, install
+from .api.limits import RateLimit
+from .api.watch import RunWatch
 from .applier import Applier
 from .config import ServeSettings
 from .db import Database
 from .models import Checkpoint
+from .ratelimit import RateLimiter
 from .runs import load_spec
 from .store import Store
 
@@ -43,7 +47,13 @@ def _context(settings: ServeSettings) -> Context:
     model_bytes = sum(int(np.asarray(v).nbytes) for v in params.values())
     # fp32 is the largest codec; int8 with tiny blocks adds up to 4 bytes of scale per value: twice covers both
     return Context(
-        db=db, store=store, spec=spec, signature=signature_of(params), upload_limit=2 * model_bytes + UPLOAD_SLACK
+        db=db,
+        store=store,
+        spec=spec,
+        signature=signature_of(params),
+        upload_limit=2 * model_bytes + UPLOAD_SLACK,
+        flops_per_sample=trust.flops_per_sample(sum(int(np.asarray(v).size) for v in params.values())),
+        watch=RunWatch(db),
     )
 
 
@@ -53,6 +63,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ctx = holder["ctx"] = app.state.ctx = _context(settings)
+        ctx.watch.start()
         stop, thread = threading.Event(), None
         if settings.applier:
             applier = Applier(
@@ -65,6 +76,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
         try:
             yield
         finally:
+            await ctx.watch.stop()
             stop.set()
             if thread is not None:
                 thread.join(timeout=30)
@@ -78,7 +90,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
         lifespan=lifespan,
     )
     install(app)
-    for module in (workers, leases, files, status):
+    for module in (workers, leases, files, status, board, admin):
         app.include_router(module.router)
 
     def limit_for(scope: Scope) -> int:
@@ -88,6 +100,13 @@ def create_app(settings: ServeSettings) -> FastAPI:
         return MAX_JSON_BODY
 
     app.add_middleware(BodyLimit, limit_for=limit_for)
+    # added last, so it runs first: a flood is refused before its body is read
+    app.add_middleware(
+        RateLimit,
+        per_address=RateLimiter(settings.rate_per_address, settings.burst_per_address),
+        per_token=RateLimiter(settings.rate_per_token, settings.burst_per_token),
+        proxies=parse_networks(settings.trusted_proxies),
+    )
     return app
 
 

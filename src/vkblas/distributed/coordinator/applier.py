@@ -4,11 +4,14 @@ Every process runs an :class:`Applier` loop; the ``leaders`` row ``applier`` say
 renews every pass; when its holder dies, another takes over after ``LEADER_TTL_S``). Its pass:
 
 1. expire leases whose heartbeats stopped (their units are open again);
-2. read the *recorded* updates (uploads that passed validation, payloads in the store), in sequence order;
-3. decide and **apply** them to the in-memory model with the run's rule (``async``: each on its own, judged by
-   the staleness filter; ``sync``/``diloco``: a round's contributions together once the round closes);
-4. **checkpoint**: write the new version to the store, then, in one transaction, insert the checkpoint row, mark
-   those updates applied or stale, credit their workers, publish the version, and renew the leader lease (if
+2. validate: decide the units whose copies are all in (:mod:`.validator`), so agreeing results become *recorded*
+   and disagreeing ones are quarantined;
+3. read the *recorded* updates (uploads that passed validation, payloads in the store), in sequence order;
+4. decide and **apply** them to the in-memory model with the run's rule (``async``: each on its own, judged by
+   the staleness filter; ``sync``/``diloco``: a round's contributions together once the round closes, combined by
+   the run's ``--aggregate`` rule, a trimmed mean by default);
+5. **checkpoint**: write the new version to the store, then, in one transaction, insert the checkpoint row, mark
+   those updates applied or stale, count them on their workers, publish the version, and renew the leader lease (if
    another process took the lease meanwhile, the transaction is rolled back and nothing of this pass counts).
 
 An update is therefore applied in exactly one committed checkpoint. After a crash (``kill -9``) the next applier
@@ -30,15 +33,17 @@ from dataclasses import dataclass
 import numpy as np
 from sqlalchemy import func, select, update
 
-from ..algorithms import GlobalModel, StalenessFilter, weighted_mean
+from ..algorithms import GlobalModel, StalenessFilter
 from ..codec import decode, from_payload
 from ..protocol import ModelManifest
-from . import checkpoints
+from ..robust import aggregate
+from . import checkpoints, trust
 from .config import RunSpec
 from .crud import current_lr, expire_leases
 from .db import Database
-from .models import RUN_ID, Checkpoint, Evaluation, Leader, Lease, Run, Unit, Update, Worker
+from .models import RUN_ID, Checkpoint, Evaluation, History, Leader, Lease, Run, Unit, Update, Worker
 from .store import Store
+from .validator import validate
 
 log = logging.getLogger("vkblas.coordinator")
 LEADER = "applier"
@@ -47,6 +52,8 @@ MAX_PER_PASS = 64  # async: at most this many updates per checkpoint, so version
 GC_EVERY_S = 30.0
 EXPIRE_EVERY_S = 1.0  # leasing expires leases too; this pass is for when nobody asks
 GC_GRACE_S = 120.0  # a superseded blob stays this long (a worker may still be downloading it)
+HISTORY_EVERY_S = 2.0  # the dashboard's curves of throughput and workers online
+KEEP_DECODED_BYTES = 256 * 2**20  # validated results handed from the validator to this pass's applying
 
 
 @dataclass
@@ -90,6 +97,9 @@ class Applier:
         self._last_eval = (-1, 0.0)  # (version, time)
         self._last_gc = time.time()
         self._last_expiry = 0.0
+        self._last_history = 0.0
+        self.flops_per_sample = 0.0
+        self._decoded: dict[str, dict[str, np.ndarray]] = {}  # payload sha256 -> the validator's decoded result
 
     # ------------------------------------------------------------------ leadership
     def _hold(self, now: float) -> bool:
@@ -129,7 +139,15 @@ class Applier:
                 expire_leases(s, now=now)
         if self.model is None:
             self._load()
-        decided = self._apply_pending(now)
+        decided = validate(self.db, self.store, self.spec, flops_per_sample=self.flops_per_sample,
+                           decoded=self._decoded, keep_bytes=KEEP_DECODED_BYTES)  # fmt: skip
+        try:
+            decided += self._apply_pending(now)
+        finally:
+            self._decoded.clear()  # only this pass's: a later pass reads the store (the bytes' hash checked)
+        if now - self._last_history >= HISTORY_EVERY_S:
+            self._last_history = now
+            self._record_history(now)
         self._maybe_evaluate(now)
         self._maybe_finish(now)
         if now - self._last_gc > GC_EVERY_S:
@@ -155,6 +173,7 @@ class Applier:
             self.last_seq, self.samples_applied = cp.last_seq, cp.samples_applied
             pending = s.scalar(select(func.count()).select_from(Update).where(Update.status == "recorded"))
         self.model = checkpoints.read(self.store, self.spec, manifest, cp.state_sha256)
+        self.flops_per_sample = trust.flops_per_sample(sum(v.size for v in self.model.params().values()))
         self.published = self.model.version
         log.info("applier: loaded version %d (%d recorded updates to apply)", self.model.version, pending)
 
@@ -189,7 +208,8 @@ class Applier:
         v = self.model.version  # type: ignore[union-attr]
         fresh = sum(u.samples for u in pending if u.base_version == v)
         leased_q = select(func.coalesce(func.sum(Lease.samples), 0)).where(Lease.base_version == v)
-        leased = s.scalar(leased_q.where(Lease.status.in_(("active", "done"))))
+        # the quorum is of the round's units (first copies); a copy being checked keeps the round open too
+        leased = s.scalar(leased_q.where(Lease.status.in_(("active", "done")), Lease.role == "primary"))
         active_v = s.scalar(leased_q.where(Lease.status == "active"))
         active = s.scalar(select(func.count()).select_from(Lease).where(Lease.status == "active"))
         close = (
@@ -200,6 +220,9 @@ class Applier:
         return pending if close else []
 
     def _payload(self, u: Update) -> dict[str, np.ndarray]:
+        kept = self._decoded.pop(u.payload_sha256, None)
+        if kept is not None:
+            return kept
         tensors, meta = from_payload(self.store.get(u.payload_sha256))
         return decode(tensors, meta)  # validated at upload; the store's hash check guards the bytes since
 
@@ -217,15 +240,17 @@ class Applier:
         return out
 
     def _apply_round(self, batch: list[Update], total: int) -> list[Decision]:
-        """One round: the sample-weighted mean of its contributions; a late one (computed from an older version)
-        counts with weight ``samples / (1 + s)`` if its staleness ``s`` is within the bound, else is dropped; the
-        step's rate is scaled by the mean of those factors, so a round of late results alone moves the model less."""
+        """One round: the sample-weighted combination of its contributions by the run's rule (``mean``, or the
+        coordinate-wise ``trimmed-mean``); a late one (computed from an older version) counts with weight
+        ``samples / (1 + s)`` if its staleness ``s`` is within the bound, else is dropped; the step's rate is scaled
+        by the mean of those factors, so a round of late results alone moves the model less."""
         model = self.model
         assert model is not None
         judged = [(u, self.filter.judge(u.base_version, model.version)) for u in batch]
         used = [(u, j) for u, j in judged if j.accepted]
         if used:
-            mean = weighted_mean([(self._payload(u), u.samples * j.scale) for u, j in used])
+            contributions = [(self._payload(u), u.samples * j.scale) for u, j in used]
+            mean = aggregate(contributions, self.spec.aggregate, self.spec.trim)
             scale = sum(u.samples * j.scale for u, j in used) / sum(u.samples for u, _ in used)
             if self.spec.algorithm == "diloco":
                 model.apply_pseudo_gradient(mean, lr_scale=scale)
@@ -274,12 +299,10 @@ class Applier:
                         .where(Update.seq == d.seq, Update.status == "recorded")
                         .values(status=d.status, staleness=d.staleness, applied_version=applied_version)
                     )
-                    credit = d.samples if d.status == "applied" else 0
-                    s.execute(
+                    s.execute(  # credit is the validator's (validated work), not the applier's
                         update(Worker)
                         .where(Worker.id == d.worker_id)
                         .values(
-                            credit=Worker.credit + credit,
                             accepted=Worker.accepted + int(d.status == "applied"),
                             stale=Worker.stale + int(d.status == "stale"),
                         )
@@ -333,13 +356,28 @@ class Applier:
             if run.state == "finished" or run.samples_leased < run.samples_total:
                 return
             unfinished = s.scalar(select(func.count()).select_from(Unit).where(Unit.status != "done"))
-            pending = s.scalar(select(func.count()).select_from(Update).where(Update.status == "recorded"))
+            pending = s.scalar(select(func.count()).select_from(Update).where(Update.status.in_(("recorded", "held"))))
         if unfinished or pending:
             return
         self._maybe_evaluate(now, force=self._last_eval[0] != self.model.version)  # type: ignore[union-attr]
         with self.db.session() as s:
             s.execute(update(Run).where(Run.id == RUN_ID).values(state="finished"))
         log.info("applier: the run is finished")
+
+    def _record_history(self, now: float) -> None:
+        with self.db.session() as s:
+            run = s.get(Run, RUN_ID)
+            assert run is not None
+            validated = s.scalar(
+                select(func.coalesce(func.sum(Update.samples), 0)).where(
+                    Update.status.in_(("recorded", "applied", "stale", "duplicate"))
+                )
+            )
+            online = s.scalar(
+                select(func.count()).select_from(Worker).where(Worker.last_seen > now - self.spec.lease_seconds)
+            )
+            s.add(History(created_at=now, version=run.version, samples_applied=run.samples_applied,
+                          samples_validated=int(validated), workers_online=online))  # fmt: skip
 
     def gc(self, now: float) -> int:
         """Delete store files nothing needs any more: not a data shard, not in the newest ``keep`` checkpoints, not
@@ -348,7 +386,12 @@ class Applier:
             run = s.get(Run, RUN_ID)
             assert run is not None
             keep = {r["sha256"] for r in json.loads(run.data_manifest)}
-            for cp in s.scalars(select(Checkpoint).order_by(Checkpoint.version.desc()).limit(self.keep)):
+            versions = set(s.scalars(select(Checkpoint.version).order_by(Checkpoint.version.desc()).limit(self.keep)))
+            # copies of a unit still to compute need the version their unit is pinned to
+            versions.update(
+                s.scalars(select(Unit.base_version).where(Unit.status != "done", Unit.base_version.is_not(None)))
+            )
+            for cp in s.scalars(select(Checkpoint).where(Checkpoint.version.in_(versions))):
                 keep.add(cp.state_sha256)
                 keep.update(ref.sha256 for ref in ModelManifest.model_validate_json(cp.manifest).shards)
             keep.update(s.scalars(select(Update.payload_sha256).where(Update.status == "recorded")))

@@ -44,6 +44,22 @@ class RunSpec(BaseModel):
     eval_seconds: float = Field(default=10.0, gt=0, le=86_400)
     max_norm: float | None = Field(default=None, gt=0)
     shard_samples: int = Field(default=10_000, ge=1, le=1_000_000)
+    # untrusted workers (docs/PROTOCOL.md, "Validation"): a unit is computed twice and compared
+    validate_fraction: float = Field(
+        default=0.05, ge=0, le=1, description="share of a trusted worker's units re-issued to another worker"
+    )
+    trust_after: int = Field(default=5, ge=0, le=1000, description="agreeing results in a row before trust")
+    max_unchecked: int = Field(default=3, ge=1, le=1000, description="units out before a new worker's first check")
+    suspend_after: int = Field(default=3, ge=1, le=1000, description="invalid results that suspend a worker")
+    tolerance: float | None = Field(default=None, gt=0, lt=2, description="override the measured tolerance")
+    norm_factor: float = Field(default=4.0, gt=1, le=1e6, description="a norm this far from the median is suspect")
+    aggregate: Literal["mean", "trimmed-mean"] = "trimmed-mean"
+    trim: float = Field(default=0.1, ge=0, lt=0.5, description="trimmed-mean: share dropped at each end")
+    inner_state: Literal["fresh", "kept"] = "fresh"  # diloco: a new AdamW per unit (recomputable) or the worker's
+    #: copies of a unit go to workers of its first copy's device class (BOINC's homogeneous redundancy: honest
+    #: results of several Adam steps on different devices can diverge chaotically); after ``lease_seconds``
+    #: without such a worker, to any
+    homogeneous: bool = True
 
     @field_validator("dataset", "model")
     @classmethod
@@ -56,7 +72,17 @@ class RunSpec(BaseModel):
     @model_validator(mode="after")
     def _optimizer(self) -> RunSpec:
         assert self.optimizer in OPTIMIZERS
+        if self.inner_state == "kept" and self.validates:
+            raise ValueError(
+                "inner_state 'kept' makes a unit depend on its worker's private AdamW state, so no other worker can"
+                " recompute it: use inner_state 'fresh', or turn validation off (validate_fraction 0, trust_after 0)"
+            )
         return self
+
+    @property
+    def validates(self) -> bool:
+        """Whether units are ever re-issued for comparison."""
+        return self.validate_fraction > 0 or self.trust_after > 0
 
     # resolved defaults, per algorithm
     @property
@@ -74,6 +100,10 @@ class RunSpec(BaseModel):
     @property
     def round_deadline(self) -> float:
         return self.round_seconds if self.round_seconds is not None else 3 * self.unit_seconds + 2
+
+    @property
+    def kind(self) -> str:
+        return "inner-steps" if self.algorithm == "diloco" else "gradient"
 
     def public(self) -> dict[str, str | int | float | bool | None]:
         return self.model_dump()
@@ -103,6 +133,35 @@ class ServeSettings(BaseModel):
     applier: bool = True  # run the applier loop (tests of the bare API turn it off)
     keep_checkpoints: int = Field(default=3, ge=1, le=1000)
     tick_seconds: float = Field(default=0.05, gt=0, le=10)
+    #: HTTPS: uvicorn's TLS, with these PEM files (or terminate TLS at a reverse proxy: docs/PROTOCOL.md)
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    #: addresses (or CIDR networks) of reverse proxies whose X-Forwarded-For is believed; nobody else's is
+    trusted_proxies: list[str] = Field(default_factory=list)
+    #: requests per second (sustained) and burst, per client address and per token; 0 turns a limit off. Each
+    #: serving process keeps its own buckets: with N processes a client may get up to N times these
+    rate_per_address: float = Field(default=50.0, ge=0)
+    burst_per_address: int = Field(default=200, ge=1)
+    rate_per_token: float = Field(default=20.0, ge=0)
+    burst_per_token: int = Field(default=60, ge=1)
+    #: the organiser's token: read from this file if it exists when the run is made, else made and written there
+    admin_token_file: str | None = None
+
+    @model_validator(mode="after")
+    def _tls(self) -> ServeSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("TLS needs both --tls-cert and --tls-key")
+        for f in (self.tls_cert, self.tls_key):
+            if f is not None and not Path(f).is_file():
+                raise ValueError(f"TLS file {f!r} does not exist")
+        from .addresses import parse_networks
+
+        parse_networks(self.trusted_proxies)  # names the bad entry
+        return self
+
+    @property
+    def admin_token_path(self) -> Path:
+        return Path(self.admin_token_file) if self.admin_token_file else Path(self.store) / "admin-token"
 
     @field_validator("db")
     @classmethod

@@ -9,18 +9,20 @@ their lease row, so an upload and the expiry of its lease cannot both win.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import math
 import secrets
 
-from sqlalchemy import func, select, update
+import numpy as np
+from sqlalchemy import exists, func, select, update
 from sqlalchemy.orm import Session
 
-from ..protocol import DataSlice, Heartbeat, LeaseReply, RegisterReply, UploadMeta, UploadReply, WorkerSelf
+from ..protocol import DataSlice, Heartbeat, LeaseReply, UploadMeta, UploadReply
 from ..protocol import Lease as LeaseMsg
+from ..robust import NormBand
 from ..shards import shard_order, unit_seed
 from ..sizing import RateMeter, batch_for_time
+from . import copies, trust
 from .config import RunSpec
 from .errors import ApiError
 from .models import RUN_ID, Lease, Run, Unit, Update, Worker
@@ -29,65 +31,8 @@ from .runs import data_manifest, manifest_of
 MAX_ACTIVE_ASYNC = 2  # async: a worker may hold two leases (one computing, one prefetched)
 WAIT_S = 0.1  # a round closes within the applier's tick; asking again soon keeps workers from idling
 MIN_GRADIENT_SAMPLES = 8
-
-
-def _hash_secret(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
-
-
-# ------------------------------------------------------------------------------------------------ workers
-def register(s: Session, *, name: str, device: str, now: float) -> RegisterReply:
-    secret = secrets.token_urlsafe(32)
-    w = Worker(
-        name=name,
-        device=device,
-        token_hash=_hash_secret(secret),
-        created_at=now,
-        last_seen=now,
-        rate=json.dumps(RateMeter().state()),
-        samples_per_s=0.0,
-        wall_s=0.0,
-        idle_s=0.0,
-        bytes_sent=0,
-        bytes_received=0,
-        units_done=0,
-        credit=0,
-        accepted=0,
-        stale=0,
-        rejected=0,
-    )
-    s.add(w)
-    s.flush()
-    return RegisterReply(worker_id=w.id, token=f"{w.id}.{secret}")
-
-
-def authenticate(s: Session, *, authorization: str | None) -> Worker:
-    """The worker whose token is in the ``Authorization: Bearer <id>.<secret>`` header."""
-    if not authorization:
-        raise ApiError("missing-token", "this endpoint needs a worker token: 'Authorization: Bearer <token>'")
-    scheme, _, token = authorization.partition(" ")
-    wid, _, secret = token.strip().partition(".")
-    if scheme.lower() != "bearer" or not (wid.isdigit() and len(wid) <= 15) or not secret or len(token) > 200:
-        raise ApiError("bad-token", "the Authorization header must be 'Bearer <worker_id>.<secret>'")
-    w = s.get(Worker, int(wid))
-    # the comparison of hashes is constant-time; an unknown id compares against a dummy so both take as long
-    stored = w.token_hash if w is not None else "0" * 64
-    if not hmac.compare_digest(stored, _hash_secret(secret)) or w is None:
-        raise ApiError("bad-token", "unknown or revoked worker token (register again)")
-    return w
-
-
-def worker_self(w: Worker) -> WorkerSelf:
-    return WorkerSelf(
-        worker_id=w.id,
-        name=w.name,
-        device=w.device,
-        units_done=w.units_done,
-        credit=w.credit,
-        accepted=w.accepted,
-        stale=w.stale,
-        rejected=w.rejected,
-    )
+NORM_HISTORY = 32  # the norm band compares with this many recent validated results
+_random = secrets.SystemRandom()  # which units are checked: not predictable by the workers
 
 
 def _report(w: Worker, hb: Heartbeat, now: float) -> None:
@@ -104,9 +49,9 @@ def expire_leases(s: Session, *, now: float) -> int:
     ).all()
     if not ids:
         return 0
-    units = select(Lease.unit_id).where(Lease.id.in_(ids))
-    s.execute(update(Unit).where(Unit.id.in_(units), Unit.status == "leased").values(status="open"))
+    units = s.scalars(select(Lease.unit_id).where(Lease.id.in_(ids))).all()
     s.execute(update(Lease).where(Lease.id.in_(ids)).values(status="expired"))
+    copies.refresh_ids(s, units)
     return len(ids)
 
 
@@ -153,62 +98,117 @@ def _carve(s: Session, run: Run, spec: RunSpec, n: int) -> Unit | None:
 
 
 def lease(s: Session, *, worker: Worker, spec: RunSpec, now: float) -> LeaseReply:
-    """A unit of work for ``worker``, or why not now (``wait``) or never (``done``)."""
+    """A unit of work for ``worker``, or why not now (``wait``) or never (``done``). A copy of a unit that is being
+    checked (a replica) goes first; the worker must not have computed that unit already nor share a user with
+    whoever did, must be of the unit's device class (``homogeneous``; any class after ``lease_seconds``), and
+    while a trusted worker is online only a trusted one gets it (colluders who are new cannot check each other)."""
     run = s.get(Run, RUN_ID, with_for_update=True)
     assert run is not None
     expire_leases(s, now=now)
     worker.last_seen = now
     if run.state == "finished":
-        return LeaseReply(status="done", reason="the run is finished", credit=worker.credit)
+        return LeaseReply(status="done", reason=run.stop_reason or "the run is finished", credit=worker.credit)
+    refused = trust.refusal(spec, worker)
+    if refused is not None:
+        raise ApiError(*refused)
+    if run.state == "paused":
+        return _wait(worker, f"the organiser paused the run{': ' + run.stop_reason if run.stop_reason else ''}")
     mine = select(func.count()).select_from(Lease).where(Lease.worker_id == worker.id)
-    if spec.algorithm == "async":
-        if s.scalar(mine.where(Lease.status == "active")) >= MAX_ACTIVE_ASYNC:
-            return _wait(worker, f"worker already holds {MAX_ACTIVE_ASYNC} active leases")
-        # a unit handed out now is applied after everything in flight: do not make work the staleness bound will
-        # throw away (prime-rl's rule: no episode older than the bound is produced, rather than dropped)
-        in_flight = s.scalar(select(func.count()).select_from(Lease).where(Lease.status == "active"))
-        in_flight += s.scalar(select(func.count()).select_from(Update).where(Update.status == "recorded"))
-        if in_flight > spec.staleness_bound:
+    active = s.scalar(mine.where(Lease.status == "active"))
+    if spec.validates and worker.valid == 0:
+        held = s.scalar(
+            select(func.count()).select_from(Update).where(Update.worker_id == worker.id, Update.status == "held")
+        )
+        if active + held >= spec.max_unchecked:
             return _wait(
-                worker, f"{in_flight} results in flight; more would exceed --max-staleness {spec.staleness_bound}"
-            )
-    elif s.scalar(mine.where(Lease.base_version == run.version, Lease.status.in_(("active", "done")))):
-        return _wait(worker, f"round {run.version} is waiting for the others' results")
-    meter = RateMeter.from_state(json.loads(worker.rate))
-    unit = s.scalars(select(Unit).where(Unit.status == "open").order_by(Unit.id).limit(1)).first()
+                worker, f"{active + held} of this worker's units await their first check (--max-unchecked"
+                f" {spec.max_unchecked}); more work once one is validated",
+            )  # fmt: skip
+    if active >= (MAX_ACTIVE_ASYNC if spec.algorithm == "async" else 1):
+        return _wait(worker, f"worker already holds {active} active lease(s)")
+    unit, role = _replica_slot(s, worker, spec, now), "replica"
     if unit is None:
-        unit = _carve(s, run, spec, unit_samples(spec, meter.rate))
+        role = "primary"
+        if spec.algorithm == "async":
+            # a unit handed out now is applied after everything in flight: do not make work the staleness bound
+            # will throw away (prime-rl's rule: no episode older than the bound is produced, rather than dropped)
+            in_flight = s.scalar(select(func.count()).select_from(Lease).where(Lease.status == "active"))
+            in_flight += s.scalar(
+                select(func.count()).select_from(Update).where(Update.status.in_(("recorded", "held")))
+            )
+            if in_flight > spec.staleness_bound:
+                return _wait(
+                    worker, f"{in_flight} results in flight; more would exceed --max-staleness {spec.staleness_bound}"
+                )
+        elif s.scalar(
+            mine.where(Lease.base_version == run.version, Lease.role == "primary", Lease.status.in_(("active", "done")))
+        ):
+            return _wait(worker, f"round {run.version} is waiting for the others' results")
+        meter = RateMeter.from_state(json.loads(worker.rate))
+        q = select(Unit).where(Unit.status == "open", Unit.base_version.is_(None)).order_by(Unit.id).limit(1)
+        unit = s.scalars(q).first() or _carve(s, run, spec, unit_samples(spec, meter.rate))
     if unit is None:
         return _wait(worker, "every unit of the run is out; waiting for the last results")
-    unit.status, unit.attempts = "leased", unit.attempts + 1
+    unit.attempts += 1
+    if unit.base_version is None:  # the first copy: pin what every copy computes from; check it or not
+        unit.base_version = run.version
+        unit.lr = current_lr(spec, run.samples_applied, run.samples_total)
+        unit.device_class, unit.pinned_at = worker.device_class, now
+        if _random.random() < trust.replication_probability(spec, worker):
+            unit.quorum = max(unit.quorum, 2)
     row = Lease(
         id=secrets.token_hex(16),
         unit_id=unit.id,
         worker_id=worker.id,
-        base_version=run.version,
+        base_version=unit.base_version,
         samples=unit.samples,
         issued_at=now,
         expires_at=now + spec.lease_seconds,
         status="active",
+        role=role,
     )
     s.add(row)
-    diloco = spec.algorithm == "diloco"
+    copies.refresh(s, unit)
     msg = LeaseMsg(
         lease_id=row.id,
         unit_id=unit.id,
-        base_version=run.version,
-        model=manifest_of(s, run.version),
+        base_version=unit.base_version,
+        model=manifest_of(s, unit.base_version),
         data=DataSlice(shard=unit.shard, seed=unit.seed, offset=unit.offset, samples=unit.samples),
         batch_size=spec.batch_size,
-        kind="inner-steps" if diloco else "gradient",
-        lr=current_lr(spec, run.samples_applied, run.samples_total),
-        seed=(unit.seed + unit.attempts) % (2**31),
+        kind=spec.kind,  # type: ignore[arg-type]
+        lr=unit.lr if unit.lr is not None else 0.0,
+        inner_state=spec.inner_state,
+        seed=(unit.seed + unit.id) % (2**31),  # the same for every copy
+        role=role,  # type: ignore[arg-type]
         codec=spec.codec,
         block=spec.block,
         lease_seconds=spec.lease_seconds,
         heartbeat_seconds=max(0.5, spec.lease_seconds / 4),
     )
     return LeaseReply(status="work", lease=msg, credit=worker.credit)
+
+
+def _replica_slot(s: Session, worker: Worker, spec: RunSpec, now: float) -> Unit | None:
+    """The oldest unit that wants another copy and that ``worker`` may compute (see :func:`lease`)."""
+    q = select(Unit).where(Unit.status == "open", Unit.base_version.is_not(None))
+    q = q.where(~exists().where(Lease.unit_id == Unit.id, Lease.worker_id == worker.id))
+    if spec.homogeneous:  # the same device class, unless the unit has waited for one longer than a lease lasts
+        q = q.where((Unit.device_class == worker.device_class) | (Unit.pinned_at < now - spec.lease_seconds))
+    if worker.user_id is not None:
+        same_user = select(Lease.id).join(Worker, Worker.id == Lease.worker_id)
+        q = q.where(~exists(same_user.where(Lease.unit_id == Unit.id, Worker.user_id == worker.user_id)))
+    if not trust.trusted(spec, worker):  # only if no trusted worker who could take it is online
+        online_trusted = select(Worker.id).where(
+            Worker.id != worker.id,
+            Worker.consecutive_valid >= spec.trust_after,
+            Worker.last_seen > now - spec.lease_seconds,
+            Worker.banned.is_(None),
+        )
+        if spec.homogeneous:
+            online_trusted = online_trusted.where(Worker.device_class == Unit.device_class)
+        q = q.where(~exists(online_trusted))
+    return s.scalars(q.order_by(Unit.id).limit(1).with_for_update()).first()
 
 
 def _wait(worker: Worker, reason: str) -> LeaseReply:
@@ -249,7 +249,7 @@ def return_lease(s: Session, *, worker: Worker, lease_id: str, now: float) -> No
     """The worker gives the unit back (it is stopping): the unit is open again at once."""
     row = own_lease(s, worker=worker, lease_id=lease_id, now=now)
     row.status = "returned"
-    s.execute(update(Unit).where(Unit.id == row.unit_id).values(status="open"))
+    copies.refresh_ids(s, [row.unit_id])
 
 
 # ------------------------------------------------------------------------------------------------ uploads
@@ -258,7 +258,44 @@ def find_upload(s: Session, *, worker: Worker, key: str) -> Update | None:
 
 
 def upload_reply(u: Update, worker: Worker) -> UploadReply:
-    return UploadReply(update_id=u.seq, status="recorded", bytes=u.payload_bytes, credit=worker.credit)
+    status = "held" if u.status == "held" else "recorded"
+    return UploadReply(update_id=u.seq, status=status, bytes=u.payload_bytes, credit=worker.credit)  # type: ignore[arg-type]
+
+
+def content_hash(tensors: dict) -> str:
+    """sha256 of an upload's tensors alone (name, dtype, shape, bytes, in name order), not of its metadata."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        arr = tensors[name]
+        h.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
+        h.update(memoryview(np.ascontiguousarray(arr)).cast("B"))
+    return h.hexdigest()
+
+
+def replay_of(s: Session, *, content: str, lease_id: str) -> int | None:
+    """An update with the same tensors for another unit than the lease's (a result sent again, perhaps under new
+    metadata; two copies of one unit may be identical)."""
+    unit_id = select(Lease.unit_id).where(Lease.id == lease_id).scalar_subquery()
+    q = select(Update.seq).where(Update.content_sha256 == content, Update.unit_id != unit_id)
+    return s.scalar(q.limit(1))
+
+
+def scaled_norm(spec: RunSpec, norm: float, samples: int) -> float:
+    """An update's norm made comparable across unit sizes: a DiLoCo pseudo-gradient of H inner steps grows like
+    sqrt(H) (steps of a random-walk-like direction), a gradient of one batch does not grow."""
+    if spec.kind == "inner-steps":
+        return norm / math.sqrt(max(1, math.ceil(samples / spec.batch_size)))
+    return norm
+
+
+def _recent_norms(s: Session, spec: RunSpec) -> list[float]:
+    rows = s.execute(
+        select(Update.norm, Update.samples)
+        .where(Update.status.in_(("recorded", "applied", "duplicate")), Update.suspicion == "")
+        .order_by(Update.seq.desc())
+        .limit(NORM_HISTORY)
+    ).all()
+    return [scaled_norm(spec, n, k) for n, k in rows]
 
 
 def record_upload(
@@ -271,19 +308,35 @@ def record_upload(
     nbytes: int,
     meta: UploadMeta,
     norm: float,
+    content: str,
+    spec: RunSpec,
+    flops_per_sample: float,
     now: float,
 ) -> Update:
-    """Record a validated upload (its payload already in the store): the lease and its unit are done."""
+    """Record a validated upload (its payload already in the store): the lease is done. A result of an unchecked
+    unit is ``recorded`` (to apply) unless its norm is outside the recent band: then it is *held* and its unit
+    wants a second copy; a result of a checked unit is held for the validator."""
     row = own_lease(s, worker=worker, lease_id=lease_id, now=now)
     if meta.samples != row.samples:
         raise ApiError(
             "invalid-payload", f"the upload reports {meta.samples} samples; lease {lease_id} has {row.samples}"
         )
+    unit = s.get(Unit, row.unit_id, with_for_update=True)
+    assert unit is not None
+    unit.results += 1
+    suspicion = ""
+    if spec.validates:
+        suspicion = NormBand(spec.norm_factor).check(scaled_norm(spec, norm, row.samples), _recent_norms(s, spec))
+        if suspicion and unit.quorum < 2:
+            unit.quorum = 2  # suspicious: compare with another copy (BOINC #2138: never leave such a unit at 1)
+    held = unit.quorum >= 2
     u = Update(
         lease_id=row.id,
         worker_id=worker.id,
+        unit_id=unit.id,
         idempotency_key=key,
         payload_sha256=sha,
+        content_sha256=content,
         payload_bytes=nbytes,
         base_version=row.base_version,
         samples=row.samples,
@@ -291,11 +344,14 @@ def record_upload(
         loss=meta.loss,
         norm=norm,
         created_at=now,
-        status="recorded",
+        status="held" if held else "recorded",
+        suspicion=suspicion,
     )
     s.add(u)
     row.status = "done"
-    s.execute(update(Unit).where(Unit.id == row.unit_id).values(status="done"))
+    if not held:
+        trust.unchecked(spec, worker, row.samples, row.samples * flops_per_sample)
+    copies.refresh(s, unit)
     meter = RateMeter.from_state(json.loads(worker.rate))
     meter.observe(row.samples, meta.compute_s)
     worker.rate = json.dumps(meter.state())
@@ -307,4 +363,6 @@ def record_upload(
 
 
 def count_rejected(s: Session, *, worker_id: int) -> None:
-    s.execute(update(Worker).where(Worker.id == worker_id).values(rejected=Worker.rejected + 1))
+    """An upload that failed validation (NaN, wrong shape, a replay): counted, and the worker's next units are
+    checked again (its run of agreeing results is over); not an *invalid* result, which needs a comparison."""
+    s.execute(update(Worker).where(Worker.id == worker_id).values(rejected=Worker.rejected + 1, consecutive_valid=0))

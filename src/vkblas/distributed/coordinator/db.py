@@ -5,8 +5,11 @@ SQLite with several writers (threads or uvicorn processes) fails with "database 
 began as a reader tries to write (a read-to-write upgrade fails at once, whatever busy_timeout says). So every
 writing transaction here starts with ``BEGIN IMMEDIATE`` (it takes the write lock up front and waits for it up to
 the busy timeout), and read-only sessions (:func:`read_session`) start a plain deferred ``BEGIN``, which WAL lets
-run beside a writer. On PostgreSQL transactions are READ COMMITTED; the few read-modify-write sequences that must
-not interleave lock their row (``SELECT ... FOR UPDATE``) or are single conditional UPDATEs.
+run beside a writer. Writers of one process also queue on a lock of their own before ``BEGIN IMMEDIATE``: SQLite's
+busy handler polls with sleeps growing to 100 ms, so under load a waiting writer slept past the moment the lock
+was free; a Python lock hands it over at once, and the busy timeout is left to arbitrate between processes. On
+PostgreSQL transactions are READ COMMITTED; the few read-modify-write sequences that must not interleave lock their
+row (``SELECT ... FOR UPDATE``) or are single conditional UPDATEs.
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from threading import RLock
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 SQLITE_BUSY_TIMEOUT_S = 60.0
-HEAD = "0001"
+HEAD = "0002"
 
 
 def make_engine(url: str) -> Engine:
@@ -55,11 +59,16 @@ class Database:
         self.dialect = self.engine.dialect.name
         self._writer = sessionmaker(self.engine, expire_on_commit=False)
         self._reader = sessionmaker(self.engine.execution_options(readonly=True), expire_on_commit=False)
+        self._write_lock = RLock() if self.dialect == "sqlite" else None  # reentrant: a nested writer still works
 
     @contextmanager
     def session(self) -> Iterator[Session]:
         """A writing transaction: committed on success, rolled back on an exception."""
-        with self._writer.begin() as s:
+        if self._write_lock is None:
+            with self._writer.begin() as s:
+                yield s
+            return
+        with self._write_lock, self._writer.begin() as s:
             yield s
 
     @contextmanager
@@ -84,14 +93,29 @@ def alembic_config(connection=None):  # type: ignore[no-untyped-def]
 def migrate(db: Database, revision: str = "head") -> None:
     """Apply the migrations up to ``revision`` (idempotent: an up-to-date database is left as is); ``"base"``
     undoes them all."""
+    _run_alembic(db, "downgrade" if revision == "base" else "upgrade", revision)
+
+
+def downgrade(db: Database, revision: str) -> None:
+    """Undo the migrations above ``revision``."""
+    _run_alembic(db, "downgrade", revision)
+
+
+def _run_alembic(db: Database, direction: str, revision: str) -> None:
     from alembic import command
 
     with db.engine.connect() as conn:
-        if revision == "base":
-            command.downgrade(alembic_config(conn), revision)
-        else:
-            command.upgrade(alembic_config(conn), revision)
-        conn.commit()
+        sqlite = conn.dialect.name == "sqlite"
+        # SQLite's batch mode copies a table and drops the old one, which its foreign keys refuse; the pragma is
+        # only honoured outside a transaction, so it goes to the driver's connection before Alembic begins one
+        if sqlite:
+            conn.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")
+        try:
+            getattr(command, direction)(alembic_config(conn), revision)
+            conn.commit()
+        finally:
+            if sqlite:
+                conn.connection.driver_connection.execute("PRAGMA foreign_keys=ON")
 
 
 def current_revision(db: Database) -> str | None:

@@ -26,7 +26,8 @@ class Run(Base):
     uid: Mapped[str] = mapped_column(String(32))  # random, names the run to workers (their cache directories)
     spec: Mapped[str] = mapped_column(Text)  # RunSpec as JSON
     data_manifest: Mapped[str] = mapped_column(Text)  # [DataShardRef] as JSON
-    state: Mapped[str] = mapped_column(String(16))  # running | finished
+    state: Mapped[str] = mapped_column(String(16))  # running | paused | finished (done or stopped)
+    stop_reason: Mapped[str] = mapped_column(Text, server_default="")  # set when the organiser stopped it
     created_at: Mapped[float] = mapped_column(Float)
     samples_total: Mapped[int] = mapped_column(BigInteger)
     samples_leased: Mapped[int] = mapped_column(BigInteger)  # carved into units so far
@@ -40,6 +41,28 @@ class Run(Base):
     updates_applied: Mapped[int] = mapped_column(BigInteger)
 
 
+class User(Base):
+    """A volunteer's account: its workers' validated credit adds up on the leaderboard under its name."""
+
+    __tablename__ = "users"
+    __table_args__ = (UniqueConstraint("name", name="uq_users_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64))
+    token_hash: Mapped[str] = mapped_column(String(64))  # sha256 of the token's secret, hex
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Credential(Base):
+    """A token that is not a worker's or a user's: ``admin`` (the organiser's, for run control)."""
+
+    __tablename__ = "credentials"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Float)
+
+
 class Worker(Base):
     __tablename__ = "workers"
 
@@ -47,6 +70,18 @@ class Worker(Base):
     name: Mapped[str] = mapped_column(String(64))
     device: Mapped[str] = mapped_column(String(64))
     token_hash: Mapped[str] = mapped_column(String(64))  # sha256 of the token's secret, hex
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", name="fk_workers_user"), nullable=True)
+    address: Mapped[str] = mapped_column(String(64), server_default="")  # where it registered from
+    device_class: Mapped[str] = mapped_column(String(128), server_default="")  # homogeneous redundancy's class
+    #: reputation: results in a row that agreed with another worker's (0 after a disagreement), and totals
+    consecutive_valid: Mapped[int] = mapped_column(Integer, server_default="0")
+    valid: Mapped[int] = mapped_column(Integer, server_default="0")
+    invalid: Mapped[int] = mapped_column(Integer, server_default="0")
+    credit_flops: Mapped[float] = mapped_column(Float, server_default="0")
+    #: credit for results accepted unchecked: granted at this worker's next passed check, forfeited at a failed one
+    pending_samples: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    pending_flops: Mapped[float] = mapped_column(Float, server_default="0")
+    banned: Mapped[str | None] = mapped_column(Text, nullable=True)  # why the organiser banned it
     created_at: Mapped[float] = mapped_column(Float)
     last_seen: Mapped[float] = mapped_column(Float)
     rate: Mapped[str] = mapped_column(Text)  # RateMeter state as JSON (speed -> unit sizes)
@@ -56,7 +91,7 @@ class Worker(Base):
     bytes_sent: Mapped[int] = mapped_column(BigInteger)
     bytes_received: Mapped[int] = mapped_column(BigInteger)
     units_done: Mapped[int] = mapped_column(Integer)
-    credit: Mapped[int] = mapped_column(BigInteger)  # accepted samples
+    credit: Mapped[int] = mapped_column(BigInteger)  # validated samples
     accepted: Mapped[int] = mapped_column(Integer)
     stale: Mapped[int] = mapped_column(Integer)
     rejected: Mapped[int] = mapped_column(Integer)
@@ -74,8 +109,16 @@ class Unit(Base):
     seed: Mapped[int] = mapped_column(BigInteger)
     offset: Mapped[int] = mapped_column(Integer)
     samples: Mapped[int] = mapped_column(Integer)
-    status: Mapped[str] = mapped_column(String(16))  # open | leased | done
+    #: open (a copy is wanted) | leased (every wanted copy is out) | checking (results to compare) | done
+    status: Mapped[str] = mapped_column(String(16))
     attempts: Mapped[int] = mapped_column(Integer)
+    quorum: Mapped[int] = mapped_column(Integer, server_default="1")  # agreeing results wanted (1: unchecked)
+    results: Mapped[int] = mapped_column(Integer, server_default="0")  # results received, of every copy
+    #: the version every copy computes from, once the first copy is out (replicas must start from the same weights)
+    base_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    lr: Mapped[float | None] = mapped_column(Float, nullable=True)  # and the same learning rate
+    device_class: Mapped[str | None] = mapped_column(String(128), nullable=True)  # its first copy's worker's
+    pinned_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # when its first copy went out
 
 
 class Lease(Base):
@@ -95,6 +138,7 @@ class Lease(Base):
     issued_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float] = mapped_column(Float)
     status: Mapped[str] = mapped_column(String(16))  # active | done | expired | returned
+    role: Mapped[str] = mapped_column(String(16), server_default="primary")  # primary | replica
 
 
 class Update(Base):
@@ -105,6 +149,8 @@ class Update(Base):
         UniqueConstraint("worker_id", "idempotency_key", name="uq_updates_worker_key"),
         UniqueConstraint("lease_id", name="uq_updates_lease"),
         Index("ix_updates_status", "status"),
+        Index("ix_updates_unit", "unit_id"),
+        Index("ix_updates_content", "content_sha256"),
     )
 
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -119,7 +165,15 @@ class Update(Base):
     loss: Mapped[float] = mapped_column(Float)
     norm: Mapped[float] = mapped_column(Float)
     created_at: Mapped[float] = mapped_column(Float)
-    status: Mapped[str] = mapped_column(String(16))  # recorded | applied | stale
+    #: held (awaiting the other copies of its unit) -> recorded (to apply) -> applied | stale; or duplicate (agreed,
+    #: its twin is applied), invalid (disagreed: quarantined), inconclusive, quarantined (its worker was banned)
+    status: Mapped[str] = mapped_column(String(16))
+    unit_id: Mapped[int | None] = mapped_column(ForeignKey("units.id", name="fk_updates_unit"), nullable=True)
+    #: sha256 of the tensors alone (names, dtypes, shapes, bytes; no metadata): the same result sent again under
+    #: another lease's metadata has the same one
+    content_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    suspicion: Mapped[str] = mapped_column(Text, server_default="")  # why it was sent to validation, if it was
+    distance: Mapped[float | None] = mapped_column(Float, nullable=True)  # to the canonical result of its unit
     applied_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     staleness: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
@@ -147,6 +201,19 @@ class Evaluation(Base):
     accuracy: Mapped[float] = mapped_column(Float)
     loss: Mapped[float] = mapped_column(Float)
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class History(Base):
+    """The run over time, one row every few seconds (the dashboard's throughput and workers-online curves)."""
+
+    __tablename__ = "history"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    version: Mapped[int] = mapped_column(Integer)
+    samples_applied: Mapped[int] = mapped_column(BigInteger)
+    samples_validated: Mapped[int] = mapped_column(BigInteger)
+    workers_online: Mapped[int] = mapped_column(Integer)
 
 
 class Leader(Base):

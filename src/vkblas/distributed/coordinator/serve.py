@@ -4,23 +4,51 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sys
+import time
 
+from . import accounts
 from .config import RunSpec, ServeSettings
 from .db import Database, migrate
+from .models import Credential
 from .runs import create_or_resume
 from .store import Store
 
+KEEP_ALIVE_S = 75  # seconds an idle connection stays open (nginx's default)
+
 
 def prepare(settings: ServeSettings, spec: RunSpec) -> bool:
-    """Migrate the database and create (or check) the run; True when the run was created now."""
+    """Migrate the database, create (or check) the run and make sure the organiser has an admin token; True when
+    the run was created now."""
     db = Database(settings.db)
     try:
         migrate(db)
-        return create_or_resume(db, Store(settings.store), spec, settings.data)
+        created = create_or_resume(db, Store(settings.store), spec, settings.data)
+        ensure_admin_token(db, settings)
+        return created
     finally:
         db.dispose()
+
+
+def ensure_admin_token(db: Database, settings: ServeSettings) -> None:
+    """The first start reads the admin token from ``admin_token_path`` if the organiser put one there, else makes
+    one and writes it there (mode 0600); later starts keep the stored hash."""
+    with db.session() as s:
+        if s.get(Credential, accounts.ADMIN) is not None:
+            return
+        path = settings.admin_token_path
+        if path.is_file():
+            token = path.read_text().strip()
+        else:
+            token = accounts.new_admin_token()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(token + "\n")
+            print(f"vkblas coordinator: the organiser's admin token is in {path}", file=sys.stderr, flush=True)
+        accounts.set_admin_token(s, token=token, now=time.time())
 
 
 def serve(settings: ServeSettings, spec: RunSpec) -> int:
@@ -32,19 +60,25 @@ def serve(settings: ServeSettings, spec: RunSpec) -> int:
     logging.getLogger("alembic").setLevel(logging.WARNING)
     created = prepare(settings, spec)
     where = settings.db.split("@")[-1]  # no password in the log
+    scheme = "https" if settings.tls_cert else "http"
     print(
         f"vkblas coordinator: {'new' if created else 'resumed'} run ({spec.algorithm}, {spec.model} on {spec.dataset}),"
-        f" database {where}, store {settings.store}; serving on http://{settings.host}:{settings.port}"
+        f" database {where}, store {settings.store}; serving on {scheme}://{settings.host}:{settings.port}"
         f" with {settings.workers} process(es)",
         file=sys.stderr,
         flush=True,
     )
+    # uvicorn's own X-Forwarded-For handling is off: the app believes it only from --trusted-proxy (addresses.py)
+    # keep-alive outlasts the heartbeat interval (a quarter of the lease): with uvicorn's 5 s the server closed a
+    # worker's idle connection just as its next heartbeat reused it (a reset, retried by the client)
+    keep_alive = max(KEEP_ALIVE_S, math.ceil(spec.lease_seconds))
+    opts = dict(host=settings.host, port=settings.port, log_level="warning", proxy_headers=False,
+                ssl_certfile=settings.tls_cert, ssl_keyfile=settings.tls_key,
+                timeout_keep_alive=keep_alive)  # fmt: skip
     if settings.workers == 1:
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning")
+        uvicorn.run(create_app(settings), **opts)
     else:
         os.environ[SETTINGS_ENV] = json.dumps(settings.model_dump())
         target = f"{app_from_env.__module__}:{app_from_env.__name__}"
-        uvicorn.run(
-            target, factory=True, host=settings.host, port=settings.port, workers=settings.workers, log_level="warning"
-        )
+        uvicorn.run(target, factory=True, workers=settings.workers, **opts)
     return 0

@@ -1,6 +1,8 @@
 """The protocol's calls, as a worker makes them: outbound HTTP (httpx), retried with exponential backoff and
 jitter on network errors and on 502/503/504 for up to ``retry_for`` seconds *without progress* (the budget starts
-again whenever bytes arrive), errors mapped to :mod:`.errors`, and resumable downloads verified by hash.
+again whenever bytes arrive), 429 (rate limited) after the ``Retry-After`` it names, errors mapped to
+:mod:`.errors`, and resumable downloads verified by hash. HTTPS with the system's certificates, or ``ca_cert`` (a
+coordinator with a certificate of its own).
 
 A download continues a ``.part`` file with ``Range: bytes=N-`` and ``If-Range: "<sha256>"`` (a strong ETag: if the
 server's file were different it answers 200 with the whole file, never glues other bytes onto ours); the finished
@@ -12,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,11 +24,23 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from ..protocol import API, Heartbeat, HeartbeatReply, LeaseReply, RegisterReply, RunInfo, RunStatus, UploadReply
+from ..protocol import (
+    API,
+    Heartbeat,
+    HeartbeatReply,
+    LeaseReply,
+    RegisterReply,
+    RunInfo,
+    RunStatus,
+    UploadReply,
+    UserReply,
+)
 from .errors import IntegrityError, ServerError, UnreachableError, WorkerError
 from .transport import Metered
 
 RETRY_STATUS = (502, 503, 504)
+LEASE_WAIT_S = 10.0  # long polling: the coordinator holds a 'wait' answer this long
+MAX_RETRY_AFTER_S = 60.0
 T = TypeVar("T", bound=BaseModel)
 
 
@@ -39,9 +54,12 @@ class Client:
         retry_for: float = 300.0,
         uplink_mbit: float | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        ca_cert: str | None = None,
     ) -> None:
         self.server = server.rstrip("/")
-        self.meter = Metered(transport or httpx.HTTPTransport(), uplink_bits=uplink_mbit * 1e6 if uplink_mbit else None)
+        verify = ssl.create_default_context(cafile=ca_cert) if ca_cert else True
+        inner = transport or httpx.HTTPTransport(verify=verify)
+        self.meter = Metered(inner, uplink_bits=uplink_mbit * 1e6 if uplink_mbit else None)
         self.http = httpx.Client(base_url=self.server, transport=self.meter, timeout=timeout)
         self.retry_for, self.sleep = retry_for, sleep
         self.token: str | None = None
@@ -62,6 +80,8 @@ class Client:
                 return attempt()
             except _ProgressError:
                 deadline, tries = time.monotonic() + budget, 0  # bytes arrived: a fresh budget
+            except _RateLimitedError as e:  # the coordinator said how long: wait that, without spending the budget
+                self.sleep(e.after * (1 + 0.2 * random.random()))
             except (httpx.TransportError, _RetryableError) as e:
                 tries += 1
                 if time.monotonic() >= deadline:
@@ -82,6 +102,8 @@ class Client:
             r = self.http.request(method, path, headers=self._headers(headers), **kw)
             if r.status_code in RETRY_STATUS:
                 raise _RetryableError(f"HTTP {r.status_code}")
+            if r.status_code == 429:
+                raise _RateLimitedError(_retry_after(r))
             if r.status_code >= 400:
                 raise _server_error(r)
             if model is None:
@@ -94,11 +116,19 @@ class Client:
         return self._retrying(f"{method} {path}", attempt, retry_for)
 
     # ------------------------------------------------------------------ the protocol
-    def register(self, name: str, device: str, client_version: str = "") -> RegisterReply:
-        body = {"name": name, "device": device, "client_version": client_version}
+    def register(
+        self, name: str, device: str, client_version: str = "", user_token: str | None = None, device_class: str = ""
+    ) -> RegisterReply:
+        """Register (again: a coordinator that forgot this worker's token answers ``bad-token``); ``user_token``
+        credits the work to that user."""
+        body = {"name": name, "device": device, "client_version": client_version, "device_class": device_class}
+        self.token = user_token
         reply = self.request("POST", f"{API}/workers", json=body, model=RegisterReply)
         self.token = reply.token
         return reply
+
+    def create_user(self, name: str) -> UserReply:
+        return self.request("POST", f"{API}/users", json={"name": name}, model=UserReply)
 
     def run_info(self) -> RunInfo:
         return self.request("GET", f"{API}/run", model=RunInfo)
@@ -106,8 +136,10 @@ class Client:
     def status(self) -> RunStatus:
         return self.request("GET", f"{API}/status", model=RunStatus)
 
-    def lease(self) -> LeaseReply:
-        return self.request("POST", f"{API}/leases", model=LeaseReply)
+    def lease(self, wait: float = LEASE_WAIT_S) -> LeaseReply:
+        """A unit, or ``wait``/``done``; the coordinator holds a ``wait`` answer up to ``wait`` seconds."""
+        timeout = httpx.Timeout(self.http.timeout.read + wait if self.http.timeout.read else None)
+        return self.request("POST", f"{API}/leases", params={"wait": wait}, model=LeaseReply, timeout=timeout)
 
     def heartbeat(self, lease_id: str, hb: Heartbeat, retry_for: float | None = None) -> HeartbeatReply:
         return self.request(
@@ -158,6 +190,8 @@ class Client:
             with self.http.stream("GET", f"{API}/shards/{sha}", headers=headers) as r:
                 if r.status_code in RETRY_STATUS:
                     raise _RetryableError(f"HTTP {r.status_code}")
+                if r.status_code == 429:
+                    raise _RateLimitedError(_retry_after(r))
                 if r.status_code == 416:  # our .part is longer than the file: start again
                     part.unlink(missing_ok=True)
                     raise _ProgressError()
@@ -177,6 +211,19 @@ class Client:
 
 class _RetryableError(Exception):
     pass
+
+
+class _RateLimitedError(Exception):
+    def __init__(self, after: float) -> None:
+        super().__init__(f"rate limited: retry after {after} s")
+        self.after = after
+
+
+def _retry_after(r: httpx.Response) -> float:
+    try:
+        return min(MAX_RETRY_AFTER_S, max(0.1, float(r.headers.get("retry-after", "1"))))
+    except ValueError:
+        return 1.0
 
 
 class _ProgressError(Exception):

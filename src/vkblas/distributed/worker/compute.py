@@ -2,8 +2,10 @@
 
 * ``gradient`` (sync/async): the gradient of the mean loss over the unit's samples, from the leased weights.
 * ``inner-steps`` (diloco): ``ceil(samples / batch_size)`` AdamW steps from the leased weights; the result is the
-  pseudo-gradient ``start - end``. The AdamW state stays on the worker from one round to the next (DiLoCo keeps
-  inner optimizer state local); only the weights are reset to the global ones at each round.
+  pseudo-gradient ``start - end``. With ``inner_state="fresh"`` (the default) every unit starts a new AdamW, so
+  the result is a function of the lease alone and another worker can recompute it (validation by redundancy);
+  with ``"kept"`` the AdamW state stays on the worker from round to round (as OpenDiLoCo does), and the unit
+  cannot be checked.
 
 The result is encoded with the run's codec (optionally with error feedback: what int8/fp16 lost this time is added
 to the next result) and carries the unit's seed-named randomness (``manual_seed(lease.seed)``), so the unit can be
@@ -28,6 +30,30 @@ from ..protocol import UPLOAD_META_KEY, Lease, RunInfo, UploadMeta
 from ..shards import batches
 
 
+def device_class(device: str) -> str:
+    """What this device's rounding depends on, for homogeneous redundancy: ``vulkan/<adapter name>/<driver>``, or
+    ``cpu/<arch>/<cpu model>/numpy <version>/<BLAS threads>`` (BLAS kernels follow the CPU model, and the thread
+    count changes the order of sums)."""
+    import os
+    import platform
+
+    from ...device import info
+
+    if device.startswith("vulkan"):
+        index = int(device.partition(":")[2] or 0)
+        adapters = info()["adapters"]
+        a = adapters[index] if index < len(adapters) else {}
+        return f"vulkan/{a.get('name', '?')}/{a.get('driver', '?')}"[:128]
+    model = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model)
+    except OSError:
+        pass
+    threads = os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or str(os.cpu_count())
+    return f"cpu/{platform.machine()}/{model}/numpy {np.__version__}/{threads} threads"[:128]
+
+
 @dataclass
 class Result:
     tensors: dict[str, np.ndarray]
@@ -50,7 +76,7 @@ class Trainer:
         self.model = build(run.model).to(device)
         self.names = [k for k, _ in self.model.named_parameters()]
         self.loss_fn = nn.CrossEntropyLoss()
-        self.inner = None  # diloco's AdamW, made at the first round and kept
+        self.inner = None  # diloco's AdamW: made for every unit, or at the first and kept (lease.inner_state)
         self.feedback = ErrorFeedback(run.codec, run.block) if error_feedback and run.codec != "fp32" else None
         self.delay_per_sample = delay_per_sample  # a test and benchmark hook: a slower device
 
@@ -82,7 +108,7 @@ class Trainer:
     def _inner_steps(
         self, lease: Lease, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray
     ) -> tuple[dict[str, np.ndarray], float]:
-        if self.inner is None:
+        if self.inner is None or lease.inner_state == "fresh":
             self.inner = make_optimizer("adamw", self.model.parameters(), lease.lr)
         for group in self.inner.param_groups:
             group["lr"] = lease.lr

@@ -10,9 +10,10 @@ upload runs in the background while the next one computes, so a fast device is n
 ``sync``/``diloco`` are not (their next unit needs the next version, which needs this result).
 
 A network failure is retried (with backoff) by the client; a coordinator that restarts is waited for, and the work
-goes on with the same token. A lease the coordinator gave away meanwhile (it expired) is dropped and the next one
-taken. ``Ctrl-C`` once: finish and upload the unit being computed, give back a prefetched one, and stop; twice:
-give back everything now and stop.
+goes on with the same token; a coordinator that no longer knows the token (a new database) gets a new
+registration. A banned or suspended worker stops, saying why. A lease the coordinator gave away meanwhile (it
+expired) is dropped and the next one taken. ``Ctrl-C`` once: finish and upload the unit being computed, give back
+a prefetched one, and stop; twice: give back everything now and stop.
 """
 
 from __future__ import annotations
@@ -34,11 +35,12 @@ from ..protocol import Heartbeat, Lease, LeaseReply, UploadMeta
 from ..sizing import IdleClock
 from .cache import DataCache, ModelCache
 from .client import Client
-from .compute import Trainer
+from .compute import Trainer, device_class
 from .errors import ServerError, WorkerError
 from .fits import check_device_holds
 
 LOST = ("lease-expired", "lease-finished", "unknown-lease", "unknown-shard")  # the unit is gone; take the next
+REFUSED = ("banned", "suspended")  # the coordinator gives this worker no more work
 
 
 @dataclass
@@ -54,6 +56,8 @@ class JoinOptions:
     error_feedback: bool = False
     delay_per_sample: float = 0.0
     progress: bool = True
+    user_token: str | None = None  # credit the work to this user (POST /v1/users)
+    ca_cert: str | None = None  # the coordinator's certificate (or its CA's), for HTTPS with a self-made one
 
 
 @dataclass
@@ -122,7 +126,10 @@ class Heartbeats:
 class Worker:
     def __init__(self, opts: JoinOptions, client: Client | None = None) -> None:
         self.opts = opts
-        self.client = client or Client(opts.server, retry_for=opts.retry_for, uplink_mbit=opts.uplink_mbit)
+        self.client = client or Client(
+            opts.server, retry_for=opts.retry_for, uplink_mbit=opts.uplink_mbit, ca_cert=opts.ca_cert
+        )
+        self.name = opts.name or f"{opts.device}-{uuid.uuid4().hex[:6]}"
         self.clock = IdleClock()
         self.summary = Summary()
         self.stopping = threading.Event()
@@ -137,8 +144,21 @@ class Worker:
         )
 
     # ------------------------------------------------------------------ steps
+    def _register(self) -> None:
+        self.client.register(
+            self.name, self.opts.device, __version__, user_token=self.opts.user_token,
+            device_class=device_class(self.opts.device),
+        )  # fmt: skip
+
     def _lease(self) -> LeaseReply:
-        reply = self.client.lease()
+        try:
+            reply = self.client.lease()
+        except ServerError as e:
+            if e.code != "bad-token":
+                raise
+            tqdm.write(f"vkblas join: the coordinator does not know this worker ({e.message}); registering again")
+            self._register()
+            reply = self.client.lease()
         if reply.lease is not None:
             with self.held_lock:
                 self.held.add(reply.lease.lease_id)
@@ -197,10 +217,9 @@ class Worker:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Summary:
-        opts = self.opts
-        name = opts.name or f"{opts.device}-{uuid.uuid4().hex[:6]}"
+        opts, name = self.opts, self.name
         with self.clock.idle():
-            self.client.register(name, opts.device, __version__)
+            self._register()
             info = self.client.run_info()
         cache = Path(opts.cache) if opts.cache else Path.home() / ".cache" / "vkblas" / "worker"
         cache = cache / info.run_id
@@ -252,6 +271,11 @@ class Worker:
                 upload = None
         except KeyboardInterrupt:
             self.summary.stopped_by = "ctrl-c twice"
+        except ServerError as e:
+            if e.code not in REFUSED:
+                raise
+            self.summary.stopped_by = e.code
+            tqdm.write(f"vkblas join: {e.message}", file=sys.stderr)
         finally:
             if nxt is not None:
                 try:

@@ -1,5 +1,4 @@
-"""What routes share: the coordinator's state (:class:`Context`, one per process) and the worker-token
-dependency."""
+"""What routes share: the coordinator's state (:class:`Context`, one per process) and the client's address."""
 
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ from ...validation import Signature
 from ..config import RunSpec
 from ..db import Database
 from ..store import Store
+from .watch import RunWatch
 
 
 @dataclass
@@ -21,6 +21,8 @@ class Context:
     spec: RunSpec
     signature: Signature  # what an update must look like (the model's names, shapes, float32)
     upload_limit: int  # bytes
+    flops_per_sample: float  # credit's FLOP estimate
+    watch: RunWatch  # wakes long-polling lease requests when the run moves
 
     @staticmethod
     def of(request: Request) -> Context:
@@ -29,3 +31,8 @@ class Context:
 
 def now() -> float:
     return time.time()
+
+
+def client_address(request: Request) -> str:
+    """The address the rate limiter saw (X-Forwarded-For believed only from a trusted proxy: ``addresses``)."""
+    return str(request.scope.get("state", {}).get("client_address", "unknown"))

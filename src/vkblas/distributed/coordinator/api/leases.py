@@ -8,16 +8,26 @@ dtype, finiteness, norm). Only then is its payload put into the store and the up
 from __future__ import annotations
 
 import json
+import time
 
-from fastapi import APIRouter, Depends, Header, Path, Request
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from starlette.concurrency import run_in_threadpool
 
 from ...codec import CodecError, decode, from_payload
-from ...protocol import KEY_PATTERN, UPLOAD_META_KEY, Heartbeat, HeartbeatReply, LeaseReply, UploadMeta, UploadReply
+from ...protocol import (
+    KEY_PATTERN,
+    MAX_LEASE_WAIT,
+    UPLOAD_META_KEY,
+    Heartbeat,
+    HeartbeatReply,
+    LeaseReply,
+    UploadMeta,
+    UploadReply,
+)
 from ...validation import RejectedUpdateError, check_update
-from .. import crud
+from .. import accounts, crud
 from ..errors import ApiError
 from ..store import sha256_hex
 from .auth import authorization
@@ -27,11 +37,25 @@ router = APIRouter(prefix="/v1/leases", tags=["leases"])
 LeaseId = Path(pattern=r"^[0-9a-f]{32}$", description="a lease id from POST /v1/leases")
 
 
-@router.post("", response_model=LeaseReply, summary="Lease a unit of work (worker token)")
-def lease(request: Request, auth: str | None = Depends(authorization)) -> LeaseReply:
+@router.post("", response_model=LeaseReply, summary="Lease a unit of work, waiting up to ?wait= s (worker token)")
+async def lease(
+    request: Request,
+    wait: float = Query(0.0, ge=0, le=MAX_LEASE_WAIT, description="long polling: hold a 'wait' answer this long"),
+    auth: str | None = Depends(authorization),
+) -> LeaseReply:
     ctx = Context.of(request)
+    deadline = time.monotonic() + wait
+    while True:
+        reply = await run_in_threadpool(_lease, ctx, auth)
+        left = deadline - time.monotonic()
+        if reply.status != "wait" or left <= 0 or await request.is_disconnected():
+            return reply if wait == 0 else reply.model_copy(update={"retry_after_s": 0.0})
+        await ctx.watch.wait(min(left, 2.0))  # also re-asks every 2 s: units reopened by expiry
+
+
+def _lease(ctx: Context, auth: str | None) -> LeaseReply:
     with ctx.db.session() as s:
-        worker = crud.authenticate(s, authorization=auth)
+        worker = accounts.authenticate(s, authorization=auth, spec=ctx.spec)
         return crud.lease(s, worker=worker, spec=ctx.spec, now=now())
 
 
@@ -41,7 +65,7 @@ def heartbeat(
 ) -> HeartbeatReply:
     ctx = Context.of(request)
     with ctx.db.session() as s:
-        worker = crud.authenticate(s, authorization=auth)
+        worker = accounts.authenticate(s, authorization=auth, spec=ctx.spec)
         left = crud.heartbeat(s, worker=worker, lease_id=lease_id, hb=body, spec=ctx.spec, now=now())
     return HeartbeatReply(lease_id=lease_id, expires_in_s=left)
 
@@ -50,7 +74,7 @@ def heartbeat(
 def give_back(request: Request, lease_id: str = LeaseId, auth: str | None = Depends(authorization)) -> None:
     ctx = Context.of(request)
     with ctx.db.session() as s:
-        worker = crud.authenticate(s, authorization=auth)
+        worker = accounts.authenticate(s, authorization=auth)
         crud.return_lease(s, worker=worker, lease_id=lease_id, now=now())
 
 
@@ -75,7 +99,7 @@ async def upload(
 
 def _upload(ctx: Context, lease_id: str, key: str, digest: str, body: bytes, auth: str | None) -> UploadReply:
     with ctx.db.read_session() as s:
-        worker = crud.authenticate(s, authorization=auth)
+        worker = accounts.authenticate(s, authorization=auth, spec=ctx.spec)
         wid = worker.id
         previous = crud.find_upload(s, worker=worker, key=key)
         if previous is not None:  # a retry of an upload that was recorded: the same answer, nothing new
@@ -86,28 +110,35 @@ def _upload(ctx: Context, lease_id: str, key: str, digest: str, body: bytes, aut
     sha = sha256_hex(body)
     if sha != digest:
         raise ApiError("checksum-mismatch", f"body hashes to {sha}, X-Content-SHA256 says {digest}")
-    meta, update, norm = _validate(ctx, lease_id, body, wid)
+    meta, update, norm, content = _validate(ctx, lease_id, body, wid)
+    with ctx.db.read_session() as s:
+        replayed = crud.replay_of(s, content=content, lease_id=lease_id)
+    if replayed is not None:
+        with ctx.db.session() as s:
+            crud.count_rejected(s, worker_id=wid)
+        raise ApiError("replayed-upload", f"these tensors were already uploaded for another unit (update {replayed})")
     if meta.samples != samples:
         raise ApiError("invalid-payload", f"the upload reports {meta.samples} samples; lease {lease_id} has {samples}")
     # the file first: a crash before the commit leaves an orphan for the GC, never a row without its payload
     ctx.store.put(body, sha)
     try:
         with ctx.db.session() as s:
-            worker = crud.authenticate(s, authorization=auth)
+            worker = accounts.authenticate(s, authorization=auth, spec=ctx.spec)
             u = crud.record_upload(
-                s, worker=worker, lease_id=lease_id, key=key, sha=sha, nbytes=len(body), meta=meta, norm=norm, now=now()
-            )
+                s, worker=worker, lease_id=lease_id, key=key, sha=sha, nbytes=len(body), meta=meta, norm=norm,
+                content=content, spec=ctx.spec, flops_per_sample=ctx.flops_per_sample, now=now(),
+            )  # fmt: skip
             return crud.upload_reply(u, worker)
     except IntegrityError:  # the same upload raced itself (two retries at once): answer as the winner did
         with ctx.db.read_session() as s:
-            worker = crud.authenticate(s, authorization=auth)
+            worker = accounts.authenticate(s, authorization=auth)
             previous = crud.find_upload(s, worker=worker, key=key)
             if previous is None or previous.payload_sha256 != digest:
                 raise ApiError("lease-finished", f"lease {lease_id} already has a result") from None
             return crud.upload_reply(previous, worker)
 
 
-def _validate(ctx: Context, lease_id: str, body: bytes, worker_id: int) -> tuple[UploadMeta, dict, float]:
+def _validate(ctx: Context, lease_id: str, body: bytes, worker_id: int) -> tuple[UploadMeta, dict, float, str]:
     try:
         tensors, meta = from_payload(body, max_bytes=ctx.upload_limit)
         if meta.get("codec") != ctx.spec.codec:
@@ -124,7 +155,7 @@ def _validate(ctx: Context, lease_id: str, body: bytes, worker_id: int) -> tuple
         with ctx.db.session() as s:
             crud.count_rejected(s, worker_id=worker_id)
         raise ApiError("rejected-update", str(e)) from e
-    return info, update, norm
+    return info, update, norm, crud.content_hash(tensors)
 
 
 def _short(e: Exception) -> str:

@@ -1,0 +1,112 @@
+"""The validator: one job of the leader's pass (BOINC's validator daemon), deciding units whose copies are in.
+
+For every unit in status ``checking`` it decodes the held results, compares them (``agreement.judge``, within the
+run's tolerance for its kind of work and codec) and, in one transaction:
+
+* a group of agreeing results: the first becomes ``recorded`` (the applier applies it), the others ``duplicate``
+  (the same work, applied once); their workers gain reputation and credit. Results outside the group are
+  ``invalid``: quarantined, never applied, their workers lose reputation and pending credit;
+* no agreement: one more copy is wanted (the quorum is raised and the unit re-issued), up to ``MAX_COPIES``;
+  after that the results are ``inconclusive`` (not applied, no one blamed) and the unit is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from sqlalchemy import select, update
+
+from ..agreement import Verdict, judge, tolerance
+from ..codec import decode, from_payload
+from . import trust
+from .config import RunSpec
+from .copies import MAX_COPIES
+from .db import Database
+from .models import Unit, Update, Worker
+from .store import Store
+
+log = logging.getLogger("vkblas.coordinator")
+MAX_PER_PASS = 64
+
+
+def run_tolerance(spec: RunSpec) -> float:
+    return spec.tolerance if spec.tolerance is not None else tolerance(spec.kind, spec.codec)
+
+
+def _payload(store: Store, u: Update) -> dict[str, np.ndarray]:
+    tensors, meta = from_payload(store.get(u.payload_sha256))
+    return decode(tensors, meta)
+
+
+def _distance_to(verdict: Verdict, canonical: int, other: int) -> float | None:
+    if canonical == other:
+        return 0.0
+    return verdict.distances.get((canonical, other), verdict.distances.get((other, canonical)))
+
+
+def validate(
+    db: Database,
+    store: Store,
+    spec: RunSpec,
+    *,
+    flops_per_sample: float,
+    decoded: dict[str, dict[str, np.ndarray]] | None = None,
+    keep_bytes: int = 0,
+) -> int:
+    """One pass; returns how many units it decided (or re-issued). ``decoded``: the canonical results it made
+    ``recorded`` go there (by payload sha256, up to ``keep_bytes`` in all), so the applier that runs next need not
+    read, hash and decode them again."""
+    with db.read_session() as s:
+        units = s.scalars(select(Unit.id).where(Unit.status == "checking").order_by(Unit.id).limit(MAX_PER_PASS)).all()
+        held = {
+            uid: s.scalars(
+                select(Update).where(Update.unit_id == uid, Update.status == "held").order_by(Update.seq)
+            ).all()
+            for uid in units
+        }
+    tol = run_tolerance(spec)
+    for uid in units:
+        results = held[uid]
+        updates = {u.seq: _payload(store, u) for u in results}
+        verdict = judge(list(updates.items()), tol)
+        with db.session() as s:
+            unit = s.get(Unit, uid, with_for_update=True)
+            if unit is None or unit.status != "checking":
+                continue  # another leader decided it meanwhile
+            by_seq = {u.seq: u for u in results}
+            if verdict.need_more:
+                if unit.results >= MAX_COPIES:
+                    _set(s, list(by_seq), "inconclusive")
+                    unit.status = "done"
+                    log.warning("validator: unit %d: %d results, no two agree; dropped", uid, len(results))
+                else:
+                    unit.quorum, unit.status = unit.quorum + 1, "open"
+                continue
+            canonical = verdict.valid[0]
+            if decoded is not None:
+                size = sum(v.nbytes for v in updates[canonical].values())
+                if sum(v.nbytes for d in decoded.values() for v in d.values()) + size <= keep_bytes:
+                    decoded[by_seq[canonical].payload_sha256] = updates[canonical]
+            for seq, u in by_seq.items():
+                status = "recorded" if seq == canonical else "duplicate" if seq in verdict.valid else "invalid"
+                dist = _distance_to(verdict, canonical, seq)
+                s.execute(
+                    update(Update)
+                    .where(Update.seq == seq, Update.status == "held")
+                    .values(status=status, distance=dist)
+                )
+                w = s.get(Worker, u.worker_id, with_for_update=True)
+                assert w is not None
+                if status == "invalid":
+                    trust.disagreed(w)
+                    log.info("validator: unit %d: worker %d's result is invalid (distance %.3g > %.3g)", uid, w.id,
+                             dist or -1.0, tol)  # fmt: skip
+                else:
+                    trust.agreed(w, u.samples, u.samples * flops_per_sample)
+            unit.status = "done"
+    return len(units)
+
+
+def _set(s, seqs: list[int], status: str) -> None:  # type: ignore[no-untyped-def]
+    s.execute(update(Update).where(Update.seq.in_(seqs), Update.status == "held").values(status=status))
