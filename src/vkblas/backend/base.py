@@ -33,6 +33,9 @@ Primitives (all outputs are views the caller allocated; inputs may be any views,
 ``max_pool2d``         optional (:meth:`Backend.max_pool2d`, :meth:`Backend.max_pool2d_backward`): max and argmax
                        over non-overlapping windows in one pass, and the gradient put back at the argmax; a backend
                        without them gets ``unfold`` + reductions and a one-hot ``fold`` from ``vkblas.ops``.
+``layer_norm``         optional (:meth:`Backend.layer_norm`, :meth:`Backend.layer_norm_backward`): rows normalised
+                       in one pass each, keeping only the per-row mean and rstd for the backward; a backend
+                       without them gets ``vkblas.ops.norm``'s composition of ``elementwise`` and ``reduce``.
 ``random``             fill ``out`` from the counter-based generator: ``uniform`` in [0, 1) or ``normal`` (0, 1),
                        from ``(seed, counter)``; the same numbers on every backend (up to float rounding).
 ``to_numpy`` / ``from_numpy``   the only host transfers; ``to_numpy`` is a sync point.
@@ -324,6 +327,34 @@ class Backend(ABC):
         at each window's ``indices`` position and 0 everywhere else (what ``fold`` of the one-hot gradient windows
         gives: ``0 + g``, so -0 comes out +0). Returns whether it did the work; the default leaves it to the
         composition."""
+        return False
+
+    def layer_norm(
+        self,
+        out: View,
+        mean: View | None,
+        rstd: View,
+        x: View,
+        weight: View | None,
+        bias: View | None,
+        eps: float,
+    ) -> bool:
+        """Optional: per row ``r`` of the (R, N) ``x`` (any strides), ``mean[r]`` and ``rstd[r] = 1 / sqrt(var[r] +
+        eps)`` (biased variance) into the (R,) float32 views (float64 for float64 ``x``), and ``out = (x - mean) *
+        rstd * weight + bias`` (weight, bias (N,) or None: 1 and 0). ``mean=None`` is RMS normalisation: the mean is
+        taken as 0 (``rstd = 1 / sqrt(mean(x^2) + eps)``). Statistics in at least float32 arithmetic. Returns whether
+        it did the work; the default leaves it to ``vkblas.ops.norm``'s composition. Why a primitive: the
+        composition's autograd keeps the centred and the normalised input (two tensors of ``x``'s size) and runs ~10
+        dispatches forward and ~20 backward per normalisation."""
+        return False
+
+    def layer_norm_backward(
+        self, dx: View, dy: View, x: View, weight: View | None, mean: View | None, rstd: View
+    ) -> bool:
+        """Optional, with :meth:`layer_norm`: ``dx`` (R, N) of the incoming ``dy`` (R, N) from the saved statistics:
+        with ``xhat = (x - mean) * rstd`` and ``h = dy * weight``, ``dx = rstd * (h - mean(h) - xhat * mean(h *
+        xhat))`` (without ``mean(h)`` for ``mean=None``). The weight's and bias's gradients are column sums, left to
+        ``reduce``. Returns whether it did the work."""
         return False
 
     def check_values(

@@ -437,6 +437,63 @@ class CpuBackend(Backend):
         _parallel(run, n, a.size)
         return True
 
+    def layer_norm(
+        self,
+        out: View,
+        mean: View | None,
+        rstd: View,
+        x: View,
+        weight: View | None,
+        bias: View | None,
+        eps: float,
+    ) -> bool:
+        a = _np(x)
+        acc = np.float64 if a.dtype == np.float64 else np.float32  # float16 rows: float32 statistics
+        o, r = _np(out), _np(rstd)
+
+        def run(b: slice) -> None:  # two passes over the rows ``b``
+            xs = a[b].astype(acc, copy=False)
+            with np.errstate(all="ignore"):  # NaN / inf rows give NaN, as PyTorch's do
+                mu = xs.mean(1, keepdims=True, dtype=acc) if mean is not None else None
+                c = xs - mu if mu is not None else xs
+                rs = 1.0 / np.sqrt(np.square(c).mean(1, keepdims=True, dtype=acc) + acc(eps))
+                y = c * rs
+                if weight is not None:
+                    y *= _np(weight).astype(acc, copy=False)
+                if bias is not None:
+                    y += _np(bias).astype(acc, copy=False)
+            np.copyto(o[b], y, casting="unsafe")
+            np.copyto(r[b], rs[:, 0], casting="unsafe")
+            if mu is not None:
+                np.copyto(_np(mean)[b], mu[:, 0], casting="unsafe")
+
+        _parallel(run, a.shape[0], a.size)
+        return True
+
+    def layer_norm_backward(
+        self, dx: View, dy: View, x: View, weight: View | None, mean: View | None, rstd: View
+    ) -> bool:
+        a = _np(x)
+        acc = np.float64 if a.dtype == np.float64 else np.float32
+        g, o = _np(dy), _np(dx)
+        r = _np(rstd).astype(acc, copy=False)[:, None]
+        mu = None if mean is None else _np(mean).astype(acc, copy=False)[:, None]
+
+        def run(b: slice) -> None:
+            with np.errstate(all="ignore"):
+                xs = a[b].astype(acc, copy=False)
+                xhat = (xs - mu[b] if mu is not None else xs) * r[b]
+                h = g[b].astype(acc, copy=False)
+                if weight is not None:
+                    h = h * _np(weight).astype(acc, copy=False)
+                t = h - xhat * (h * xhat).mean(1, keepdims=True, dtype=acc)
+                if mu is not None:
+                    t -= h.mean(1, keepdims=True, dtype=acc)
+                np.copyto(o[b], t * r[b], casting="unsafe")
+
+        _parallel(run, a.shape[0], a.size)
+        return True
+
     def max_pool2d_backward(self, grad_input: View, grad: View, indices: View, kernel_size: Sequence[int]) -> bool:
         kh, kw = kernel_size
         out = _np(grad_input)

@@ -17,6 +17,7 @@ from ..ops.conv import avg_pool2d, conv2d, max_pool2d, unfold
 from ..ops.conv_variants import conv1d, conv_transpose2d
 from ..ops.dropout import alpha_dropout, dropout, dropout1d, dropout2d, dropout3d, feature_alpha_dropout
 from ..ops.indexing import check_index, gather_unchecked, one_hot, take_along
+from ..ops.norm import normalize_rows
 from ..ops.padding import pad
 from ..ops.parametric import celu, elu, hardtanh, softplus
 from ..ops.pointwise import gelu, leaky_relu, where
@@ -221,13 +222,10 @@ def layer_norm(
     bias: Tensor | None = None,
     eps: float = 1e-5,
 ) -> Tensor:
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over the trailing ``normalized_shape`` dims (biased
+    variance); one fused node that keeps only the input, weight and per-row mean and rstd (``ops/norm.py``)."""
     dims = _check_trailing("layer_norm", input, normalized_shape)
-    mean = input.mean(dims, keepdim=True)
-    centered = input - mean
-    out = centered * (centered.square().mean(dims, keepdim=True) + eps).rsqrt()
-    if weight is not None:
-        out = out * weight
-    return out if bias is None else out + bias
+    return normalize_rows("layer_norm", input, dims, weight, bias, eps, center=True)
 
 
 _EPS = {float16: 0.0009765625, float64: 2.220446049250313e-16}
@@ -239,11 +237,11 @@ def rms_norm(
     weight: Tensor | None = None,  # noqa: A002
     eps: float | None = None,
 ) -> Tensor:
-    """``x / sqrt(mean(x^2) + eps) * weight``; ``eps=None`` is the dtype's machine epsilon (PyTorch's default)."""
+    """``x / sqrt(mean(x^2) + eps) * weight``; ``eps=None`` is the dtype's machine epsilon (PyTorch's default). The
+    fused node of ``layer_norm`` without centring: it keeps the input, weight and per-row rstd."""
     dims = _check_trailing("rms_norm", input, normalized_shape)
     e = _EPS.get(input.dtype, 1.1920928955078125e-07) if eps is None else eps
-    out = input * (input.square().mean(dims, keepdim=True) + e).rsqrt()
-    return out if weight is None else out * weight
+    return normalize_rows("rms_norm", input, dims, weight, None, e, center=False)
 
 
 def batch_norm(
