@@ -11,7 +11,9 @@ from collections.abc import Sequence
 
 from ..autograd import Node, no_grad, record
 from ..backend.base import numel
+from ..backend.elementwise import define
 from ..dtypes import bool_, float16, float64, int32
+from ..ops._core import elementwise as _elementwise
 from ..ops.attention import scaled_dot_product_attention
 from ..ops.conv import avg_pool2d, conv2d, max_pool2d, unfold
 from ..ops.conv_variants import conv1d, conv_transpose2d
@@ -417,8 +419,93 @@ def cross_entropy(
                 else loss.reshape(x.shape[:1] + x.shape[2:])
             )
         return loss.sum() if reduction == "sum" else loss.mean()
-    out = _nll_rows("cross_entropy", logp, x.shape, t, weight, ignore_index, reduction, label_smoothing)
+    out = _fused_cross_entropy(x, t, weight, ignore_index, reduction, label_smoothing)
     return out.squeeze(0) if unbatched and reduction == "none" else out
+
+
+# fused cross-entropy of class indices, per row i of logits x (M, C): lse_i = log(sum_c exp(x_ic)), k_i = 1 unless
+# the target is ignored, wk_i = k_i * weight[t_i]; with a = 1 - label_smoothing, c = label_smoothing / C and W the
+# sum of the class weights, loss_i = a * wk_i * (lse_i - x_it) + c * k_i * (W * lse_i - sum_c weight_c * x_ic)
+define("ce_lse", lambda m, mx, s: mx + m.log(s))
+define(
+    "ce_row",
+    lambda m, lse, pk, wk, keep, sxw, w_sum, a, c: m.where(keep > 0, a * wk * (lse - pk) + c * (w_sum * lse - sxw), 0),
+)
+# d loss_i / d x_ic = k_i * (softmax_ic * (a * wk_i + c * W) - c * weight_c) - a * wk_i * [c == t_i] (the one-hot
+# part is a scatter of ce_onehot's column); g / den is the incoming gradient over the mean's denominator
+define(
+    "ce_grad",
+    lambda m, x, lse, g, den, wk, keep, wc, w_sum, a, c: m.where(
+        keep > 0, g / den * (m.exp(x - lse) * (a * wk + c * w_sum) - c * wc), 0
+    ),
+)
+define("ce_onehot", lambda m, g, den, wk, keep, a: m.where(keep > 0, -(g / den) * (a * wk), 0))
+
+
+def _fused_cross_entropy(
+    x: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int, reduction: str, label_smoothing: float
+) -> Tensor:
+    """Cross-entropy of class indices as one node that keeps the per-row log-sum-exp (not the log-probabilities):
+    forward 4 dispatches for the log-sum-exp, one gather and one elementwise per row, backward one elementwise and
+    one scatter of the one-hot term."""
+    op = "cross_entropy"
+    shape = x.shape
+    n_classes = shape[1]
+    want = shape[:1] + shape[2:]
+    if target.shape != want:
+        raise ValueError(f"{op}: expected target of shape {want} for input of shape {shape}, got {target.shape}")
+    if target.dtype is bool_:
+        raise TypeError(f"{op}: class-index targets must be integers, got {target.dtype!r}")
+    rows = _rows(op, x)  # differentiable: the node's input
+    xr = rows.detach()
+    flat = target.reshape(-1)
+    with no_grad():
+        ignored = flat == ignore_index
+        safe = where(ignored, 0, flat)
+        check_index(
+            safe,
+            0,
+            n_classes,
+            f"{op}: target class index {{bad}} is out of range for {n_classes} classes "
+            f"(input shape {shape}; valid targets are 0..{n_classes - 1} or ignore_index={ignore_index})",
+        )
+        index = safe.to(int32).unsqueeze(1)
+        keep = (~ignored).to(xr.dtype).unsqueeze(1)
+        wd = None if weight is None else weight.detach().to(xr.dtype)
+        wk = keep if wd is None else take_along(wd, 0, index.squeeze(1)).unsqueeze(1) * keep
+        if xr.numel():
+            mx = xr.amax(1, keepdim=True)
+            lse = _elementwise("ce_lse", mx, _elementwise("exp_sub", xr, mx).sum(1, keepdim=True))
+            picked = gather_unchecked(xr, 1, index)
+        else:  # no rows (or no classes: PyTorch refuses those in the index check above)
+            lse = picked = xr.new_zeros((xr.shape[0], 1))
+        a, c = 1.0 - label_smoothing, label_smoothing / max(n_classes, 1)
+        if label_smoothing > 0:
+            sxw = (xr if wd is None else xr * wd).sum(1, keepdim=True)
+            w_sum: Tensor | float = float(n_classes) if wd is None else wd.sum()
+            row = _elementwise("ce_row", lse, picked, wk, keep, sxw, w_sum, a, c).squeeze(1)
+        else:
+            w_sum = 0.0
+            row = _elementwise("ce_row", lse, picked, wk, keep, 0.0, 0.0, a, 0.0).squeeze(1)
+        if reduction == "none":
+            out, den = row.reshape(want), None
+        elif reduction == "sum":
+            out, den = row.sum(), None
+        else:
+            den = wk.sum()
+            out = row.sum() / den
+
+    def rule(node: Node, g: Tensor) -> tuple[Tensor]:
+        gg = g.reshape(-1, 1) if reduction == "none" else g
+        dd: Tensor | float = 1.0 if den is None else den
+        wc: Tensor | float = 1.0 if wd is None else wd
+        grad = _elementwise("ce_grad", xr, lse, gg, dd, wk, keep, wc, w_sum, a, c)
+        if grad.numel():
+            onehot = _elementwise("ce_onehot", gg, dd, wk, keep, a)
+            grad._backend.scatter("sum", grad._view, 1, index._view, onehot._view)
+        return (grad,)
+
+    return record(out, "NllLossBackward0", (rows,), rule, (rows,))
 
 
 def nll_loss(
