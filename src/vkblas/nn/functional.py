@@ -431,12 +431,20 @@ define(
     "ce_row",
     lambda m, lse, pk, wk, keep, sxw, w_sum, a, c: m.where(keep > 0, a * wk * (lse - pk) + c * (w_sum * lse - sxw), 0),
 )
+
+
 # d loss_i / d x_ic = k_i * (softmax_ic * (a * wk_i + c * W) - c * weight_c) - a * wk_i * [c == t_i] (the one-hot
-# part is a scatter of ce_onehot's column); g / den is the incoming gradient over the mean's denominator
+# part is a scatter of ce_onehot's column); g / den is the incoming gradient over the mean's denominator. An ignored
+# row's gradient is softmax * 0, NaN where its logits are NaN or inf (as PyTorch's log_softmax backward gives it)
+def _ce_grad(m: object, x: object, lse: object, gd: object, wk: object, wc: object, w_sum: object, a: float, c: float):
+    """``ce_grad`` with ``gd`` = g / den on kept rows, 0 on ignored ones (whose 0 / 0 mean must not reach them)."""
+    return m.exp(x - lse) * (gd * (a * wk + c * w_sum)) - gd * c * wc  # type: ignore[attr-defined, operator]
+
+
 define(
     "ce_grad",
-    lambda m, x, lse, g, den, wk, keep, wc, w_sum, a, c: m.where(
-        keep > 0, g / den * (m.exp(x - lse) * (a * wk + c * w_sum) - c * wc), 0
+    lambda m, x, lse, g, den, wk, keep, wc, w_sum, a, c: _ce_grad(
+        m, x, lse, m.where(keep > 0, g / den, 0), wk, wc, w_sum, a, c
     ),
 )
 define("ce_onehot", lambda m, g, den, wk, keep, a: m.where(keep > 0, -(g / den) * (a * wk), 0))
