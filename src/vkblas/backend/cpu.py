@@ -494,6 +494,72 @@ class CpuBackend(Backend):
         _parallel(run, a.shape[0], a.size)
         return True
 
+    def cross_entropy(
+        self,
+        loss: View,
+        lse: View,
+        wk: View,
+        x: View,
+        target: View,
+        weight: View | None,
+        ignore_index: int,
+        label_smoothing: float,
+    ) -> bool:
+        a = _np(x)
+        acc = np.float64 if a.dtype == np.float64 else np.float32
+        xs = a.astype(acc, copy=False)
+        m, c = xs.shape
+        t = _np(target).astype(np.int64)
+        keep = (t != ignore_index) & (t >= 0) & (t < c)  # a bad target (reported by the caller's check) reads nothing
+        safe = np.where(keep, t, 0)
+        w = None if weight is None else _np(weight).astype(acc, copy=False)
+        with np.errstate(all="ignore"):
+            mx = xs.max(1, keepdims=True)
+            s = np.exp(xs - mx).sum(1, dtype=acc)
+            row_lse = mx[:, 0] + np.log(s)
+            wt = keep.astype(acc) if w is None else np.where(keep, w[safe], 0)
+            picked = xs[np.arange(m), safe]
+            row = (1 - label_smoothing) * wt * (row_lse - picked)
+            if label_smoothing:
+                w_sum = c if w is None else w.sum()
+                sxw = xs.sum(1) if w is None else xs @ w
+                row = row + label_smoothing / c * (w_sum * row_lse - sxw)
+        np.copyto(_np(loss), np.where(keep, row, 0), casting="unsafe")
+        np.copyto(_np(lse), row_lse, casting="unsafe")
+        np.copyto(_np(wk), wt, casting="unsafe")
+        return True
+
+    def cross_entropy_backward(
+        self,
+        dx: View,
+        scale: View,
+        x: View,
+        target: View,
+        lse: View,
+        weight: View | None,
+        ignore_index: int,
+        label_smoothing: float,
+    ) -> bool:
+        a = _np(x)
+        acc = np.float64 if a.dtype == np.float64 else np.float32
+        m, c = a.shape
+        t = _np(target).astype(np.int64)
+        keep = (t != ignore_index) & (t >= 0) & (t < c)
+        safe = np.where(keep, t, 0)
+        w = None if weight is None else _np(weight).astype(acc, copy=False)
+        aa, cc = 1 - label_smoothing, label_smoothing / c
+        with np.errstate(all="ignore"):
+            sc = np.where(keep, _np(scale).astype(acc, copy=False), 0)[:, None]
+            wt = (np.ones(m, acc) if w is None else w[safe])[:, None]
+            w_sum = c if w is None else w.sum()
+            g = np.exp(a.astype(acc, copy=False) - _np(lse).astype(acc, copy=False)[:, None]) * (
+                sc * (aa * wt + cc * w_sum)
+            )
+            g -= sc * cc * (1.0 if w is None else w[None, :])
+            g[np.arange(m), safe] -= (sc * aa * wt)[:, 0]
+        np.copyto(_np(dx), g, casting="unsafe")
+        return True
+
     def max_pool2d_backward(self, grad_input: View, grad: View, indices: View, kernel_size: Sequence[int]) -> bool:
         kh, kw = kernel_size
         out = _np(grad_input)

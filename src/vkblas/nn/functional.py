@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..autograd import Node, no_grad, record
-from ..backend.base import numel
+from ..backend.base import View, numel
 from ..backend.elementwise import define
-from ..dtypes import bool_, float16, float64, int32
+from ..dtypes import bool_, float16, float32, float64, int32
+from ..ops._core import cast
 from ..ops._core import elementwise as _elementwise
 from ..ops.attention import scaled_dot_product_attention
 from ..ops.conv import avg_pool2d, conv2d, max_pool2d, unfold
@@ -28,7 +29,7 @@ from ..ops.reduction import softmax as _softmax
 from ..ops.resample import interpolate
 from ..ops.unary_math import _hardsigmoid, _hardswish, _logsigmoid, _mish, _relu6, _softsign
 from ..ops.unary_math import selu as _selu
-from ..tensor import Tensor
+from ..tensor import Tensor, empty
 
 __all__ = [
     "alpha_dropout",
@@ -427,6 +428,8 @@ def cross_entropy(
 # the target is ignored, wk_i = k_i * weight[t_i]; with a = 1 - label_smoothing, c = label_smoothing / C and W the
 # sum of the class weights, loss_i = a * wk_i * (lse_i - x_it) + c * k_i * (W * lse_i - sum_c weight_c * x_ic)
 define("ce_lse", lambda m, mx, s: mx + m.log(s))
+define("ce_safe", lambda m, t, ii: m.where(t == ii, 0, t))
+define("ce_keep", lambda m, t, ii: m.where(t == ii, 0, 1))
 define(
     "ce_row",
     lambda m, lse, pk, wk, keep, sxw, w_sum, a, c: m.where(keep > 0, a * wk * (lse - pk) + c * (w_sum * lse - sxw), 0),
@@ -453,9 +456,10 @@ define("ce_onehot", lambda m, g, den, wk, keep, a: m.where(keep > 0, -(g / den) 
 def _fused_cross_entropy(
     x: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int, reduction: str, label_smoothing: float
 ) -> Tensor:
-    """Cross-entropy of class indices as one node that keeps the per-row log-sum-exp (not the log-probabilities):
-    forward 4 dispatches for the log-sum-exp, one gather and one elementwise per row, backward one elementwise and
-    one scatter of the one-hot term."""
+    """Cross-entropy of class indices as one node that keeps the per-row log-sum-exp (not the log-probabilities).
+    On a backend with the ``cross_entropy`` primitive: forward one dispatch for the rows' losses (plus the target
+    check and the reduction), backward one for ``(softmax - onehot) * scale``; elsewhere (or beyond a Vulkan
+    binding) the same node from reductions, a gather, elementwise formulas and a scatter of the one-hot term."""
     op = "cross_entropy"
     shape = x.shape
     n_classes = shape[1]
@@ -466,10 +470,14 @@ def _fused_cross_entropy(
         raise TypeError(f"{op}: class-index targets must be integers, got {target.dtype!r}")
     rows = _rows(op, x)  # differentiable: the node's input
     xr = rows.detach()
+    backend = xr._backend
+    m = xr.shape[0]
     flat = target.reshape(-1)
+    a, c = 1.0 - label_smoothing, label_smoothing / max(n_classes, 1)
+    sdt = float64 if xr.dtype is float64 else float32
     with no_grad():
-        ignored = flat == ignore_index
-        safe = where(ignored, 0, flat)
+        small_ii = -(2**31) <= ignore_index < 2**31
+        safe = _elementwise("ce_safe", flat, ignore_index) if small_ii else flat
         check_index(
             safe,
             0,
@@ -477,40 +485,69 @@ def _fused_cross_entropy(
             f"{op}: target class index {{bad}} is out of range for {n_classes} classes "
             f"(input shape {shape}; valid targets are 0..{n_classes - 1} or ignore_index={ignore_index})",
         )
-        index = safe.to(int32).unsqueeze(1)
-        keep = (~ignored).to(xr.dtype).unsqueeze(1)
+        tgt = flat if flat.dtype is int32 else flat.to(int32)
         wd = None if weight is None else weight.detach().to(xr.dtype)
-        wk = keep if wd is None else take_along(wd, 0, index.squeeze(1)).unsqueeze(1) * keep
-        if xr.numel():
-            mx = xr.amax(1, keepdim=True)
-            lse = _elementwise("ce_lse", mx, _elementwise("exp_sub", xr, mx).sum(1, keepdim=True))
-            picked = gather_unchecked(xr, 1, index)
-        else:  # no rows (or no classes: PyTorch refuses those in the index check above)
-            lse = picked = xr.new_zeros((xr.shape[0], 1))
-        a, c = 1.0 - label_smoothing, label_smoothing / max(n_classes, 1)
-        if label_smoothing > 0:
-            sxw = (xr if wd is None else xr * wd).sum(1, keepdim=True)
-            w_sum: Tensor | float = float(n_classes) if wd is None else wd.sum()
-            row = _elementwise("ce_row", lse, picked, wk, keep, sxw, w_sum, a, c).squeeze(1)
-        else:
-            w_sum = 0.0
-            row = _elementwise("ce_row", lse, picked, wk, keep, 0.0, 0.0, a, 0.0).squeeze(1)
+        wv = None if wd is None else wd._view
+        row = empty((m,), xr.dtype, backend)
+        lse = empty((m,), sdt, backend)
+        wk = empty((m,), sdt, backend)
+        fused = small_ii and xr.numel() > 0
+        fused = fused and backend.cross_entropy(
+            row._view, lse._view, wk._view, xr._view, tgt._view, wv, ignore_index, label_smoothing
+        )
+        composed: list[Tensor] = []  # (index, keep) of the composition, made when it runs
+
+        def composition_rows() -> list[Tensor]:
+            if not composed:
+                index = safe.to(int32).unsqueeze(1)
+                keep = _elementwise("ce_keep", flat, ignore_index, out_dtype=xr.dtype).unsqueeze(1)
+                composed.extend((index, keep))
+            return composed
+
+        if not fused:
+            index, keep = composition_rows()
+            wkc = keep if wd is None else take_along(wd, 0, index.squeeze(1)).unsqueeze(1) * keep
+            if xr.numel():
+                mx = xr.amax(1, keepdim=True)
+                lse = _elementwise("ce_lse", mx, _elementwise("exp_sub", xr, mx).sum(1, keepdim=True))
+                picked = gather_unchecked(xr, 1, index)
+            else:  # no rows (or no classes: PyTorch refuses those in the index check above)
+                lse = picked = xr.new_zeros((m, 1))
+            if label_smoothing > 0:
+                sxw = (xr if wd is None else xr * wd).sum(1, keepdim=True)
+                w_sum: Tensor | float = float(n_classes) if wd is None else wd.sum()
+                row = _elementwise("ce_row", lse, picked, wkc, keep, sxw, w_sum, a, c)
+            else:
+                row = _elementwise("ce_row", lse, picked, wkc, keep, 0.0, 0.0, a, 0.0)
+            row, lse, wk = row.reshape(m), lse.reshape(m), wkc.reshape(m)
         if reduction == "none":
             out, den = row.reshape(want), None
         elif reduction == "sum":
             out, den = row.sum(), None
         else:
-            den = wk.sum()
+            den = cast(wk.sum(), xr.dtype)
             out = row.sum() / den
 
     def rule(node: Node, g: Tensor) -> tuple[Tensor]:
-        gg = g.reshape(-1, 1) if reduction == "none" else g
-        dd: Tensor | float = 1.0 if den is None else den
+        scale = g.reshape(m) if reduction == "none" else g if den is None else g / den
+        sv = scale._view
+        if not scale.ndim:  # one value for every row: a stride-0 view
+            sv = View(sv.storage, (m,), (0,), sv.offset)
+        grad = empty((m, n_classes), xr.dtype, backend)
+        if not grad.numel():
+            return (grad,)
+        if small_ii and backend.cross_entropy_backward(
+            grad._view, sv, xr._view, tgt._view, lse._view, wv, ignore_index, label_smoothing
+        ):
+            return (grad,)
+        index, keep = composition_rows()
+        gs = scale.reshape(m, 1) if scale.ndim else scale
+        wkc = wk.reshape(m, 1)
         wc: Tensor | float = 1.0 if wd is None else wd
-        grad = _elementwise("ce_grad", xr, lse, gg, dd, wk, keep, wc, w_sum, a, c)
-        if grad.numel():
-            onehot = _elementwise("ce_onehot", gg, dd, wk, keep, a)
-            grad._backend.scatter("sum", grad._view, 1, index._view, onehot._view)
+        w_sum = float(n_classes) if wd is None else wd.sum()
+        grad = _elementwise("ce_grad", xr, lse.reshape(m, 1), gs, 1.0, wkc, keep, wc, w_sum, a, c)
+        onehot = _elementwise("ce_onehot", gs, 1.0, wkc, keep, a)
+        backend.scatter("sum", grad._view, 1, index._view, onehot._view)
         return (grad,)
 
     return record(out, "NllLossBackward0", (rows,), rule, (rows,))

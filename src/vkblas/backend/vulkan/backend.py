@@ -42,7 +42,7 @@ from .heaps import device_local_bytes
 from .kernels import attention as att
 from .kernels import elementwise as ew_kernels
 from .kernels import foreach as fe
-from .kernels import indexing, norm, random, reduce, scan, sort, window
+from .kernels import indexing, norm, random, reduce, scan, sort, window, xent
 from .kernels.plan import Plan, out_of_bounds, span
 from .kernels.random import pcg_host
 from .kernels.reduce import SplitPlan
@@ -796,6 +796,52 @@ class VulkanBackend(Backend):
         plan, present = self._rows_plan("layer_norm backward", views, lambda: norm.build_backward(self.dev, *views))
         try:
             self.launch("layer_norm backward", plan, present)
+        except NeedsSplitting:
+            return False
+        return True
+
+    def cross_entropy(
+        self,
+        loss: View,
+        lse: View,
+        wk: View,
+        x: View,
+        target: View,
+        weight: View | None,
+        ignore_index: int,
+        label_smoothing: float,
+    ) -> bool:
+        views = (loss, lse, wk, x, target, weight)
+        smooth = label_smoothing > 0
+        plan, present = self._rows_plan(
+            "cross_entropy" + " smooth" * smooth, views, lambda: xent.build_forward(self.dev, *views, smooth)
+        )
+        c = label_smoothing / x.shape[1]
+        try:
+            self.launch("cross_entropy", plan, present, (int(ignore_index), 1.0 - label_smoothing, c))
+        except NeedsSplitting:
+            return False
+        return True
+
+    def cross_entropy_backward(
+        self,
+        dx: View,
+        scale: View,
+        x: View,
+        target: View,
+        lse: View,
+        weight: View | None,
+        ignore_index: int,
+        label_smoothing: float,
+    ) -> bool:
+        views = (dx, scale, x, target, lse, weight)
+        smooth = label_smoothing > 0
+        plan, present = self._rows_plan(
+            "cross_entropy backward" + " smooth" * smooth, views, lambda: xent.build_backward(self.dev, *views, smooth)
+        )
+        c = label_smoothing / x.shape[1]
+        try:
+            self.launch("cross_entropy backward", plan, present, (int(ignore_index), 1.0 - label_smoothing, c))
         except NeedsSplitting:
             return False
         return True

@@ -20,7 +20,7 @@ from ....dtypes import float16, float32
 from ...mathlib import SQRT
 from ..device import Device
 from .plan import Plan, span
-from .wgsl import WORKGROUP, grid, header, store_value
+from .wgsl import STORAGE_TYPE, WORKGROUP, grid, header, store_value
 
 _STORE = {float32: "f32", float16: "f16"}
 _WSUM = f"""var<workgroup> red: array<f32, {WORKGROUP}>;
@@ -50,7 +50,7 @@ def _bindings(names: list[tuple[str, bool, Any]]) -> tuple[list[tuple[str, str]]
     for name, present, dtype in names:
         if present:
             index[name] = len(bufs)
-            bufs.append((name, _STORE[dtype]))
+            bufs.append((name, STORAGE_TYPE[dtype]))
     return bufs, index
 
 
