@@ -62,7 +62,7 @@ NORM_CASES = [  # (input shape, normalized_shape, weight/bias shape or None)
 ]
 
 
-@pytest.mark.filterwarnings("ignore:Mean of empty slice")  # the reference's rows of no elements
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the reference's means of rows of no elements
 @pytest.mark.parametrize("center", [True, False], ids=["layer_norm", "rms_norm"])
 @pytest.mark.parametrize("case", NORM_CASES, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}")
 def test_norm_forward_backward_match_numpy(case: tuple, center: bool, device: str, rng: np.random.Generator) -> None:
@@ -180,22 +180,47 @@ def test_norm_errors(device: str) -> None:
         F.layer_norm(vb.zeros(2, 3, dtype=vb.int32, device=device), (3,))
 
 
-def test_composition_fallback_matches_the_primitive(monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator) -> None:
-    """A backend without the primitive gets the same node composed from elementwise and reduce."""
+def _norm_results(rng: np.random.Generator) -> list[np.ndarray]:
     x, w, b, g = (rng.standard_normal(s) for s in ((4, 9), (9,), (9,), (4, 9)))
-    results = []
-    for fused in (True, False):
-        if not fused:
-            for name in ("layer_norm", "layer_norm_backward"):
-                monkeypatch.setattr(type(vb.zeros(1)._backend), name, getattr(Backend, name))
-        out = []
-        for center in (True, False):
-            vx, vw, vbias = (t(a, "cpu", True) for a in (x, w, b))
-            y = F.layer_norm(vx, (9,), vw, vbias) if center else F.rms_norm(vx, (9,), vw)
-            y.backward(t(g, "cpu"))
-            out += [y.detach().numpy(), vx.grad.numpy(), vw.grad.numpy()]
-        results.append(out)
-    for a, e in zip(*results, strict=True):
+    out = []
+    for center in (True, False):
+        vx, vw, vbias = (t(a, "cpu", True) for a in (x, w, b))
+        y = F.layer_norm(vx, (9,), vw, vbias) if center else F.rms_norm(vx, (9,), vw)
+        y.backward(t(g, "cpu"))
+        out += [y.detach().numpy(), vx.grad.numpy(), vw.grad.numpy(), vbias.grad.numpy() if center else 0.0]
+    return out
+
+
+def _ce_results(rng: np.random.Generator) -> list[np.ndarray]:
+    x, w = rng.standard_normal((6, 5)), rng.random(5) + 0.5
+    target = vb.tensor([0, 4, -100, 2, 2, 1])
+    out = []
+    for kw in ({}, {"reduction": "none", "label_smoothing": 0.2}, {"weight": t(w, "cpu"), "label_smoothing": 0.1}):
+        vx = t(x, "cpu", True)
+        y = F.cross_entropy(vx, target, **kw)
+        y.sum().backward()
+        out += [y.detach().numpy(), vx.grad.numpy()]
+    return out
+
+
+@pytest.mark.parametrize(
+    "primitives, results",
+    [
+        (("layer_norm", "layer_norm_backward"), _norm_results),
+        (("cross_entropy", "cross_entropy_backward"), _ce_results),
+    ],
+    ids=["norm", "cross_entropy"],
+)
+def test_composition_fallback_matches_the_primitive(
+    primitives: tuple[str, ...], results: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backend without the primitive (the base class's default) gets the same node composed from elementwise,
+    reduce, gather and scatter: the same values and gradients."""
+    fused = results(np.random.default_rng(3))
+    for name in primitives:
+        monkeypatch.setattr(type(vb.zeros(1)._backend), name, getattr(Backend, name))
+    composed = results(np.random.default_rng(3))
+    for a, e in zip(fused, composed, strict=True):
         np.testing.assert_allclose(a, e, rtol=1e-12, atol=1e-12)
 
 

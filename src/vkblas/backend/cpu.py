@@ -519,7 +519,7 @@ class CpuBackend(Backend):
             row_lse = mx[:, 0] + np.log(s)
             wt = keep.astype(acc) if w is None else np.where(keep, w[safe], 0)
             picked = xs[np.arange(m), safe]
-            row = (1 - label_smoothing) * wt * (row_lse - picked)
+            row = -((1 - label_smoothing) * wt * (picked - row_lse))  # -0 for a certain prediction, as PyTorch
             if label_smoothing:
                 w_sum = c if w is None else w.sum()
                 sxw = xs.sum(1) if w is None else xs @ w

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..autograd import Node, no_grad, record
+from ..autograd import Node, is_grad_enabled, no_grad, record
 from ..backend.base import View, numel
 from ..backend.elementwise import define
 from ..dtypes import bool_, float16, float32, float64, int32
@@ -426,13 +426,16 @@ def cross_entropy(
 
 # fused cross-entropy of class indices, per row i of logits x (M, C): lse_i = log(sum_c exp(x_ic)), k_i = 1 unless
 # the target is ignored, wk_i = k_i * weight[t_i]; with a = 1 - label_smoothing, c = label_smoothing / C and W the
-# sum of the class weights, loss_i = a * wk_i * (lse_i - x_it) + c * k_i * (W * lse_i - sum_c weight_c * x_ic)
+# sum of the class weights, loss_i = -(a * wk_i * (x_it - lse_i)) + c * k_i * (W * lse_i - sum_c weight_c * x_ic)
+# (the negated log-probability, as PyTorch's nll: a certain prediction's loss is -0)
 define("ce_lse", lambda m, mx, s: mx + m.log(s))
 define("ce_safe", lambda m, t, ii: m.where(t == ii, 0, t))
 define("ce_keep", lambda m, t, ii: m.where(t == ii, 0, 1))
 define(
     "ce_row",
-    lambda m, lse, pk, wk, keep, sxw, w_sum, a, c: m.where(keep > 0, a * wk * (lse - pk) + c * (w_sum * lse - sxw), 0),
+    lambda m, lse, pk, wk, keep, sxw, w_sum, a, c: m.where(
+        keep > 0, -(a * wk * (pk - lse)) + c * (w_sum * lse - sxw), 0
+    ),
 )
 
 
@@ -468,6 +471,10 @@ def _fused_cross_entropy(
         raise ValueError(f"{op}: expected target of shape {want} for input of shape {shape}, got {target.shape}")
     if target.dtype is bool_:
         raise TypeError(f"{op}: class-index targets must be integers, got {target.dtype!r}")
+    if weight is not None and weight.requires_grad and is_grad_enabled():
+        raise RuntimeError(
+            f"{op}: not differentiable with respect to the class weight (PyTorch's rule); pass weight.detach()"
+        )
     rows = _rows(op, x)  # differentiable: the node's input
     xr = rows.detach()
     backend = xr._backend

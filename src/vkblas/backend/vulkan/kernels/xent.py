@@ -75,7 +75,7 @@ def forward_source(dtype: Any, has_w: bool, smooth: bool) -> str:
     w_t = f"f32(w[u32(pi({at['w']}u) + i32(ts) * pi({s + 3}u))])" if has_w else "1.0"
     src += f"    let wt = select(0.0, {w_t}, keep);\n"
     src += "    let pk = f32(x[u32(xo + i32(ts) * xs)]);\n"
-    src += "    var v = a * wt * (lz - pk);\n"
+    src += "    var v = -(a * wt * (pk - lz));\n"
     if smooth:
         src += "    v = v + c * (sw * lz - sxw);\n"
     src += "    v = select(0.0, v, keep);\n"
