@@ -418,6 +418,7 @@ NN_OPS: list[OpInfo] = [
         lambda x, t, w=None, **kw: F.cross_entropy(x, t, None if w is None else w.to(x.dtype), **kw),
         np_cross_entropy,
         ce_samples,
+        dtypes=(F16,),
         error_inputs=errors(
             ((_Z((3, 4)), np.array([0, 4, 1])), {}, IndexError, "out of range for 4 classes"),
             ((_Z((3, 4)), np.array([0, 1])), {}, ValueError, "expected target of shape"),

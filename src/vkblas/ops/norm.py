@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from ..autograd import Node, record
 from ..backend.base import numel
 from ..backend.elementwise import define
-from ..dtypes import float32, float64
+from ..dtypes import DType, float32, float64
 from ..tensor import Tensor, empty
 from ._core import cast, elementwise, same_backend
 from .reduction import _raw_reduce
@@ -28,11 +28,14 @@ define("ln_dx", lambda m, g, w, x, mu, r, mh, mhx, n: r * (g * w - mh / n - (x -
 define("ln_dweight", lambda m, g, x, mu, r: g * ((x - mu) * r))
 
 
-def stats_dtype(x: Tensor) -> object:
+def stats_dtype(x: Tensor) -> DType:
+    """The statistics' dtype: float32 (float16 inputs too), float64 for float64."""
     return float64 if x.dtype is float64 else float32
 
 
-def _compose_forward(x: Tensor, w: Tensor | None, b: Tensor | None, eps: float, center: bool):
+def _compose_forward(
+    x: Tensor, w: Tensor | None, b: Tensor | None, eps: float, center: bool
+) -> tuple[Tensor, Tensor | None, Tensor]:
     """(out, mean or None, rstd (R, 1)) of the (R, N) ``x`` from ``reduce`` and ``elementwise``."""
     n = x.shape[1]
     xs = cast(x, stats_dtype(x))
