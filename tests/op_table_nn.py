@@ -422,6 +422,8 @@ NN_OPS: list[OpInfo] = [
         error_inputs=errors(
             ((_Z((3, 4)), np.array([0, 4, 1])), {}, IndexError, "out of range for 4 classes"),
             ((_Z((3, 4)), np.array([0, 1])), {}, ValueError, "expected target of shape"),
+            ((_Z((3, 4)), np.array([0, -2, -1])), {"ignore_index": -1}, IndexError, "index -2 is out of range"),
+            ((_Z((3, 4)), np.array([0, -1, 1])), {}, IndexError, "index -1 is out of range"),
         ),
     ),
     OpInfo(

@@ -234,6 +234,7 @@ CE_OPTIONS = [
     {"weight": True, "label_smoothing": 0.3},
     {"weight": True, "reduction": "none", "label_smoothing": 0.1},
     {"ignore_index": 2, "reduction": "sum"},
+    {"ignore_index": -1},  # nanoGPT's: its targets are checked as one interval
 ]
 CE_SHAPES = [((6, 5), (6,)), ((2, 4, 3), (2, 3)), ((5,), ()), ((0, 4), (0,)), ((3, 1), (3,))]
 

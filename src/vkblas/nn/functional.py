@@ -24,6 +24,7 @@ from ..ops.norm import normalize_rows
 from ..ops.padding import pad
 from ..ops.parametric import celu, elu, hardtanh, softplus
 from ..ops.pointwise import gelu, leaky_relu, where
+from ..ops.reduction import _raw_reduce
 from ..ops.reduction import log_softmax as _log_softmax
 from ..ops.reduction import softmax as _softmax
 from ..ops.resample import interpolate
@@ -484,10 +485,12 @@ def _fused_cross_entropy(
     sdt = float64 if xr.dtype is float64 else float32
     with no_grad():
         small_ii = -(2**31) <= ignore_index < 2**31
-        safe = _elementwise("ce_safe", flat, ignore_index) if small_ii else flat
+        # with ignore_index -1 (nanoGPT's) the valid targets are one interval, checked without a masked copy
+        adjacent = ignore_index == -1
+        safe = flat if adjacent or not small_ii else _elementwise("ce_safe", flat, ignore_index)
         check_index(
             safe,
-            0,
+            -1 if adjacent else 0,
             n_classes,
             f"{op}: target class index {{bad}} is out of range for {n_classes} classes "
             f"(input shape {shape}; valid targets are 0..{n_classes - 1} or ignore_index={ignore_index})",
@@ -495,9 +498,12 @@ def _fused_cross_entropy(
         tgt = flat if flat.dtype is int32 else flat.to(int32)
         wd = None if weight is None else weight.detach().to(xr.dtype)
         wv = None if wd is None else wd._view
-        row = empty((m,), xr.dtype, backend)
+        # each row's loss and weight side by side (when of one dtype): one reduction sums both for the mean
+        paired = xr.dtype is sdt
+        pair = empty((m, 2), sdt, backend) if paired else None
+        row = pair[:, 0] if pair is not None else empty((m,), xr.dtype, backend)
+        wk = pair[:, 1] if pair is not None else empty((m,), sdt, backend)
         lse = empty((m,), sdt, backend)
-        wk = empty((m,), sdt, backend)
         fused = small_ii and xr.numel() > 0
         fused = fused and backend.cross_entropy(
             row._view, lse._view, wk._view, xr._view, tgt._view, wv, ignore_index, label_smoothing
@@ -506,7 +512,8 @@ def _fused_cross_entropy(
 
         def composition_rows() -> list[Tensor]:
             if not composed:
-                index = safe.to(int32).unsqueeze(1)
+                masked = _elementwise("ce_safe", flat, ignore_index) if adjacent else safe
+                index = masked.to(int32).unsqueeze(1)
                 keep = _elementwise("ce_keep", flat, ignore_index, out_dtype=xr.dtype).unsqueeze(1)
                 composed.extend((index, keep))
             return composed
@@ -531,6 +538,10 @@ def _fused_cross_entropy(
             out, den = row.reshape(want), None
         elif reduction == "sum":
             out, den = row.sum(), None
+        elif fused and pair is not None:
+            sums = _raw_reduce("sum", pair, (0,), False)
+            den = sums[1]
+            out = sums[0] / den
         else:
             den = cast(wk.sum(), xr.dtype)
             out = row.sum() / den
