@@ -112,7 +112,8 @@ def run_vkblas(cfg: dict[str, Any], args: argparse.Namespace, tokens: np.ndarray
         opt.step()
         return loss.item()  # the step's one sync
 
-    out = train(step, args)
+    runtime = getattr(model.lm_head.weight._backend, "rt", None)  # the Vulkan runtime counts dispatches
+    out = train(step, args, counter=(lambda: runtime.dispatches) if runtime is not None else None)
     out.update(init_s=init_s, peak_bytes=vb.accelerator.max_memory_allocated(dev), params=model.get_num_params())
     return out
 
@@ -161,10 +162,12 @@ def model_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return {**{k: cfg[k] for k in keys}, "dropout": 0.0, "bias": False}
 
 
-def train(step: Any, args: argparse.Namespace) -> dict[str, Any]:
+def train(step: Any, args: argparse.Namespace, counter: Any = None) -> dict[str, Any]:
     """Step 0 (compiles), then steps until ``args.steps``, or until another step would end after the child's time
-    share (counted from its start, import and initialisation included); tokens/s over the steps after step 0."""
+    share (counted from its start, import and initialisation included); tokens/s over the steps after step 0, and,
+    with ``counter`` (the device's dispatch count), dispatches per step over the same steps."""
     losses = [step(0)]
+    first = counter() if counter is not None else None
     t0 = last = time.perf_counter()
     per_step = 0.0
     while len(losses) < args.steps and (len(losses) < 2 or last + per_step < START + args.share):
@@ -173,7 +176,9 @@ def train(step: Any, args: argparse.Namespace) -> dict[str, Any]:
         per_step, last = now - last, now
     elapsed = time.perf_counter() - t0
     timed = len(losses) - 1
-    return {"losses": losses, "timed_steps": timed, "step_s": elapsed / timed if timed else math.nan}
+    dispatches = (counter() - first) / timed if counter is not None and timed else None
+    return {"losses": losses, "timed_steps": timed, "step_s": elapsed / timed if timed else math.nan,
+            "dispatches": dispatches}  # fmt: skip
 
 
 # ---------------------------------------------------------------- the parent: one child per run, one table
@@ -231,7 +236,7 @@ def main() -> int:
         rows.append(row(res, cfg))
     print_table(
         "GPT training step, one GPU (tokens/s over the steps after the first; peak: tensors' memory)",
-        ["engine", "ckpt", "tokens/s", "s/step", "steps", "peak GiB", "init s", "loss first", "loss last", "run s"],
+        COLUMNS,
         rows,
     )
     ratios = compare(results)
@@ -242,15 +247,20 @@ def main() -> int:
     return 0 if all("error" not in r for r in results) else 1
 
 
+COLUMNS = ["engine", "ckpt", "tokens/s", "s/step", "steps", "peak GiB", "dispatches/step", "init s", "loss first",
+           "loss last", "run s"]  # fmt: skip
+
+
 def row(res: dict[str, Any], cfg: dict[str, Any]) -> list[Any]:
     name = res["engine"] if res["engine"] == "vkblas" else f"torch {res.get('device', '')}".strip()
     if "error" in res:
-        return [name, res["checkpointing"], "failed: " + res["error"][:60], "", "", "", "", "", "", res["wall_s"]]
+        return [name, res["checkpointing"], "failed: " + res["error"][:60], "", "", "", "", "", "", "", res["wall_s"]]
     tok = cfg["batch"] * cfg["block_size"] / res["step_s"]
     peak = "n/a (cpu)" if res["peak_bytes"] is None else res["peak_bytes"] / 2**30
     losses = res["losses"]
-    return [name, res["checkpointing"], tok, res["step_s"], len(losses), peak, res["init_s"], losses[0], losses[-1],
-            res["wall_s"]]  # fmt: skip
+    disp = "" if res.get("dispatches") is None else f"{res['dispatches']:.0f}"
+    return [name, res["checkpointing"], tok, res["step_s"], len(losses), peak, disp, res["init_s"], losses[0],
+            losses[-1], res["wall_s"]]  # fmt: skip
 
 
 def compare(results: list[dict[str, Any]]) -> list[list[Any]]:

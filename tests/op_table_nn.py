@@ -270,6 +270,61 @@ def np_alpha_dropout(x: np.ndarray, p: float, training: bool = True, channels: b
     return a * np.where(keep, x, a_prime) - a * a_prime * p
 
 
+# ---------------------------------------------------------------- layer_norm, rms_norm, cross_entropy (the fused nodes)
+def np_layer_norm(x: np.ndarray, ns: tuple, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> np.ndarray:
+    axes = tuple(range(x.ndim - len(ns), x.ndim))
+    c = x - x.mean(axes, keepdims=True)
+    y = c / np.sqrt((c * c).mean(axes, keepdims=True) + eps)
+    return y * (1.0 if weight is None else weight) + (0.0 if bias is None else bias)
+
+
+def np_rms_norm(x: np.ndarray, ns: tuple, weight: Any = None, eps: float | None = None) -> np.ndarray:
+    axes = tuple(range(x.ndim - len(ns), x.ndim))
+    e = np.finfo(x.dtype).eps if eps is None else eps
+    return x / np.sqrt((x * x).mean(axes, keepdims=True) + e) * (1.0 if weight is None else weight)
+
+
+def norm_samples(rng: Rng, bias: bool = True) -> Iterator[Sample]:
+    u = uniform
+    for shape, ns in (((3, 5), (5,)), ((2, 3, 4), (3, 4)), ((4, 1), (1,)), ((0, 3), (3,)), ((2, 300), (300,))):
+        params = (u(rng, ns), u(rng, ns)) if bias else (u(rng, ns),)
+        yield Sample((u(rng, shape) * 2 + 1, ns, *params), {"eps": 1e-5})
+    yield Sample((u(rng, (3, 6)), (6,)), {})  # no weight / bias, the default eps
+
+
+def np_cross_entropy(
+    x: np.ndarray,
+    target: np.ndarray,
+    weight: Any = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> np.ndarray:
+    """Class-index cross-entropy over dim 1 of (N, C, ...) logits, from the definition."""
+    xr = np.moveaxis(x, 1, -1).reshape(-1, x.shape[1]) if x.ndim > 1 else x[None]
+    t = target.reshape(-1)
+    m = xr.max(1, keepdims=True)
+    logp = xr - m - np.log(np.exp(xr - m).sum(1, keepdims=True))
+    w = np.ones(xr.shape[1]) if weight is None else weight
+    keep = t != ignore_index
+    safe = np.where(keep, t, 0)
+    wt = w[safe] * keep
+    loss = -(1 - label_smoothing) * wt * logp[np.arange(len(t)), safe]
+    loss = loss - label_smoothing / xr.shape[1] * (logp * w).sum(1) * keep
+    if reduction == "none":
+        return loss.reshape(target.shape)
+    return np.array(loss.sum() if reduction == "sum" else loss.sum() / wt.sum())
+
+
+def ce_samples(rng: Rng) -> Iterator[Sample]:
+    u = uniform
+    yield Sample((u(rng, (6, 5)) * 2, np.array([0, 4, -100, 2, 2, 1])))
+    yield Sample((u(rng, (6, 5)), np.array([0, 4, 1, 2, 2, 1]), np.array([1, 3, 2, 1, 2])), {"label_smoothing": 0.2})
+    yield Sample((u(rng, (2, 4, 3)), np.array([[0, 3, 1], [2, -100, 0]])), {"reduction": "none"})
+    yield Sample((u(rng, (3, 4)), np.array([1, 2, 3]), np.array([2, 1, 1, 3])), {"reduction": "sum"})
+    yield Sample((u(rng, (5,)), np.array(2)), {"label_smoothing": 0.1})  # unbatched
+
+
 NN_OPS: list[OpInfo] = [
     OpInfo(
         "scaled_dot_product_attention",
@@ -352,6 +407,23 @@ NN_OPS: list[OpInfo] = [
             ((_Z((1, 1, 4)),), {"size": 3, "mode": "bilinear"}, ValueError, "expects a 4-D"),
             ((_Z((1, 1, 4, 4)),), {"size": 3, "align_corners": True}, ValueError, "align_corners"),
             ((_Z((1, 1, 4, 4)),), {"size": 3, "mode": "bicubic"}, NotImplementedError, "not supported"),
+        ),
+    ),
+    OpInfo("layer_norm", F.layer_norm, np_layer_norm, norm_samples, dtypes=(F16,)),
+    OpInfo("rms_norm", F.rms_norm, np_rms_norm, lambda rng: norm_samples(rng, bias=False), dtypes=(F16,)),
+    OpInfo(
+        "cross_entropy",
+        # the class weight is not differentiable (PyTorch refuses one that requires grad): given as integers, which
+        # the table makes no leaves of, and cast to the logits' dtype
+        lambda x, t, w=None, **kw: F.cross_entropy(x, t, None if w is None else w.to(x.dtype), **kw),
+        np_cross_entropy,
+        ce_samples,
+        dtypes=(F16,),
+        error_inputs=errors(
+            ((_Z((3, 4)), np.array([0, 4, 1])), {}, IndexError, "out of range for 4 classes"),
+            ((_Z((3, 4)), np.array([0, 1])), {}, ValueError, "expected target of shape"),
+            ((_Z((3, 4)), np.array([0, -2, -1])), {"ignore_index": -1}, IndexError, "index -2 is out of range"),
+            ((_Z((3, 4)), np.array([0, -1, 1])), {}, IndexError, "index -1 is out of range"),
         ),
     ),
     OpInfo(

@@ -220,6 +220,20 @@ def test_softmax_cross_entropy_and_random(small: Any) -> None:
     np.testing.assert_array_equal(uv.numpy(), u.numpy())  # the same counter-based numbers, piece by piece
 
 
+def test_layer_norm_beyond_a_binding_takes_the_composition(small: Any) -> None:
+    """Rows in a storage of several segments: the fused kernel cannot bind them, the composition (elementwise and
+    reduce, which split) gives the same values and gradients."""
+    x, w, b, g = big(700, 300), big(300), big(300), big(700, 300)
+    tx, tw, tb = on(small, x, True), on(small, w, True), on(small, b, True)
+    cx, cw, cb = cpu(x, True), cpu(w, True), cpu(b, True)
+    y, cy = F.layer_norm(tx, (300,), tw, tb), F.layer_norm(cx, (300,), cw, cb)
+    same(y, cy, atol=1e-4)
+    y.backward(on(small, g))
+    cy.backward(cpu(g))
+    for got, want in ((tx, cx), (tw, cw), (tb, cb)):
+        same(got.grad, want.grad, rtol=1e-4, atol=1e-3)
+
+
 def test_a_reduction_whose_two_partial_outputs_exceed_a_binding(small: Any) -> None:
     """The reduced dim spans the most bytes, and the output is more than half a binding: halving the reduced dim
     would need a (2, *out) workspace larger than a binding, so a kept dim is halved first (this recursed forever:

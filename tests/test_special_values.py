@@ -63,6 +63,9 @@ OVERFLOW_PRONE = {
     # batched matmuls: a GPU's fused multiply-add makes inf + (-1e4 * 3e38) inf where PyTorch's rounded product
     # overflows to -inf and the sum is NaN (the H200)
     "einsum",
+    # the squared deviations overflow (two passes, as vkblas's) or PyTorch's Welford updates do (inf - inf)
+    "layer_norm",
+    "rms_norm",
 }
 #: PyTorch's vectorised float32 gelu gives NaN at +inf (its float64 and scalar paths, and the definition, give inf)
 NO_INF = {"gelu"}

@@ -425,6 +425,35 @@ FORMULA_REFERENCES |= {
     "es_key": lambda u, w: np.log(u) / w,
 }
 # operands that must be in (0, 1): logarithms, square roots, powers of a beta
+# the fused layer_norm's and cross-entropy's compositions (ops/norm.py, nn/functional.py)
+FORMULA_REFERENCES |= {
+    "ln_sqdev": lambda x, mu: (x - mu) ** 2,
+    "ln_rstd": lambda s, n, eps: 1 / np.sqrt(s / n + eps),
+    "ln_out": lambda x, mu, r, w, b: (x - mu) * r * w + b,
+    "ln_h_xhat": lambda g, w, x, mu, r: g * w * ((x - mu) * r),
+    "ln_dx": lambda g, w, x, mu, r, mh, mhx, n: r * (g * w - mh / n - (x - mu) * r * (mhx / n)),
+    "ln_dweight": lambda g, x, mu, r: g * (x - mu) * r,
+    "ce_lse": lambda mx, s: mx + np.log(s),
+    "ce_safe": lambda t, ii: np.where(t == ii, 0, t),
+    "ce_keep": lambda t, ii: np.where(t == ii, 0, 1),
+    "ce_row": lambda lse, pk, wk, keep, sxw, w_sum, a, c: np.where(
+        keep > 0, -(a * wk * (pk - lse)) + c * (w_sum * lse - sxw), 0
+    ),
+    "ce_grad": lambda x, lse, g, den, wk, keep, wc, w_sum, a, c: (
+        np.exp(x - lse) * (np.where(keep > 0, g / den, 0) * (a * wk + c * w_sum))
+        - np.where(keep > 0, g / den, 0) * c * wc
+    ),
+    "ce_onehot": lambda g, den, wk, keep, a: np.where(keep > 0, -(g / den) * (a * wk), 0),
+}
+_DOMAINS |= {
+    "ln_rstd": {0: (0.0, 2.0), 1: (1.0, 10.0), 2: (1e-6, 1e-3)},
+    "ln_dx": {7: (1.0, 10.0)},
+    "ce_lse": {1: (0.1, 2.0)},
+    "ce_grad": {3: (0.5, 2.0)},
+    "ce_onehot": {1: (0.5, 2.0)},
+}
+
+
 _UNIT_OPERANDS = {
     "es_key": {0, 1},
     "softplus": {1},

@@ -33,6 +33,12 @@ Primitives (all outputs are views the caller allocated; inputs may be any views,
 ``max_pool2d``         optional (:meth:`Backend.max_pool2d`, :meth:`Backend.max_pool2d_backward`): max and argmax
                        over non-overlapping windows in one pass, and the gradient put back at the argmax; a backend
                        without them gets ``unfold`` + reductions and a one-hot ``fold`` from ``vkblas.ops``.
+``layer_norm``         optional (:meth:`Backend.layer_norm`, :meth:`Backend.layer_norm_backward`): rows normalised
+                       in one pass each, keeping only the per-row mean and rstd for the backward; a backend
+                       without them gets ``vkblas.ops.norm``'s composition of ``elementwise`` and ``reduce``.
+``cross_entropy``      optional (:meth:`Backend.cross_entropy`, :meth:`Backend.cross_entropy_backward`): per row of
+                       logits, the log-sum-exp and the loss at a class index in one pass, and the gradient
+                       ``(softmax - onehot) * scale`` in one more; the default is ``nn.functional``'s composition.
 ``random``             fill ``out`` from the counter-based generator: ``uniform`` in [0, 1) or ``normal`` (0, 1),
                        from ``(seed, counter)``; the same numbers on every backend (up to float rounding).
 ``to_numpy`` / ``from_numpy``   the only host transfers; ``to_numpy`` is a sync point.
@@ -324,6 +330,72 @@ class Backend(ABC):
         at each window's ``indices`` position and 0 everywhere else (what ``fold`` of the one-hot gradient windows
         gives: ``0 + g``, so -0 comes out +0). Returns whether it did the work; the default leaves it to the
         composition."""
+        return False
+
+    def layer_norm(
+        self,
+        out: View,
+        mean: View | None,
+        rstd: View,
+        x: View,
+        weight: View | None,
+        bias: View | None,
+        eps: float,
+    ) -> bool:
+        """Optional: per row ``r`` of the (R, N) ``x`` (any strides), ``mean[r]`` and ``rstd[r] = 1 / sqrt(var[r] +
+        eps)`` (biased variance) into the (R,) float32 views (float64 for float64 ``x``), and ``out = (x - mean) *
+        rstd * weight + bias`` (weight, bias (N,) or None: 1 and 0). ``mean=None`` is RMS normalisation: the mean is
+        taken as 0 (``rstd = 1 / sqrt(mean(x^2) + eps)``). Statistics in at least float32 arithmetic. Returns whether
+        it did the work; the default leaves it to ``vkblas.ops.norm``'s composition. Why a primitive: the
+        composition's autograd keeps the centred and the normalised input (two tensors of ``x``'s size) and runs ~10
+        dispatches forward and ~20 backward per normalisation."""
+        return False
+
+    def layer_norm_backward(
+        self, dx: View, dy: View, x: View, weight: View | None, mean: View | None, rstd: View
+    ) -> bool:
+        """Optional, with :meth:`layer_norm`: ``dx`` (R, N) of the incoming ``dy`` (R, N) from the saved statistics:
+        with ``xhat = (x - mean) * rstd`` and ``h = dy * weight``, ``dx = rstd * (h - mean(h) - xhat * mean(h *
+        xhat))`` (without ``mean(h)`` for ``mean=None``). The weight's and bias's gradients are column sums, left to
+        ``reduce``. Returns whether it did the work."""
+        return False
+
+    def cross_entropy(
+        self,
+        loss: View,
+        lse: View,
+        wk: View,
+        x: View,
+        target: View,
+        weight: View | None,
+        ignore_index: int,
+        label_smoothing: float,
+    ) -> bool:
+        """Optional: per row ``i`` of the (M, C) logits ``x`` (any strides; C > 0) and int32 ``target`` (M,), the
+        float32 ``lse[i] = log(sum_c exp(x[i, c]))`` (NaN for a row holding NaN or +inf, or all -inf),
+        ``wk[i] = keep_i * weight[t_i]`` (``keep_i`` 0 where ``t_i == ignore_index``, weight 1 when None), and
+        ``loss[i] = keep_i * (a * w_t (lse_i - x[i, t_i]) + c (W lse_i - sum_c weight_c x[i, c]))`` with ``a = 1 -
+        label_smoothing``, ``c = label_smoothing / C``, ``W = sum_c weight_c`` (0 for an ignored row, whatever its
+        logits). The caller checks targets; a kernel must still never read outside ``x`` for a bad one. Returns
+        whether it did the work; the default leaves it to ``nn.functional``'s composition (four reduction and
+        elementwise passes for the log-sum-exp, a gather and an elementwise)."""
+        return False
+
+    def cross_entropy_backward(
+        self,
+        dx: View,
+        scale: View,
+        x: View,
+        target: View,
+        lse: View,
+        weight: View | None,
+        ignore_index: int,
+        label_smoothing: float,
+    ) -> bool:
+        """Optional, with :meth:`cross_entropy`: ``dx`` (M, C) ``= s_i * (exp(x - lse_i) * (a w_t + c W) - c
+        weight_c - a w_t [c == t_i])`` where ``s_i = scale[i]`` (the incoming gradient over the mean's denominator;
+        stride 0 for one shared value) on kept rows and 0 on ignored ones (so an ignored row's gradient is 0, or NaN
+        where its softmax is). Returns whether it did the work."""
         return False
 
     def check_values(

@@ -437,6 +437,129 @@ class CpuBackend(Backend):
         _parallel(run, n, a.size)
         return True
 
+    def layer_norm(
+        self,
+        out: View,
+        mean: View | None,
+        rstd: View,
+        x: View,
+        weight: View | None,
+        bias: View | None,
+        eps: float,
+    ) -> bool:
+        a = _np(x)
+        acc = np.float64 if a.dtype == np.float64 else np.float32  # float16 rows: float32 statistics
+        o, r = _np(out), _np(rstd)
+
+        def run(b: slice) -> None:  # two passes over the rows ``b``
+            xs = a[b].astype(acc, copy=False)
+            with np.errstate(all="ignore"):  # NaN / inf rows give NaN, as PyTorch's do
+                mu = xs.mean(1, keepdims=True, dtype=acc) if mean is not None else None
+                c = xs - mu if mu is not None else xs
+                rs = 1.0 / np.sqrt(np.square(c).mean(1, keepdims=True, dtype=acc) + acc(eps))
+                y = c * rs
+                if weight is not None:
+                    y *= _np(weight).astype(acc, copy=False)
+                if bias is not None:
+                    y += _np(bias).astype(acc, copy=False)
+            np.copyto(o[b], y, casting="unsafe")
+            np.copyto(r[b], rs[:, 0], casting="unsafe")
+            if mu is not None:
+                np.copyto(_np(mean)[b], mu[:, 0], casting="unsafe")
+
+        _parallel(run, a.shape[0], a.size)
+        return True
+
+    def layer_norm_backward(
+        self, dx: View, dy: View, x: View, weight: View | None, mean: View | None, rstd: View
+    ) -> bool:
+        a = _np(x)
+        acc = np.float64 if a.dtype == np.float64 else np.float32
+        g, o = _np(dy), _np(dx)
+        r = _np(rstd).astype(acc, copy=False)[:, None]
+        mu = None if mean is None else _np(mean).astype(acc, copy=False)[:, None]
+
+        def run(b: slice) -> None:
+            with np.errstate(all="ignore"):
+                xs = a[b].astype(acc, copy=False)
+                xhat = (xs - mu[b] if mu is not None else xs) * r[b]
+                h = g[b].astype(acc, copy=False)
+                if weight is not None:
+                    h = h * _np(weight).astype(acc, copy=False)
+                t = h - xhat * (h * xhat).mean(1, keepdims=True, dtype=acc)
+                if mu is not None:
+                    t -= h.mean(1, keepdims=True, dtype=acc)
+                np.copyto(o[b], t * r[b], casting="unsafe")
+
+        _parallel(run, a.shape[0], a.size)
+        return True
+
+    def cross_entropy(
+        self,
+        loss: View,
+        lse: View,
+        wk: View,
+        x: View,
+        target: View,
+        weight: View | None,
+        ignore_index: int,
+        label_smoothing: float,
+    ) -> bool:
+        a = _np(x)
+        acc = np.float64 if a.dtype == np.float64 else np.float32
+        xs = a.astype(acc, copy=False)
+        m, c = xs.shape
+        t = _np(target).astype(np.int64)
+        keep = (t != ignore_index) & (t >= 0) & (t < c)  # a bad target (reported by the caller's check) reads nothing
+        safe = np.where(keep, t, 0)
+        w = None if weight is None else _np(weight).astype(acc, copy=False)
+        with np.errstate(all="ignore"):
+            mx = xs.max(1, keepdims=True)
+            s = np.exp(xs - mx).sum(1, dtype=acc)
+            row_lse = mx[:, 0] + np.log(s)
+            wt = keep.astype(acc) if w is None else np.where(keep, w[safe], 0)
+            picked = xs[np.arange(m), safe]
+            row = -((1 - label_smoothing) * wt * (picked - row_lse))  # -0 for a certain prediction, as PyTorch
+            if label_smoothing:
+                w_sum = c if w is None else w.sum()
+                sxw = xs.sum(1) if w is None else xs @ w
+                row = row + label_smoothing / c * (w_sum * row_lse - sxw)
+        np.copyto(_np(loss), np.where(keep, row, 0), casting="unsafe")
+        np.copyto(_np(lse), row_lse, casting="unsafe")
+        np.copyto(_np(wk), wt, casting="unsafe")
+        return True
+
+    def cross_entropy_backward(
+        self,
+        dx: View,
+        scale: View,
+        x: View,
+        target: View,
+        lse: View,
+        weight: View | None,
+        ignore_index: int,
+        label_smoothing: float,
+    ) -> bool:
+        a = _np(x)
+        acc = np.float64 if a.dtype == np.float64 else np.float32
+        m, c = a.shape
+        t = _np(target).astype(np.int64)
+        keep = (t != ignore_index) & (t >= 0) & (t < c)
+        safe = np.where(keep, t, 0)
+        w = None if weight is None else _np(weight).astype(acc, copy=False)
+        aa, cc = 1 - label_smoothing, label_smoothing / c
+        with np.errstate(all="ignore"):
+            sc = np.where(keep, _np(scale).astype(acc, copy=False), 0)[:, None]
+            wt = (np.ones(m, acc) if w is None else w[safe])[:, None]
+            w_sum = c if w is None else w.sum()
+            g = np.exp(a.astype(acc, copy=False) - _np(lse).astype(acc, copy=False)[:, None]) * (
+                sc * (aa * wt + cc * w_sum)
+            )
+            g -= sc * cc * (1.0 if w is None else w[None, :])
+            g[np.arange(m), safe] -= (sc * aa * wt)[:, 0]
+        np.copyto(_np(dx), g, casting="unsafe")
+        return True
+
     def max_pool2d_backward(self, grad_input: View, grad: View, indices: View, kernel_size: Sequence[int]) -> bool:
         kh, kw = kernel_size
         out = _np(grad_input)

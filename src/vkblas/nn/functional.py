@@ -9,23 +9,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..autograd import Node, no_grad, record
-from ..backend.base import numel
-from ..dtypes import bool_, float16, float64, int32
+from ..autograd import Node, is_grad_enabled, no_grad, record
+from ..backend.base import View, numel
+from ..backend.elementwise import define
+from ..dtypes import bool_, float16, float32, float64, int32
+from ..ops._core import cast
+from ..ops._core import elementwise as _elementwise
 from ..ops.attention import scaled_dot_product_attention
 from ..ops.conv import avg_pool2d, conv2d, max_pool2d, unfold
 from ..ops.conv_variants import conv1d, conv_transpose2d
 from ..ops.dropout import alpha_dropout, dropout, dropout1d, dropout2d, dropout3d, feature_alpha_dropout
 from ..ops.indexing import check_index, gather_unchecked, one_hot, take_along
+from ..ops.norm import normalize_rows
 from ..ops.padding import pad
 from ..ops.parametric import celu, elu, hardtanh, softplus
 from ..ops.pointwise import gelu, leaky_relu, where
+from ..ops.reduction import _raw_reduce
 from ..ops.reduction import log_softmax as _log_softmax
 from ..ops.reduction import softmax as _softmax
 from ..ops.resample import interpolate
 from ..ops.unary_math import _hardsigmoid, _hardswish, _logsigmoid, _mish, _relu6, _softsign
 from ..ops.unary_math import selu as _selu
-from ..tensor import Tensor
+from ..tensor import Tensor, empty
 
 __all__ = [
     "alpha_dropout",
@@ -221,13 +226,10 @@ def layer_norm(
     bias: Tensor | None = None,
     eps: float = 1e-5,
 ) -> Tensor:
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over the trailing ``normalized_shape`` dims (biased
+    variance); one fused node that keeps only the input, weight and per-row mean and rstd (``ops/norm.py``)."""
     dims = _check_trailing("layer_norm", input, normalized_shape)
-    mean = input.mean(dims, keepdim=True)
-    centered = input - mean
-    out = centered * (centered.square().mean(dims, keepdim=True) + eps).rsqrt()
-    if weight is not None:
-        out = out * weight
-    return out if bias is None else out + bias
+    return normalize_rows("layer_norm", input, dims, weight, bias, eps, center=True)
 
 
 _EPS = {float16: 0.0009765625, float64: 2.220446049250313e-16}
@@ -239,11 +241,11 @@ def rms_norm(
     weight: Tensor | None = None,  # noqa: A002
     eps: float | None = None,
 ) -> Tensor:
-    """``x / sqrt(mean(x^2) + eps) * weight``; ``eps=None`` is the dtype's machine epsilon (PyTorch's default)."""
+    """``x / sqrt(mean(x^2) + eps) * weight``; ``eps=None`` is the dtype's machine epsilon (PyTorch's default). The
+    fused node of ``layer_norm`` without centring: it keeps the input, weight and per-row rstd."""
     dims = _check_trailing("rms_norm", input, normalized_shape)
     e = _EPS.get(input.dtype, 1.1920928955078125e-07) if eps is None else eps
-    out = input * (input.square().mean(dims, keepdim=True) + e).rsqrt()
-    return out if weight is None else out * weight
+    return normalize_rows("rms_norm", input, dims, weight, None, e, center=False)
 
 
 def batch_norm(
@@ -419,8 +421,154 @@ def cross_entropy(
                 else loss.reshape(x.shape[:1] + x.shape[2:])
             )
         return loss.sum() if reduction == "sum" else loss.mean()
-    out = _nll_rows("cross_entropy", logp, x.shape, t, weight, ignore_index, reduction, label_smoothing)
+    out = _fused_cross_entropy(x, t, weight, ignore_index, reduction, label_smoothing)
     return out.squeeze(0) if unbatched and reduction == "none" else out
+
+
+# fused cross-entropy of class indices, per row i of logits x (M, C): lse_i = log(sum_c exp(x_ic)), k_i = 1 unless
+# the target is ignored, wk_i = k_i * weight[t_i]; with a = 1 - label_smoothing, c = label_smoothing / C and W the
+# sum of the class weights, loss_i = -(a * wk_i * (x_it - lse_i)) + c * k_i * (W * lse_i - sum_c weight_c * x_ic)
+# (the negated log-probability, as PyTorch's nll: a certain prediction's loss is -0)
+define("ce_lse", lambda m, mx, s: mx + m.log(s))
+define("ce_safe", lambda m, t, ii: m.where(t == ii, 0, t))
+define("ce_keep", lambda m, t, ii: m.where(t == ii, 0, 1))
+define(
+    "ce_row",
+    lambda m, lse, pk, wk, keep, sxw, w_sum, a, c: m.where(
+        keep > 0, -(a * wk * (pk - lse)) + c * (w_sum * lse - sxw), 0
+    ),
+)
+
+
+# d loss_i / d x_ic = k_i * (softmax_ic * (a * wk_i + c * W) - c * weight_c) - a * wk_i * [c == t_i] (the one-hot
+# part is a scatter of ce_onehot's column); g / den is the incoming gradient over the mean's denominator. An ignored
+# row's gradient is softmax * 0, NaN where its logits are NaN or inf (as PyTorch's log_softmax backward gives it)
+def _ce_grad(m: object, x: object, lse: object, gd: object, wk: object, wc: object, w_sum: object, a: float, c: float):
+    """``ce_grad`` with ``gd`` = g / den on kept rows, 0 on ignored ones (whose 0 / 0 mean must not reach them)."""
+    return m.exp(x - lse) * (gd * (a * wk + c * w_sum)) - gd * c * wc  # type: ignore[attr-defined, operator]
+
+
+define(
+    "ce_grad",
+    lambda m, x, lse, g, den, wk, keep, wc, w_sum, a, c: _ce_grad(
+        m, x, lse, m.where(keep > 0, g / den, 0), wk, wc, w_sum, a, c
+    ),
+)
+define("ce_onehot", lambda m, g, den, wk, keep, a: m.where(keep > 0, -(g / den) * (a * wk), 0))
+
+
+def _fused_cross_entropy(
+    x: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int, reduction: str, label_smoothing: float
+) -> Tensor:
+    """Cross-entropy of class indices as one node that keeps the per-row log-sum-exp (not the log-probabilities).
+    On a backend with the ``cross_entropy`` primitive: forward one dispatch for the rows' losses (plus the target
+    check and the reduction), backward one for ``(softmax - onehot) * scale``; elsewhere (or beyond a Vulkan
+    binding) the same node from reductions, a gather, elementwise formulas and a scatter of the one-hot term."""
+    op = "cross_entropy"
+    shape = x.shape
+    n_classes = shape[1]
+    want = shape[:1] + shape[2:]
+    if target.shape != want:
+        raise ValueError(f"{op}: expected target of shape {want} for input of shape {shape}, got {target.shape}")
+    if target.dtype is bool_:
+        raise TypeError(f"{op}: class-index targets must be integers, got {target.dtype!r}")
+    if weight is not None and weight.requires_grad and is_grad_enabled():
+        raise RuntimeError(
+            f"{op}: not differentiable with respect to the class weight (PyTorch's rule); pass weight.detach()"
+        )
+    rows = _rows(op, x)  # differentiable: the node's input
+    xr = rows.detach()
+    backend = xr._backend
+    m = xr.shape[0]
+    flat = target.reshape(-1)
+    a, c = 1.0 - label_smoothing, label_smoothing / max(n_classes, 1)
+    sdt = float64 if xr.dtype is float64 else float32
+    with no_grad():
+        small_ii = -(2**31) <= ignore_index < 2**31
+        # with ignore_index -1 (nanoGPT's) the valid targets are one interval, checked without a masked copy
+        adjacent = ignore_index == -1
+        safe = flat if adjacent or not small_ii else _elementwise("ce_safe", flat, ignore_index)
+        check_index(
+            safe,
+            -1 if adjacent else 0,
+            n_classes,
+            f"{op}: target class index {{bad}} is out of range for {n_classes} classes "
+            f"(input shape {shape}; valid targets are 0..{n_classes - 1} or ignore_index={ignore_index})",
+        )
+        tgt = flat if flat.dtype is int32 else flat.to(int32)
+        wd = None if weight is None else weight.detach().to(xr.dtype)
+        wv = None if wd is None else wd._view
+        # each row's loss and weight side by side (when of one dtype): one reduction sums both for the mean
+        paired = xr.dtype is sdt
+        pair = empty((m, 2), sdt, backend) if paired else None
+        row = pair[:, 0] if pair is not None else empty((m,), xr.dtype, backend)
+        wk = pair[:, 1] if pair is not None else empty((m,), sdt, backend)
+        lse = empty((m,), sdt, backend)
+        fused = small_ii and xr.numel() > 0
+        fused = fused and backend.cross_entropy(
+            row._view, lse._view, wk._view, xr._view, tgt._view, wv, ignore_index, label_smoothing
+        )
+        composed: list[Tensor] = []  # (index, keep) of the composition, made when it runs
+
+        def composition_rows() -> list[Tensor]:
+            if not composed:
+                masked = _elementwise("ce_safe", flat, ignore_index) if adjacent else safe
+                index = masked.to(int32).unsqueeze(1)
+                keep = _elementwise("ce_keep", flat, ignore_index, out_dtype=xr.dtype).unsqueeze(1)
+                composed.extend((index, keep))
+            return composed
+
+        if not fused:
+            index, keep = composition_rows()
+            wkc = keep if wd is None else take_along(wd, 0, index.squeeze(1)).unsqueeze(1) * keep
+            if xr.numel():
+                mx = xr.amax(1, keepdim=True)
+                lse = _elementwise("ce_lse", mx, _elementwise("exp_sub", xr, mx).sum(1, keepdim=True))
+                picked = gather_unchecked(xr, 1, index)
+            else:  # no rows (or no classes: PyTorch refuses those in the index check above)
+                lse = picked = xr.new_zeros((m, 1))
+            if label_smoothing > 0:
+                sxw = (xr if wd is None else xr * wd).sum(1, keepdim=True)
+                w_sum: Tensor | float = float(n_classes) if wd is None else wd.sum()
+                row = _elementwise("ce_row", lse, picked, wkc, keep, sxw, w_sum, a, c)
+            else:
+                row = _elementwise("ce_row", lse, picked, wkc, keep, 0.0, 0.0, a, 0.0)
+            row, lse, wk = row.reshape(m), lse.reshape(m), wkc.reshape(m)
+        if reduction == "none":
+            out, den = row.reshape(want), None
+        elif reduction == "sum":
+            out, den = row.sum(), None
+        elif fused and pair is not None:
+            sums = _raw_reduce("sum", pair, (0,), False)
+            den = sums[1]
+            out = sums[0] / den
+        else:
+            den = cast(wk.sum(), xr.dtype)
+            out = row.sum() / den
+
+    def rule(node: Node, g: Tensor) -> tuple[Tensor]:
+        scale = g.reshape(m) if reduction == "none" else g if den is None else g / den
+        sv = scale._view
+        if not scale.ndim:  # one value for every row: a stride-0 view
+            sv = View(sv.storage, (m,), (0,), sv.offset)
+        grad = empty((m, n_classes), xr.dtype, backend)
+        if not grad.numel():
+            return (grad,)
+        if small_ii and backend.cross_entropy_backward(
+            grad._view, sv, xr._view, tgt._view, lse._view, wv, ignore_index, label_smoothing
+        ):
+            return (grad,)
+        index, keep = composition_rows()
+        gs = scale.reshape(m, 1) if scale.ndim else scale
+        wkc = wk.reshape(m, 1)
+        wc: Tensor | float = 1.0 if wd is None else wd
+        w_sum = float(n_classes) if wd is None else wd.sum()
+        grad = _elementwise("ce_grad", xr, lse.reshape(m, 1), gs, 1.0, wkc, keep, wc, w_sum, a, c)
+        onehot = _elementwise("ce_onehot", gs, 1.0, wkc, keep, a)
+        backend.scatter("sum", grad._view, 1, index._view, onehot._view)
+        return (grad,)
+
+    return record(out, "NllLossBackward0", (rows,), rule, (rows,))
 
 
 def nll_loss(

@@ -42,7 +42,7 @@ from .heaps import device_local_bytes
 from .kernels import attention as att
 from .kernels import elementwise as ew_kernels
 from .kernels import foreach as fe
-from .kernels import indexing, random, reduce, scan, sort, window
+from .kernels import indexing, norm, random, reduce, scan, sort, window, xent
 from .kernels.plan import Plan, out_of_bounds, span
 from .kernels.random import pcg_host
 from .kernels.reduce import SplitPlan
@@ -759,6 +759,92 @@ class VulkanBackend(Backend):
         except NeedsSplitting:
             saved = (q, k, v, out, dout, lse, rng, mask, dmask)
             self.large.attention_backward((dq, dk, dv), saved, causal, scale, dropout_p)
+
+    # -- row normalisation (kernels/norm.py); a view of a large storage is left to the composition
+    def _rows_plan(self, kind: str, views: Sequence[View | None], build: Any) -> tuple[Plan, list[View]]:
+        key: tuple[Any, ...] = (kind,)
+        for v in views:
+            key += (None,) if v is None else (v[0].dtype, v[1], v[2])
+        present = [v for v in views if v is not None]
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = self._plan(key, kind, present, build)
+        return plan, present
+
+    def layer_norm(
+        self,
+        out: View,
+        mean: View | None,
+        rstd: View,
+        x: View,
+        weight: View | None,
+        bias: View | None,
+        eps: float,
+    ) -> bool:
+        views = (out, mean, rstd, x, weight, bias)
+        plan, present = self._rows_plan("layer_norm", views, lambda: norm.build_forward(self.dev, *views))
+        try:
+            self.launch("layer_norm", plan, present, (float(eps),))
+        except NeedsSplitting:
+            return False
+        return True
+
+    def layer_norm_backward(
+        self, dx: View, dy: View, x: View, weight: View | None, mean: View | None, rstd: View
+    ) -> bool:
+        views = (dx, dy, x, weight, mean, rstd)
+        plan, present = self._rows_plan("layer_norm backward", views, lambda: norm.build_backward(self.dev, *views))
+        try:
+            self.launch("layer_norm backward", plan, present)
+        except NeedsSplitting:
+            return False
+        return True
+
+    def cross_entropy(
+        self,
+        loss: View,
+        lse: View,
+        wk: View,
+        x: View,
+        target: View,
+        weight: View | None,
+        ignore_index: int,
+        label_smoothing: float,
+    ) -> bool:
+        views = (loss, lse, wk, x, target, weight)
+        smooth = label_smoothing > 0
+        plan, present = self._rows_plan(
+            "cross_entropy" + " smooth" * smooth, views, lambda: xent.build_forward(self.dev, *views, smooth)
+        )
+        c = label_smoothing / x.shape[1]
+        try:
+            self.launch("cross_entropy", plan, present, (int(ignore_index), 1.0 - label_smoothing, c))
+        except NeedsSplitting:
+            return False
+        return True
+
+    def cross_entropy_backward(
+        self,
+        dx: View,
+        scale: View,
+        x: View,
+        target: View,
+        lse: View,
+        weight: View | None,
+        ignore_index: int,
+        label_smoothing: float,
+    ) -> bool:
+        views = (dx, scale, x, target, lse, weight)
+        smooth = label_smoothing > 0
+        plan, present = self._rows_plan(
+            "cross_entropy backward" + " smooth" * smooth, views, lambda: xent.build_backward(self.dev, *views, smooth)
+        )
+        c = label_smoothing / x.shape[1]
+        try:
+            self.launch("cross_entropy backward", plan, present, (int(ignore_index), 1.0 - label_smoothing, c))
+        except NeedsSplitting:
+            return False
+        return True
 
     def unfold(
         self,

@@ -1,0 +1,153 @@
+"""Cross-entropy kernels: ``cross_entropy`` and ``cross_entropy_backward`` (backend/base.py), one workgroup per row.
+
+Forward, for the (M, C) logits: one pass for the row's maximum (NaN wins, by a bit test: a compiler may assume no
+NaN in ``max``), one for ``sum exp(x - max)`` (and, with label smoothing, the weighted row sum and the weights'
+sum), shared-memory trees between them (``norm.py``'s); invocation 0 reads the logit at the target and stores the
+row's loss, log-sum-exp and ``keep * weight[t]``. A target outside ``[0, C)`` (which the caller's check reports)
+counts as ignored, so no read leaves the row. Backward: one pass writes ``s * (exp(x - lse) * (a w_t + c W) - c w_c
+- a w_t [c == t])`` (with a first pass for ``W`` when weights and label smoothing meet). Arithmetic in f32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ....dtypes import float16, float32, int32
+from ...mathlib import LOG
+from ..device import Device
+from .norm import _MAIN, _STORE, _WSUM, _bindings, _stride
+from .plan import Plan, span
+from .wgsl import WORKGROUP, grid, header, store_value
+
+_WMAX = f"""var<workgroup> redm: array<f32, {WORKGROUP}>;
+fn isnan_(v: f32) -> bool {{ return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u; }}
+fn maxnan(a: f32, b: f32) -> f32 {{
+    if (isnan_(a) || isnan_(b)) {{ return bitcast<f32>(0x7fc00000u); }}
+    return select(b, a, a >= b);
+}}
+fn wmax(v: f32, lid: u32) -> f32 {{
+    redm[lid] = v;
+    workgroupBarrier();
+    for (var s = {WORKGROUP // 2}u; s > 0u; s >>= 1u) {{
+        if (lid < s) {{ redm[lid] = maxnan(redm[lid], redm[lid + s]); }}
+        workgroupBarrier();
+    }}
+    let t = redm[0];
+    workgroupBarrier();
+    return t;
+}}
+"""
+_NEG_INF = "bitcast<f32>(0xff800000u)"
+
+
+def _target(at: dict[str, int], s_t: int) -> str:
+    """The row's target ``t`` and whether it is kept (not ignore_index, inside [0, C))."""
+    src = f"    let t = tg[u32(pi({at['tg']}u) + i32(r) * pi({s_t}u))];\n"
+    return src + "    let keep = t != ii && t >= 0 && u32(t) < n;\n    let ts = select(0u, u32(t), keep);\n"
+
+
+def forward_source(dtype: Any, has_w: bool, smooth: bool) -> str:
+    # bindings: loss, lse, wk, x, target, [w]; params: offsets, ignore_index, a, c, M, C, x (2), target, w, loss,
+    # lse, wk strides
+    views = [("loss", True, dtype), ("lse", True, float32), ("wk", True, float32), ("x", True, dtype)]
+    views += [("tg", True, int32), ("w", has_w, dtype)]
+    bufs, at = _bindings(views)
+    nb = len(bufs)
+    s = nb + 5  # x row, x col, target, w, loss, lse, wk strides
+    src = header(bufs, dtype is float16) + LOG["f32"] + _WSUM + _WMAX + _MAIN
+    src += f"    if (r >= pu({nb + 3}u)) {{ return; }}\n    let n = pu({nb + 4}u);\n"
+    src += f"    let ii = pi({nb}u);\n    let a = pf({nb + 1}u);\n    let c = pf({nb + 2}u);\n"
+    src += f"    let xo = pi({at['x']}u) + i32(r) * pi({s}u);\n    let xs = pi({s + 1}u);\n"
+    load_x = "f32(x[u32(xo + i32(j) * xs)])"
+    load_w = f"f32(w[u32(pi({at['w']}u) + i32(j) * pi({s + 3}u))])" if has_w else "1.0"
+    src += f"    var mx = {_NEG_INF};\n"
+    src += f"    for (var j = lid; j < n; j += {WORKGROUP}u) {{ mx = maxnan(mx, {load_x}); }}\n"
+    src += "    mx = wmax(mx, lid);\n    var se = 0.0;\n    var sxw = 0.0;\n    var sw = 0.0;\n"
+    src += (
+        f"    for (var j = lid; j < n; j += {WORKGROUP}u) {{\n        let v = {load_x};\n        se += exp(v - mx);\n"
+    )
+    if smooth:
+        src += f"        let wj = {load_w};\n        sxw += wj * v;\n        sw += wj;\n"
+    src += "    }\n    let lz = mx + vk_log_f32(wsum(se, lid));\n"
+    if smooth:
+        src += "    sxw = wsum(sxw, lid);\n    sw = wsum(sw, lid);\n"
+    src += "    if (lid != 0u) { return; }\n" + _target(at, s + 2)
+    w_t = f"f32(w[u32(pi({at['w']}u) + i32(ts) * pi({s + 3}u))])" if has_w else "1.0"
+    src += f"    let wt = select(0.0, {w_t}, keep);\n"
+    src += "    let pk = f32(x[u32(xo + i32(ts) * xs)]);\n"
+    src += "    var v = -(a * wt * (pk - lz));\n"
+    if smooth:
+        src += "    v = v + c * (sw * lz - sxw);\n"
+    src += "    v = select(0.0, v, keep);\n"
+    src += f"    loss[u32(pi({at['loss']}u) + i32(r) * pi({s + 4}u))] = {store_value('v', 'f32', dtype)};\n"
+    src += f"    lse[u32(pi({at['lse']}u) + i32(r) * pi({s + 5}u))] = lz;\n"
+    return src + f"    wk[u32(pi({at['wk']}u) + i32(r) * pi({s + 6}u))] = wt;\n}}\n"
+
+
+def backward_source(dtype: Any, sdtype: Any, has_w: bool, smooth: bool) -> str:
+    # bindings: dx, scale, x, target, lse, [w]; params: offsets, ignore_index, a, c, M, C, dx (2), scale, x (2),
+    # target, lse, w strides
+    views = [("dx", True, dtype), ("sc", True, sdtype), ("x", True, dtype), ("tg", True, int32)]
+    views += [("lse", True, float32), ("w", has_w, dtype)]
+    bufs, at = _bindings(views)
+    nb = len(bufs)
+    s = nb + 5  # dx row, dx col, scale, x row, x col, target, lse, w strides
+    src = header(bufs, dtype is float16 or sdtype is float16) + _WSUM + _MAIN
+    src += f"    if (r >= pu({nb + 3}u)) {{ return; }}\n    let n = pu({nb + 4}u);\n"
+    src += f"    let ii = pi({nb}u);\n    let a = pf({nb + 1}u);\n    let c = pf({nb + 2}u);\n"
+    src += _target(at, s + 5)
+    load_w = f"f32(w[u32(pi({at['w']}u) + i32(j) * pi({s + 7}u))])" if has_w else "1.0"
+    if smooth and has_w:
+        src += f"    var sw = 0.0;\n    for (var j = lid; j < n; j += {WORKGROUP}u) {{ sw += {load_w}; }}\n"
+        src += "    sw = wsum(sw, lid);\n"
+    else:
+        src += "    let sw = f32(n);\n"
+    src += f"    let g = select(0.0, f32(sc[u32(pi({at['sc']}u) + i32(r) * pi({s + 2}u))]), keep);\n"
+    src += f"    let l = lse[u32(pi({at['lse']}u) + i32(r) * pi({s + 6}u))];\n"
+    w_t = f"f32(w[u32(pi({at['w']}u) + i32(ts) * pi({s + 7}u))])" if has_w else "1.0"
+    src += f"    let wt = {w_t};\n    let p = g * (a * wt + c * sw);\n    let q = g * a * wt;\n"
+    src += f"    let xo = pi({at['x']}u) + i32(r) * pi({s + 3}u);\n    let xs = pi({s + 4}u);\n"
+    src += f"    let o = pi({at['dx']}u) + i32(r) * pi({s}u);\n    let os = pi({s + 1}u);\n"
+    src += f"    for (var j = lid; j < n; j += {WORKGROUP}u) {{\n"
+    src += "        var v = exp(f32(x[u32(xo + i32(j) * xs)]) - l) * p;\n"
+    if smooth:
+        src += f"        v = v - g * c * {load_w};\n"
+    src += "        if (j == ts) { v = v - q; }\n"
+    src += f"        dx[u32(o + i32(j) * os)] = {store_value('v', 'f32', dtype)};\n    }}\n}}\n"
+    return src
+
+
+def _check(x: Any, m_vectors: list[tuple[Any, Any]], w: Any, more: list[Any]) -> tuple[int, int]:
+    if len(x.shape) != 2 or x.dtype not in _STORE or x.shape[1] == 0:
+        raise TypeError(
+            f"cross_entropy takes 2-D float32 or float16 logits with classes, got {x.dtype.name}{list(x.shape)}"
+        )
+    m, c = x.shape
+    for v in more:
+        if v.shape != (m, c) or v.dtype is not x.dtype:
+            raise ValueError(f"expected ({m}, {c}) {x.dtype.name} views, got {v.dtype.name}{list(v.shape)}")
+    for v, dts in m_vectors:
+        if v.shape != (m,) or v.dtype not in dts:
+            raise ValueError(f"expected ({m},) views of {[d.name for d in dts]}, got {v.dtype.name}{list(v.shape)}")
+    if w is not None and (w.shape != (c,) or w.dtype is not x.dtype):
+        raise ValueError(f"expected a ({c},) {x.dtype.name} weight, got {w.dtype.name}{list(w.shape)}")
+    return m, c
+
+
+def build_forward(dev: Device, loss: Any, lse: Any, wk: Any, x: Any, target: Any, w: Any, smooth: bool) -> Plan:
+    f32, i32 = (float32,), (int32,)
+    m, c = _check(x, [(loss, (x.dtype,)), (lse, f32), (wk, f32), (target, i32)], w, [])
+    views = [v for v in (loss, lse, wk, x, target, w) if v is not None]
+    kernel = dev.kernel(forward_source(x.dtype, w is not None, smooth), len(views))
+    static = (m, c, *x.strides, target.strides[0], _stride(w), loss.strides[0], lse.strides[0], wk.strides[0])
+    fmt = "<" + "i" * len(views) + "iff" + "II" + "i" * (len(static) - 2)
+    return Plan(kernel, fmt, static, grid(m), tuple(span(v.shape, v.strides) for v in views))
+
+
+def build_backward(dev: Device, dx: Any, scale: Any, x: Any, target: Any, lse: Any, w: Any, smooth: bool) -> Plan:
+    m, c = _check(x, [(scale, tuple(_STORE)), (target, (int32,)), (lse, (float32,))], w, [dx])
+    views = [v for v in (dx, scale, x, target, lse, w) if v is not None]
+    kernel = dev.kernel(backward_source(x.dtype, scale.dtype, w is not None, smooth), len(views))
+    static = (m, c, *dx.strides, scale.strides[0], *x.strides, target.strides[0], lse.strides[0], _stride(w))
+    fmt = "<" + "i" * len(views) + "iff" + "II" + "i" * (len(static) - 2)
+    return Plan(kernel, fmt, static, grid(m), tuple(span(v.shape, v.strides) for v in views))
