@@ -45,3 +45,19 @@ def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]
     text = "\n".join(lines)
     print(text, flush=True)
     return text
+
+
+def mnist_example_cnn(nn: Any, num_classes: int = 10) -> Any:
+    """PyTorch's examples/mnist net (conv 1->32, conv 32->64, max-pool, fc 9216->128->10) without its dropout, for
+    ``nn`` = ``vkblas.nn`` or ``torch.nn`` (the same layers in the same order)."""
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(9216, 128),
+        nn.ReLU(),
+        nn.Linear(128, num_classes),
+    )

@@ -53,25 +53,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def cnn9216(nn: Any) -> Any:
-    """PyTorch's examples/mnist net (dropout left out: it is not what this benchmark measures)."""
-    return nn.Sequential(
-        nn.Conv2d(1, 32, 3),
-        nn.ReLU(),
-        nn.Conv2d(32, 64, 3),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Flatten(),
-        nn.Linear(9216, 128),
-        nn.ReLU(),
-        nn.Linear(128, 10),
-    )
-
-
 def build(name: str, nn: Any) -> Any:
+    from _common import mnist_example_cnn  # PyTorch's examples/mnist net, dropout left out
     from vkblas.training.models import build as build_model
 
-    return cnn9216(nn) if name == "cnn9216" else build_model(name, nn=nn)
+    return mnist_example_cnn(nn) if name == "cnn9216" else build_model(name, nn=nn)
 
 
 class Side:

@@ -57,6 +57,11 @@ class Setting:
     betas: tuple[float, float] = (0.9, 0.99)
     grad_clip: float = 1.0
 
+    def model(self, vocab: int) -> dict[str, Any]:
+        """The GPT configuration's fields (the same names in vkblas's GPTConfig and nanoGPT's)."""
+        names = ("block_size", "n_layer", "n_head", "n_embd", "dropout")
+        return {"vocab_size": vocab, "bias": False, **{k: getattr(self, k) for k in names}}
+
     def lr_at(self, it: int, iters: int) -> float:
         """nanoGPT's schedule, as ``vkblas.training.text.learning_rate``."""
         if it < self.warmup_iters:
@@ -95,15 +100,7 @@ def vkblas_row(setting: Setting, vocab: int, device: str, graph: bool, seed: int
     from vkblas.nn.utils import clip_grad_norm_
 
     vkblas.manual_seed(seed)
-    cfg = GPTConfig(
-        block_size=setting.block_size,
-        vocab_size=vocab,
-        n_layer=setting.n_layer,
-        n_head=setting.n_head,
-        n_embd=setting.n_embd,
-        dropout=setting.dropout,
-        bias=False,
-    )
+    cfg = GPTConfig(**setting.model(vocab))
     model = GPT(cfg).to(device)
     opt = model.configure_optimizers(
         setting.weight_decay, setting.lr, setting.betas, **({"capturable": True} if graph else {})
@@ -159,15 +156,7 @@ def torch_row(setting: Setting, vocab: int, device: str, compile_: bool, weights
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    cfg = GPTConfig(
-        block_size=setting.block_size,
-        vocab_size=vocab,
-        n_layer=setting.n_layer,
-        n_head=setting.n_head,
-        n_embd=setting.n_embd,
-        dropout=setting.dropout,
-        bias=False,
-    )
+    cfg = GPTConfig(**setting.model(vocab))
     model = GPT(cfg)
     missing = set(model.state_dict()) - set(weights)
     if missing:

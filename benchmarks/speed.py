@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import print_table, torch_or_none  # noqa: E402
+from _common import mnist_example_cnn, print_table, torch_or_none  # noqa: E402
 
 BATCH = 512
 BATCHES = 16  # distinct batches held on the device
@@ -58,17 +58,7 @@ def build(model: str, nn: Any) -> Any:
             nn.ReLU(),
             nn.Linear(256, NUM_CLASSES),
         )
-    return nn.Sequential(
-        nn.Conv2d(1, 32, 3),
-        nn.ReLU(),
-        nn.Conv2d(32, 64, 3),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Flatten(),
-        nn.Linear(9216, 128),
-        nn.ReLU(),
-        nn.Linear(128, NUM_CLASSES),
-    )
+    return mnist_example_cnn(nn, NUM_CLASSES)
 
 
 def host_data(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
