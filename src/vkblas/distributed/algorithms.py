@@ -24,7 +24,7 @@ mathematics, and it keeps replicas on different devices (cpu and Vulkan round di
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -178,6 +178,10 @@ class GlobalModel:
         self._step(pseudo_grad, self.base_lr * lr_scale)
 
     def _step(self, grads: Mapping[str, np.ndarray], lr: float) -> None:
+        """One step, tensor by tensor: ``grads[k]`` is read only when tensor ``k`` is stepped and dropped after, so a
+        lazy mapping (the coordinator's, which decodes and averages a round tensor by tensor) keeps at most one
+        tensor's update in memory beside the model. Every rule here is elementwise and each parameter's optimizer
+        state (and step count) is its own, so this is the same step as all tensors at once."""
         missing = [k for k in self.names if k not in grads]
         if missing:
             raise ValueError(f"update lacks tensors {missing}")
@@ -186,14 +190,38 @@ class GlobalModel:
         with no_grad():
             for k, t in self._tensors.items():
                 t.grad = tensor(np.asarray(grads[k], np.float32), device="cpu")
-            self.optimizer.step()
-            for t in self._tensors.values():
+                self.optimizer.step()
                 t.grad = None
         for group in self.optimizer.param_groups:
             group["lr"] = self.base_lr
         self.version += 1
 
     # ------------------------------------------------------------------ checkpoints
+    @property
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {k: tuple(t.shape) for k, t in self._tensors.items()}
+
+    def param(self, name: str) -> np.ndarray:
+        """One weight tensor (a copy): what a writer reads one at a time instead of :meth:`params`."""
+        return self._tensors[name].numpy()
+
+    def state_entries(self) -> tuple[list[tuple[str, np.dtype, tuple[int, ...]]], Callable[[str], np.ndarray]]:
+        """What :meth:`state_dict` holds besides the weights (version, optimizer state), as (name, dtype, shape)
+        entries and a function reading one of them: a writer streams them instead of building the dict."""
+        getters: dict[str, Callable[[], np.ndarray]] = {"__version__": lambda: np.array(self.version, np.int64)}
+        names = {id(t): k for k, t in self._tensors.items()}
+        entries: list[tuple[str, np.dtype, tuple[int, ...]]] = [("__version__", np.dtype(np.int64), ())]
+        for p, state in self.optimizer.state.items():
+            for key, value in state.items():
+                name = f"{_OPT_PREFIX}{names[id(p)]}.{key}"
+                if isinstance(value, Tensor):
+                    entries.append((name, np.dtype(np.float32), tuple(value.shape)))  # loaded back as float32
+                    getters[name] = value.numpy
+                else:
+                    entries.append((name, np.dtype(np.float64), ()))
+                    getters[name] = lambda v=value: np.array(v, np.float64)
+        return entries, lambda name: getters[name]()
+
     def state_dict(self) -> Params:
         """Weights and optimizer state as one flat dict of arrays (a safetensors payload); the version is the
         ``__version__`` entry."""

@@ -19,8 +19,9 @@ and raise :class:`CodecError` (a ValueError) with a message, never anything else
 from __future__ import annotations
 
 import json
+import math
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -176,3 +177,36 @@ def from_payload(data: bytes, max_bytes: int | None = None, max_header: int = 1 
     except (SafetensorError, ValueError, TypeError, UnicodeDecodeError) as e:
         raise CodecError(f"not a readable safetensors payload ({e})") from e
     return tensors, meta
+
+
+_ST_DTYPES = {np.dtype(k): v for k, v in (
+    (np.float32, "F32"), (np.float64, "F64"), (np.float16, "F16"), (np.int64, "I64"), (np.int32, "I32"),
+    (np.int8, "I8"), (np.uint8, "U8"),
+)}  # fmt: skip
+
+
+def payload_chunks(
+    entries: Sequence[tuple[str, np.dtype, tuple[int, ...]]],
+    get: Callable[[str], np.ndarray],
+    meta: Mapping[str, str] | None = None,
+) -> Iterator[bytes | memoryview]:
+    """The bytes of a safetensors file, written tensor by tensor (``get(name)`` reads one when its turn comes):
+    a writer of a large state holds one tensor, never the whole file. :func:`from_payload` reads the result."""
+    header: dict = {"__metadata__": dict(meta)} if meta else {}
+    offset = 0
+    for name, dtype, shape in entries:
+        n = np.dtype(dtype).itemsize * math.prod(shape)
+        header[name] = {
+            "dtype": _ST_DTYPES[np.dtype(dtype)],
+            "shape": list(shape),
+            "data_offsets": [offset, offset + n],
+        }
+        offset += n
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)  # safetensors aligns the data to 8 bytes
+    yield struct.pack("<Q", len(head)) + head
+    for name, dtype, shape in entries:
+        arr = np.asarray(get(name), dtype)
+        if arr.shape != tuple(shape):
+            raise ValueError(f"{name!r}: announced shape {tuple(shape)}, read {arr.shape}")
+        yield memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))

@@ -9,6 +9,7 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 _SHA = re.compile(r"^[0-9a-f]{64}$")
@@ -49,6 +50,27 @@ class Store:
                 os.unlink(tmp)
             raise
         return sha
+
+    def put_stream(self, chunks: Iterable[bytes | memoryview]) -> tuple[str, int]:
+        """Store the concatenation of ``chunks`` without holding it: hashed and written as they come, then renamed
+        to its name; returns (sha256, bytes)."""
+        h, n = hashlib.sha256(), 0
+        fd, tmp = tempfile.mkstemp(dir=self.blobs, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                for chunk in chunks:
+                    h.update(chunk)
+                    f.write(chunk)
+                    n += len(chunk) if isinstance(chunk, bytes) else chunk.nbytes
+            sha = h.hexdigest()
+            target = self.path(sha)
+            target.parent.mkdir(exist_ok=True)
+            os.replace(tmp, target)  # the same bytes again: the same name, replaced by identical content
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return sha, n
 
     def get(self, sha: str) -> bytes:
         """The bytes named ``sha``, checked against the name (a damaged file raises rather than being used)."""

@@ -5,32 +5,39 @@ cuts into the very same bytes)."""
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from ..protocol import DataSlice, ModelManifest, RunInfo
-from ..shards import build_shards, normalise, parse_model_shard, parse_shard, raw_split, unit_indices
+from ..shards import assemble, build_shards, normalise, parse_model_shard, parse_shard, raw_split, unit_indices
 from .client import Client
 
 
 class ModelCache:
-    def __init__(self, client: Client, directory: Path) -> None:
-        self.client, self.directory = client, directory / "model"
-        self.arrays: dict[str, dict[str, np.ndarray]] = {}  # sha256 -> the shard's tensors
+    """``fetchers`` shards are downloaded at once (each resumable and verified by :meth:`Client.download`), so a
+    model of hundreds of shards is not fetched one round trip after another."""
+
+    def __init__(self, client: Client, directory: Path, fetchers: int = 4) -> None:
+        self.client, self.directory, self.fetchers = client, directory / "model", fetchers
+        self.arrays: dict[str, dict[str, np.ndarray]] = {}  # sha256 -> the shard's entries
 
     def params(self, manifest: ModelManifest) -> dict[str, np.ndarray]:
-        out: dict[str, np.ndarray] = {}
+        missing = list(dict.fromkeys(ref.sha256 for ref in manifest.shards if ref.sha256 not in self.arrays))
+        if missing:
+            with ThreadPoolExecutor(min(self.fetchers, len(missing)), thread_name_prefix="fetch") as pool:
+                paths = pool.map(lambda sha: self.client.download(sha, self.directory), missing)
+                for sha, path in zip(missing, paths, strict=True):  # raises the first failure
+                    self.arrays[sha] = parse_model_shard(path.read_bytes())
+        entries: dict[str, np.ndarray] = {}
         for ref in manifest.shards:
-            if ref.sha256 not in self.arrays:
-                path = self.client.download(ref.sha256, self.directory)
-                self.arrays[ref.sha256] = parse_model_shard(path.read_bytes())
-            out.update(self.arrays[ref.sha256])
+            entries.update(self.arrays[ref.sha256])
         keep = {ref.sha256 for ref in manifest.shards}
         for sha in [s for s in self.arrays if s not in keep]:  # a superseded tensor is never needed again
             del self.arrays[sha]
             (self.directory / sha).unlink(missing_ok=True)
-        return out
+        return assemble(entries)
 
 
 class DataCache:
