@@ -38,6 +38,7 @@ from ..training.fit import make_optimizer
 Params = dict[str, np.ndarray]
 ALGORITHMS = ("sync", "async", "diloco")
 STALENESS_RULES = ("inverse", "constant")
+MEAN_BLOCK = 1 << 20  # values of a tensor averaged at a time
 _OPT_PREFIX = "__optimizer__."
 
 
@@ -88,14 +89,20 @@ def weighted_mean(contributions: Sequence[tuple[Mapping[str, np.ndarray], float]
         return {name: np.array(value, np.float32) for name, value in first.items()}
     out: Params = {}
     for name, ref in first.items():
-        # sum of float64(update) * (w / total) in contribution order, with two buffers instead of a fresh
-        # temporary per term (large allocations cost page faults each time)
-        acc = np.zeros(np.shape(ref), np.float64)
-        term = np.empty_like(acc)
-        for update, w in contributions:
-            np.multiply(update[name], w / total, out=term, dtype=np.float64)
-            acc += term
-        out[name] = acc.astype(np.float32)
+        # sum of float64(update) * (w / total) in contribution order, a block of values at a time: the float64
+        # buffers stay small whatever the tensor (a 400 MB embedding would need 1.6 GB of them at once)
+        flat_out = np.empty(np.size(ref), np.float32)
+        flats = [np.asarray(update[name]).reshape(-1) for update, _ in contributions]
+        acc, term = np.empty(min(MEAN_BLOCK, flat_out.size), np.float64), np.empty(min(MEAN_BLOCK, flat_out.size))
+        for start in range(0, flat_out.size, MEAN_BLOCK):
+            n = min(MEAN_BLOCK, flat_out.size - start)
+            a, t = acc[:n], term[:n]
+            a.fill(0.0)
+            for flat, (_, w) in zip(flats, contributions, strict=True):
+                np.multiply(flat[start : start + n], w / total, out=t, dtype=np.float64)
+                a += t
+            flat_out[start : start + n] = a
+        out[name] = flat_out.reshape(np.shape(ref))
     return out
 
 

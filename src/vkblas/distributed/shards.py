@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
-from .codec import CodecError, from_payload, to_payload
+from .codec import CodecError, from_payload, payload_chunks, to_payload
 
 SHARD_SAMPLES = 10_000
 FORMAT = "vkblas-data-shard/1"
 MODEL_FORMAT = "vkblas-model-shard/1"
+_MODEL_META = {"format": MODEL_FORMAT}
 MAX_SHARD_BYTES = 256 << 20
 MODEL_SHARD_BYTES = 16 << 20
 PIECE = "@"  # ``name@start``: a piece of a tensor cut across shards
@@ -31,41 +32,42 @@ PIECE = "@"  # ``name@start``: a piece of a tensor cut across shards
 def model_shards(params: Mapping[str, np.ndarray], max_bytes: int = MODEL_SHARD_BYTES) -> list[bytes]:
     """The model's float32 tensors, in order, as shards of about ``max_bytes`` (see :func:`iter_model_shards`)."""
     shapes = {name: np.shape(value) for name, value in params.items()}
-    return list(iter_model_shards(shapes, lambda name: params[name], max_bytes))
+    return [b"".join(shard) for shard in iter_model_shards(shapes, lambda name: params[name], max_bytes)]
 
 
 def iter_model_shards(
     shapes: Mapping[str, tuple[int, ...]], get: Callable[[str], np.ndarray], max_bytes: int = MODEL_SHARD_BYTES
-) -> Iterator[bytes]:
-    """Shards of the tensors named in ``shapes`` (``get(name)`` reads one), one at a time, so a writer holds one
-    shard's bytes and never the whole model: small tensors are grouped up to ``max_bytes``; a tensor larger than
-    that is cut, flattened, into pieces of ``max_bytes`` (entries ``name@start:d0xd1...``), so a 5 GB model is
-    hundreds of resumable pieces of bounded size. The same tensors give the same bytes (the same names)."""
+) -> Iterator[Iterator[bytes | memoryview]]:
+    """The shards of the tensors named in ``shapes`` (``get(name)`` reads one), each as the chunks of its bytes
+    (:func:`codec.payload_chunks`), so a writer holds one tensor and never the whole model: small tensors are
+    grouped up to ``max_bytes``; a tensor larger than that is cut, flattened, into pieces of ``max_bytes``
+    (entries ``name@start:d0xd1...``), so a 5 GB model is hundreds of resumable pieces of bounded size. The same
+    tensors give the same bytes (the same names). Consume each shard before asking for the next."""
     if max_bytes < 4:
         raise ValueError(f"max_bytes must hold one float32 value, got {max_bytes}")
-    group: dict[str, np.ndarray] = {}
+    group: list[str] = []
     size = 0
+    f32 = np.dtype(np.float32)
     for name, shape in shapes.items():
         if PIECE in name:
             raise ValueError(f"tensor name {name!r} holds {PIECE!r}, which model shards reserve for pieces")
         nbytes = 4 * math.prod(shape)
         if group and size + min(nbytes, max_bytes + 1) > max_bytes:
-            yield _model_payload(group)
-            group, size = {}, 0
+            yield payload_chunks([(k, f32, tuple(shapes[k])) for k in group], get, _MODEL_META)
+            group, size = [], 0
         if nbytes > max_bytes:
-            flat = np.ascontiguousarray(get(name), np.float32).reshape(-1)
+            flat = np.asarray(get(name), np.float32).reshape(-1)
             step, dims = max_bytes // 4, "x".join(str(d) for d in shape)
             for start in range(0, flat.size, step):
-                yield _model_payload({f"{name}{PIECE}{start}:{dims}": flat[start : start + step]})
+                piece = flat[start : start + step]
+                key = f"{name}{PIECE}{start}:{dims}"
+                yield payload_chunks([(key, f32, piece.shape)], lambda _k, p=piece: p, _MODEL_META)
+            del flat
             continue
-        group[name] = np.asarray(get(name), np.float32).reshape(shape)  # (ascontiguousarray makes 0-d 1-d)
+        group.append(name)
         size += nbytes
     if group:
-        yield _model_payload(group)
-
-
-def _model_payload(tensors: dict[str, np.ndarray]) -> bytes:
-    return to_payload(tensors, {"format": MODEL_FORMAT})
+        yield payload_chunks([(k, f32, tuple(shapes[k])) for k in group], get, _MODEL_META)
 
 
 def _piece(key: str) -> tuple[str, int, tuple[int, ...]]:

@@ -10,7 +10,7 @@ from ...training.compare import initial_state
 from ..algorithms import GlobalModel
 from ..codec import from_payload, payload_chunks
 from ..protocol import ModelManifest, ShardRef
-from ..shards import assemble, iter_model_shards, parse_model_shard
+from ..shards import MODEL_SHARD_BYTES, assemble, iter_model_shards, parse_model_shard
 from .config import RunSpec
 from .store import Store
 
@@ -31,13 +31,13 @@ def new_model(spec: RunSpec, params: dict[str, np.ndarray] | None = None) -> Glo
     )
 
 
-def write(store: Store, model: GlobalModel) -> tuple[ModelManifest, str]:
+def write(store: Store, model: GlobalModel, shard_bytes: int = MODEL_SHARD_BYTES) -> tuple[ModelManifest, str]:
     """Store the model; return (its manifest, the sha256 of its state file). Streamed: one weight shard's bytes at
     a time, and the state file tensor by tensor, so writing holds no copy of the whole model."""
     shards = []
-    for i, data in enumerate(iter_model_shards(model.shapes, model.param)):
-        shards.append(ShardRef(name=f"model-{i:04d}", sha256=store.put(data), bytes=len(data)))
-        del data
+    for i, chunks in enumerate(iter_model_shards(model.shapes, model.param, shard_bytes)):
+        sha, nbytes = store.put_stream(chunks)
+        shards.append(ShardRef(name=f"model-{i:04d}", sha256=sha, bytes=nbytes))
     entries, get = model.state_entries()
     state_sha, _ = store.put_stream(payload_chunks(entries, get, {"format": STATE_FORMAT}))
     return ModelManifest(version=model.version, shards=shards), state_sha

@@ -12,6 +12,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
+
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -79,6 +81,20 @@ class Store:
             raise OSError(f"store file {sha} is damaged (its content hashes differently)")
         return data
 
+    def verify(self, sha: str) -> None:
+        """Check a stored file against its name, reading it in blocks (OSError if damaged or missing)."""
+        h = hashlib.sha256()
+        with open(self.path(sha), "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        if h.hexdigest() != sha:
+            raise OSError(f"store file {sha} is damaged (its content hashes differently)")
+
+    def open_payload(self, sha: str) -> StoredPayload:
+        """A stored safetensors file, checked against its name, to read tensor by tensor."""
+        self.verify(sha)
+        return StoredPayload(self.path(sha))
+
     def has(self, sha: str) -> bool:
         return self.path(sha).is_file()
 
@@ -90,3 +106,18 @@ class Store:
 
     def all(self) -> list[str]:
         return [p.name for p in self.blobs.glob("*/*") if _SHA.match(p.name)]
+
+
+class StoredPayload:
+    """A safetensors file read one tensor at a time (``get``), never whole: what the applier reads a round's
+    stored uploads with, so a round of large updates holds one tensor of each at a time."""
+
+    def __init__(self, path: Path) -> None:
+        from safetensors import safe_open
+
+        self._file = safe_open(str(path), framework="numpy")
+        self.meta: dict[str, str] = self._file.metadata() or {}
+        self._keys = set(self._file.keys())
+
+    def get(self, name: str) -> np.ndarray | None:
+        return self._file.get_tensor(name) if name in self._keys else None
