@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...training.compare import initial_state
 from ..algorithms import GlobalModel
 from ..codec import from_payload, payload_chunks
+from ..nets import initial_params
 from ..protocol import ModelManifest, ShardRef
 from ..shards import MODEL_SHARD_BYTES, assemble, iter_model_shards, parse_model_shard
 from .config import RunSpec
@@ -20,7 +20,7 @@ STATE_FORMAT = "vkblas-model-state/1"
 def new_model(spec: RunSpec, params: dict[str, np.ndarray] | None = None) -> GlobalModel:
     """The run's global model: the initial weights ``vkblas train`` would start from (same seed), or ``params``."""
     if params is None:
-        params = initial_state(spec.model, spec.seed)
+        params = initial_params(spec.model, spec.dataset, spec.seed)
     return GlobalModel(
         params,
         spec.algorithm,

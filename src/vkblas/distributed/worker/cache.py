@@ -12,6 +12,7 @@ import numpy as np
 
 from ..protocol import DataSlice, ModelManifest, RunInfo
 from ..shards import assemble, build_shards, normalise, parse_model_shard, parse_shard, raw_split, unit_indices
+from ..text import block_size, blocks, build_text_shards, is_text, parse_text_shard, train_tokens
 from .client import Client
 
 
@@ -45,13 +46,20 @@ class DataCache:
         self.client, self.info, self.directory = client, info, directory / "data"
         self.local: dict[int, bytes] = {}
         self.arrays: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.tokens: dict[int, np.ndarray] = {}  # text runs: each shard's tokens
         if local is not None:
             self._use_local(local)
 
     def _use_local(self, local: str) -> None:
         """Cut the local copy as the coordinator does; keep the shards whose hashes match the run's."""
-        images, labels = raw_split(self.info.dataset, True, local, self.info.limit)
-        for i, payload in enumerate(build_shards(self.info.dataset, images, labels, self.info.shard_samples)):
+        if is_text(self.info.dataset):
+            block = block_size(self.info.model)
+            tokens = train_tokens(self.info.dataset, local, self.info.limit, block)
+            payloads = [p for p, _ in build_text_shards(self.info.dataset, tokens, block, self.info.shard_samples)]
+        else:
+            images, labels = raw_split(self.info.dataset, True, local, self.info.limit)
+            payloads = build_shards(self.info.dataset, images, labels, self.info.shard_samples)
+        for i, payload in enumerate(payloads):
             if (
                 i < len(self.info.data_shards)
                 and hashlib.sha256(payload).hexdigest() == self.info.data_shards[i].sha256
@@ -63,12 +71,19 @@ class DataCache:
         if not 0 <= part.shard < len(self.info.data_shards):
             raise ValueError(f"unit names data shard {part.shard}; the run has {len(self.info.data_shards)}")
         ref = self.info.data_shards[part.shard]
-        if part.shard not in self.arrays:
+        if part.shard not in self.arrays and part.shard not in self.tokens:
             data = self.local.pop(part.shard, None)
             if data is None:
                 data = self.client.download(ref.sha256, self.directory).read_bytes()
-            images, labels = parse_shard(data, self.info.dataset)
-            self.arrays[part.shard] = (normalise(self.info.dataset, images), labels)
+            if is_text(self.info.dataset):
+                self.tokens[part.shard] = parse_text_shard(data, self.info.dataset, block_size(self.info.model))
+            else:
+                images, labels = parse_shard(data, self.info.dataset)
+                self.arrays[part.shard] = (normalise(self.info.dataset, images), labels)
+        if is_text(self.info.dataset):  # a sample is a block: inputs and their next tokens
+            tokens, block = self.tokens[part.shard], block_size(self.info.model)
+            idx = unit_indices(len(tokens) - block, part.seed, part.offset, part.samples)
+            return blocks(tokens, idx, block)
         x, y = self.arrays[part.shard]
         idx = unit_indices(len(y), part.seed, part.offset, part.samples)
         return x[idx], y[idx]
