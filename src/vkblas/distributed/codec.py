@@ -84,13 +84,39 @@ def _int8_blocks(x: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
 
 def decode(tensors: Mapping[str, np.ndarray], meta: Mapping[str, str]) -> Params:
     """The float32 update that :func:`encode` encoded. Raises :class:`CodecError` for anything malformed."""
-    codec = _codec_of(meta)
-    names = [k for k in tensors if not k.endswith(SCALE_SUFFIX)] if codec == "int8" else list(tensors)
-    if codec == "int8":
-        extra = set(tensors) - set(names) - {k + SCALE_SUFFIX for k in names}
-        if extra:
-            raise CodecError(f"int8 payload holds scales without their tensor: {sorted(extra)}")
-    return {name: decode_one(tensors.get, meta, name) for name in names}
+    return dict(LazyUpdate(tensors, meta))
+
+
+class LazyUpdate(Mapping[str, np.ndarray]):
+    """:func:`decode`'s result, each tensor decoded when it is read (and not kept): a check that reads the tensors
+    one after another (``validation.check_update``) holds one decoded tensor at a time, not the whole update."""
+
+    def __init__(self, tensors: Mapping[str, np.ndarray], meta: Mapping[str, str]) -> None:
+        self.tensors, self.meta = tensors, meta
+        codec = _codec_of(meta)
+        if codec == "int8":
+            RangeDecoder(tensors.get, meta)  # checks the block size
+            self.names = [k for k in tensors if not k.endswith(SCALE_SUFFIX)]
+            extra = set(tensors) - set(self.names) - {k + SCALE_SUFFIX for k in self.names}
+            if extra:
+                raise CodecError(f"int8 payload holds scales without their tensor: {sorted(extra)}")
+        else:
+            self.names = list(tensors)
+        self._set = set(self.names)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._set:
+            raise KeyError(name)
+        return decode_one(self.tensors.get, self.meta, name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._set
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
 
 
 def _codec_of(meta: Mapping[str, str]) -> str:

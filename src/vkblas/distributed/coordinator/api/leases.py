@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from starlette.concurrency import run_in_threadpool
 
-from ...codec import CodecError, decode, from_payload
+from ...codec import CodecError, LazyUpdate, from_payload
 from ...protocol import (
     KEY_PATTERN,
     MAX_LEASE_WAIT,
@@ -200,13 +200,13 @@ def _upload(
             return crud.upload_reply(previous, worker)
 
 
-def _validate(ctx: Context, lease_id: str, body: bytes, worker_id: int) -> tuple[UploadMeta, dict, float, str]:
+def _validate(ctx: Context, lease_id: str, body: bytes, worker_id: int) -> tuple[UploadMeta, LazyUpdate, float, str]:
     try:
         tensors, meta = from_payload(body, max_bytes=ctx.upload_limit)
         if meta.get("codec") != ctx.spec.codec:
             raise CodecError(f"payload codec {meta.get('codec')!r}; this run's is {ctx.spec.codec!r}")
         info = UploadMeta.model_validate(json.loads(meta.pop(UPLOAD_META_KEY, "null")))
-        update = decode(tensors, meta)
+        update = LazyUpdate(tensors, meta)  # decoded tensor by tensor as the check reads it: one at a time
     except (CodecError, ValidationError, ValueError, TypeError, RecursionError) as e:  # RecursionError: nested JSON
         raise ApiError("invalid-payload", f"unreadable upload: {_short(e)}") from e
     if info.lease_id != lease_id:
@@ -217,6 +217,8 @@ def _validate(ctx: Context, lease_id: str, body: bytes, worker_id: int) -> tuple
         with ctx.db.session() as s:
             crud.count_rejected(s, worker_id=worker_id)
         raise ApiError("rejected-update", str(e)) from e
+    except CodecError as e:  # a tensor that does not decode (its scales), met as the check reads it
+        raise ApiError("invalid-payload", f"unreadable upload: {_short(e)}") from e
     return info, update, norm, crud.content_hash(tensors)
 
 
