@@ -50,6 +50,7 @@ from vkblas.distributed.worker.compute import Result  # noqa: E402
 from vkblas.distributed.worker.errors import UnreachableError  # noqa: E402
 
 MB = 1e6
+DEVICE_LOCK = threading.Lock()
 
 
 def _kib(pid: int, key: str) -> int:
@@ -158,7 +159,8 @@ class BenchWorker:
             x, y = self.data.slice(lease.data)
             t2 = time.perf_counter()
             if self.trainer is not None:
-                result = self.trainer(lease, params, x, y)
+                with DEVICE_LOCK:  # both workers share the one device (vkblas's queue is one thread's at a time)
+                    result = self.trainer(lease, params, x, y)
             else:
                 update = {k: (self.rng.standard_normal(v.shape, np.float32) * 1e-4) for k, v in params.items()}
                 tensors, meta = encode(update, lease.codec, lease.block)
