@@ -380,3 +380,19 @@ def test_tiny_gpt_diloco_run_end_to_end(db_url, tmp_path):
     assert first["version"] == 0 and last["version"] == st["version"] > 1
     assert last["loss"] < first["loss"] - 0.1, (first, last)  # ln(65) = 4.17 at the start
     c.close()
+
+
+@pytest.mark.timeout(300)
+def test_tiny_gpt_run_over_loopback(db_url, procs):
+    """The same with the real processes over loopback: ``serve shakespeare-char --model gpt-tiny`` and two
+    ``join``; the run finishes, every block applied once, nothing rejected, the loss falls."""
+    procs.serve(db_url, "--model", "gpt-tiny", "--algorithm", "diloco", "--codec", "int8", "--limit", "512",
+                "--shard-samples", "256", "--batch-size", "16", "--inner-steps", "4", "--unit-seconds", "0.5",
+                "--validate-fraction", "0", "--trust-after", "0", "--eval-seconds", "0.2",
+                dataset="shakespeare-char")  # fmt: skip
+    workers = [procs.join(f"w{i}") for i in range(2)]
+    st = procs.wait(lambda st: st["state"] == "finished", timeout=240)
+    for p in workers:
+        assert p.wait(timeout=60) == 0, p.log.read_text()[-2000:]
+    assert st["samples_applied"] == 512 and st["rejected"] == 0 and st["model"] == "gpt-tiny"
+    assert st["evaluations"][-1]["loss"] < st["evaluations"][0]["loss"]
