@@ -1,8 +1,8 @@
-"""What the coordinator serves as content-addressed shards, for both of its sides: the model's weights (one shard
-per tensor) and the dataset, and the samples of a work unit.
+"""What the coordinator serves as content-addressed shards, for both of its sides: the model's weights (small
+tensors grouped, large ones cut into pieces) and the dataset, and the samples of a work unit.
 
-A model shard is a safetensors file holding some of the model's tensors and no version, so a shard whose tensors did
-not change between two versions keeps its name and is never downloaded twice.
+A model shard is a safetensors file holding some of the model's tensors, or a piece of one, and no version, so a
+shard whose tensors did not change between two versions keeps its name and is never downloaded twice.
 
 The coordinator cuts the training split into shards of ``SHARD_SAMPLES`` raw images (uint8) and labels, each a
 safetensors file named by its sha256; a volunteer downloads the shards its units name (or builds them from its own
