@@ -15,11 +15,11 @@ from vkblas.distributed.worker.errors import DoesNotFitError, WorkerError
 from vkblas.distributed.worker.fits import check_device_holds, per_parameter_copies
 
 
-def run_info(algorithm: str) -> RunInfo:
+def run_info(algorithm: str, dataset: str = "mnist", model: str = "mlp") -> RunInfo:
     return RunInfo(
         run_id="r",
-        dataset="mnist",
-        model="mlp",
+        dataset=dataset,
+        model=model,
         algorithm=algorithm,
         codec="fp32",
         block=256,
@@ -34,19 +34,27 @@ def test_state_copies_per_algorithm() -> None:
     assert [per_parameter_copies(a) for a in ("sync", "async", "diloco")] == [1, 1, 3]
 
 
-@pytest.mark.parametrize("algorithm", ["sync", "diloco"])
-def test_a_device_that_holds_the_model_gets_its_trainer(algorithm: str) -> None:
-    run = run_info(algorithm)
+@pytest.mark.parametrize(
+    "algorithm, dataset, model",
+    [("sync", "mnist", "mlp"), ("diloco", "mnist", "mlp"), ("diloco", "shakespeare-char", "gpt-tiny")],
+)
+def test_a_device_that_holds_the_model_gets_its_trainer(algorithm: str, dataset: str, model: str) -> None:
+    run = run_info(algorithm, dataset, model)
     trainer = check_device_holds(lambda: Trainer(run, "cpu"), run, "cpu")
     assert isinstance(trainer, Trainer) and sum(p.numel() for p in trainer.model.parameters()) > 0
 
 
 @requires_vulkan
-@pytest.mark.parametrize("algorithm", ["async", "diloco"])
-def test_a_device_too_small_refuses_to_join(algorithm: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "algorithm, dataset, model",
+    [("async", "mnist", "mlp"), ("diloco", "mnist", "mlp"), ("diloco", "shakespeare-char", "gpt-tiny")],
+)
+def test_a_device_too_small_refuses_to_join(
+    algorithm: str, dataset: str, model: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The pool's memory is made large enough for the weights and their gradients and no more: async's check
-    passes, diloco's (AdamW's moments too) refuses, naming device, model and why."""
-    run = run_info(algorithm)
+    passes, diloco's (AdamW's moments too) refuses, naming device, model and why (an image model or a GPT)."""
+    run = run_info(algorithm, dataset, model)
     pool = vb.backend.get("vulkan").pool
     before = pool.live_bytes
     trainer = Trainer(run, "vulkan")
@@ -61,7 +69,7 @@ def test_a_device_too_small_refuses_to_join(algorithm: str, monkeypatch: pytest.
     with pytest.raises(DoesNotFitError) as info:
         check_device_holds(lambda: Trainer(run, "vulkan"), run, "vulkan")
     msg = str(info.value)
-    assert "vulkan cannot hold the run's model 'mlp' (diloco)" in msg
+    assert f"vulkan cannot hold the run's model {model!r} (diloco)" in msg
     assert "weights, gradients and AdamW's two moments did not fit" in msg and "bytes" in msg
     assert isinstance(info.value, WorkerError) and isinstance(info.value, RuntimeError)  # the CLI's one line
 

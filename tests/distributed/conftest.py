@@ -97,8 +97,10 @@ class Procs:
         self.procs.append(p)
         return p
 
-    def serve(self, db: str, *run_args: str, workers: int = 1, log: str = "serve.log") -> subprocess.Popen:
-        args = ["distributed", "serve", "mnist", "--db", db, "--store", str(self.tmp / "store"), "--port",
+    def serve(
+        self, db: str, *run_args: str, workers: int = 1, log: str = "serve.log", dataset: str = "mnist"
+    ) -> subprocess.Popen:
+        args = ["distributed", "serve", dataset, "--db", db, "--store", str(self.tmp / "store"), "--port",
                 str(self.port), "--workers", str(workers), *run_args]  # fmt: skip
         p = self.start(args, log)
         self.wait_ready(p)

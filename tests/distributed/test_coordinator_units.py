@@ -7,10 +7,11 @@ import httpx
 import numpy as np
 import pytest
 
-from vkblas.distributed.codec import CodecError
+from vkblas.distributed.codec import CodecError, from_payload
 from vkblas.distributed.coordinator.config import RunSpec, normalise_db_url
 from vkblas.distributed.coordinator.crud import unit_samples
 from vkblas.distributed.shards import (
+    assemble,
     build_shards,
     model_shards,
     parse_model_shard,
@@ -47,12 +48,56 @@ def test_data_shards_round_trip_and_refuse_others():
         parse_shard(shards[0][:-3], "mnist")
 
 
-def test_model_shards_group_small_tensors_and_keep_names():
-    params = {"a": np.ones((4, 4), np.float32), "b": np.zeros(3, np.float32), "c": np.ones((64, 64), np.float32)}
-    shards = model_shards(params, max_bytes=100)
-    assert [sorted(parse_model_shard(s)) for s in shards] == [["a", "b"], ["c"]]
+def test_model_shards_group_small_tensors_cut_large_ones_and_keep_names():
+    rng = np.random.default_rng(0)
+    params = {"a": np.ones((4, 4), np.float32), "b": np.zeros(3, np.float32), "c": rng.random((9, 7), np.float32)}
+    shards = model_shards(params, max_bytes=100)  # a and b fit one shard; c (252 bytes) is cut into 3 pieces
+    assert [sorted(parse_model_shard(s)) for s in shards] == [["a", "b"], ["c@0:9x7"], ["c@25:9x7"], ["c@50:9x7"]]
+    entries = {k: v for s in shards for k, v in parse_model_shard(s).items()}
+    back = assemble(entries)
+    assert sorted(back) == ["a", "b", "c"]
+    for k in params:
+        np.testing.assert_array_equal(back[k], params[k])
     again = model_shards({**params, "c": params["c"] * 2}, max_bytes=100)
     assert again[0] == shards[0] and again[1] != shards[1]  # an unchanged group keeps its bytes, so its hash
+    (scalar,) = model_shards({"s": np.array(3.0, np.float32)}, max_bytes=4)
+    assert assemble(parse_model_shard(scalar))["s"].shape == ()
+    with pytest.raises(CodecError, match="do not cover it once"):
+        assemble({k: v for k, v in entries.items() if k != "c@25:9x7"})
+    with pytest.raises(CodecError, match="hold 50 of its 63"):
+        assemble({k: v for k, v in entries.items() if k != "c@50:9x7"})
+    with pytest.raises(ValueError, match="reserve"):
+        model_shards({"x@1": np.ones(2, np.float32)})
+
+
+@pytest.mark.parametrize(
+    "name, values",
+    [("c@0:3x3", np.ones(10, np.float32)), ("c@x:3", np.ones(1, np.float32)), ("c@0:3", np.ones((1, 1), np.float32))],
+)
+def test_model_shard_pieces_are_checked(name, values):
+    from vkblas.distributed.codec import to_payload
+    from vkblas.distributed.shards import MODEL_FORMAT
+
+    with pytest.raises(CodecError):
+        parse_model_shard(to_payload({name: values}, {"format": MODEL_FORMAT}))
+
+
+def test_streamed_payload_is_a_safetensors_file():
+    from vkblas.distributed.codec import payload_chunks
+
+    arrays = {
+        "v": np.array(7, np.int64),
+        "w": np.arange(12, dtype=np.float32).reshape(3, 4),
+        "e": np.zeros(0, np.float32),
+    }
+    entries = [(k, v.dtype, v.shape) for k, v in arrays.items()]
+    data = b"".join(bytes(c) for c in payload_chunks(entries, arrays.__getitem__, {"format": "x"}))
+    back, meta = from_payload(data)
+    assert meta == {"format": "x"} and sorted(back) == sorted(arrays)
+    for k, v in arrays.items():
+        np.testing.assert_array_equal(back[k], v) and back[k].dtype == v.dtype
+    with pytest.raises(ValueError, match="announced shape"):
+        b"".join(payload_chunks([("w", np.float32, (2,))], arrays.__getitem__))
 
 
 def test_unit_sizes_follow_speed_within_their_caps():

@@ -24,7 +24,7 @@ mathematics, and it keeps replicas on different devices (cpu and Vulkan round di
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +38,7 @@ from ..training.fit import make_optimizer
 Params = dict[str, np.ndarray]
 ALGORITHMS = ("sync", "async", "diloco")
 STALENESS_RULES = ("inverse", "constant")
+MEAN_BLOCK = 1 << 20  # values of a tensor averaged at a time
 _OPT_PREFIX = "__optimizer__."
 
 
@@ -88,14 +89,20 @@ def weighted_mean(contributions: Sequence[tuple[Mapping[str, np.ndarray], float]
         return {name: np.array(value, np.float32) for name, value in first.items()}
     out: Params = {}
     for name, ref in first.items():
-        # sum of float64(update) * (w / total) in contribution order, with two buffers instead of a fresh
-        # temporary per term (large allocations cost page faults each time)
-        acc = np.zeros(np.shape(ref), np.float64)
-        term = np.empty_like(acc)
-        for update, w in contributions:
-            np.multiply(update[name], w / total, out=term, dtype=np.float64)
-            acc += term
-        out[name] = acc.astype(np.float32)
+        # sum of float64(update) * (w / total) in contribution order, a block of values at a time: the float64
+        # buffers stay small whatever the tensor (a 400 MB embedding would need 1.6 GB of them at once)
+        flat_out = np.empty(np.size(ref), np.float32)
+        flats = [np.asarray(update[name]).reshape(-1) for update, _ in contributions]
+        acc, term = np.empty(min(MEAN_BLOCK, flat_out.size), np.float64), np.empty(min(MEAN_BLOCK, flat_out.size))
+        for start in range(0, flat_out.size, MEAN_BLOCK):
+            n = min(MEAN_BLOCK, flat_out.size - start)
+            a, t = acc[:n], term[:n]
+            a.fill(0.0)
+            for flat, (_, w) in zip(flats, contributions, strict=True):
+                np.multiply(flat[start : start + n], w / total, out=t, dtype=np.float64)
+                a += t
+            flat_out[start : start + n] = a
+        out[name] = flat_out.reshape(np.shape(ref))
     return out
 
 
@@ -178,6 +185,10 @@ class GlobalModel:
         self._step(pseudo_grad, self.base_lr * lr_scale)
 
     def _step(self, grads: Mapping[str, np.ndarray], lr: float) -> None:
+        """One step, tensor by tensor: ``grads[k]`` is read only when tensor ``k`` is stepped and dropped after, so a
+        lazy mapping (the coordinator's, which decodes and averages a round tensor by tensor) keeps at most one
+        tensor's update in memory beside the model. Every rule here is elementwise and each parameter's optimizer
+        state (and step count) is its own, so this is the same step as all tensors at once."""
         missing = [k for k in self.names if k not in grads]
         if missing:
             raise ValueError(f"update lacks tensors {missing}")
@@ -186,14 +197,38 @@ class GlobalModel:
         with no_grad():
             for k, t in self._tensors.items():
                 t.grad = tensor(np.asarray(grads[k], np.float32), device="cpu")
-            self.optimizer.step()
-            for t in self._tensors.values():
+                self.optimizer.step()
                 t.grad = None
         for group in self.optimizer.param_groups:
             group["lr"] = self.base_lr
         self.version += 1
 
     # ------------------------------------------------------------------ checkpoints
+    @property
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {k: tuple(t.shape) for k, t in self._tensors.items()}
+
+    def param(self, name: str) -> np.ndarray:
+        """One weight tensor (a copy): what a writer reads one at a time instead of :meth:`params`."""
+        return self._tensors[name].numpy()
+
+    def state_entries(self) -> tuple[list[tuple[str, np.dtype, tuple[int, ...]]], Callable[[str], np.ndarray]]:
+        """What :meth:`state_dict` holds besides the weights (version, optimizer state), as (name, dtype, shape)
+        entries and a function reading one of them: a writer streams them instead of building the dict."""
+        getters: dict[str, Callable[[], np.ndarray]] = {"__version__": lambda: np.array(self.version, np.int64)}
+        names = {id(t): k for k, t in self._tensors.items()}
+        entries: list[tuple[str, np.dtype, tuple[int, ...]]] = [("__version__", np.dtype(np.int64), ())]
+        for p, state in self.optimizer.state.items():
+            for key, value in state.items():
+                name = f"{_OPT_PREFIX}{names[id(p)]}.{key}"
+                if isinstance(value, Tensor):
+                    entries.append((name, np.dtype(np.float32), tuple(value.shape)))  # loaded back as float32
+                    getters[name] = value.numpy
+                else:
+                    entries.append((name, np.dtype(np.float64), ()))
+                    getters[name] = lambda v=value: np.array(v, np.float64)
+        return entries, lambda name: getters[name]()
+
     def state_dict(self) -> Params:
         """Weights and optimizer state as one flat dict of arrays (a safetensors payload); the version is the
         ``__version__`` entry."""

@@ -17,6 +17,7 @@ def add_commands(sub: Any, positive_int: Any, positive_float: Any, device: Any) 
     """Add ``distributed`` and its sub-commands to the ``vkblas`` parser's sub-parsers ``sub``."""
     from ..training import DATASETS, MODELS
     from ..training.fit import OPTIMIZERS
+    from .text import GPT_SIZES, VOCAB
 
     dist = sub.add_parser("distributed", help="train one model on many machines: serve, join, status")
     cmds = dist.add_subparsers(dest="distributed_command", metavar="COMMAND", required=True)
@@ -28,8 +29,10 @@ def add_commands(sub: Any, positive_int: Any, positive_float: Any, device: Any) 
         "the options of 'vkblas train' plus the distributed ones; restarting with the same --db and --store "
         "resumes it.",
     )
-    serve.add_argument("dataset", choices=sorted(DATASETS))
-    serve.add_argument("--model", choices=list(MODELS), default="mlp")
+    serve.add_argument("dataset", choices=[*sorted(DATASETS), *VOCAB])
+    serve.add_argument(
+        "--model", choices=[*MODELS, *GPT_SIZES], default=None, help="default: mlp; gpt-char for shakespeare-char"
+    )
     serve.add_argument("--epochs", type=positive_int, default=1)
     serve.add_argument("--samples", type=positive_int, default=None, help="total training samples (default: epochs)")
     serve.add_argument("--batch-size", type=positive_int, default=128)
@@ -121,6 +124,7 @@ def add_commands(sub: Any, positive_int: Any, positive_float: Any, device: Any) 
 def cmd_serve(args: argparse.Namespace) -> int:
     from .coordinator.config import RunSpec, ServeSettings
     from .coordinator.serve import serve
+    from .text import VOCAB
 
     names = (
         "model epochs samples batch_size lr optimizer seed limit algorithm max_staleness inner_steps outer_lr "
@@ -131,6 +135,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     try:
+        if args.model is None:
+            args.model = "gpt-char" if args.dataset in VOCAB else "mlp"
         spec = RunSpec(dataset=args.dataset, **{k: getattr(args, k) for k in names})
     except ValidationError as e:  # one line naming the option, as argparse's own errors do
         bad = "; ".join(

@@ -19,8 +19,9 @@ and raise :class:`CodecError` (a ValueError) with a message, never anything else
 from __future__ import annotations
 
 import json
+import math
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -48,7 +49,7 @@ def encode(update: Mapping[str, np.ndarray], codec: str = "fp32", block: int = D
     for name, value in update.items():
         if name.endswith(SCALE_SUFFIX):
             raise ValueError(f"tensor name {name!r} ends with the reserved suffix {SCALE_SUFFIX!r}")
-        x = np.ascontiguousarray(value, np.float32)
+        x = np.ascontiguousarray(value, np.float32).reshape(np.shape(value))  # (it makes 0-d 1-d)
         if codec == "fp32":
             tensors[name] = x
         elif codec == "fp16":
@@ -83,45 +84,109 @@ def _int8_blocks(x: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
 
 def decode(tensors: Mapping[str, np.ndarray], meta: Mapping[str, str]) -> Params:
     """The float32 update that :func:`encode` encoded. Raises :class:`CodecError` for anything malformed."""
+    return dict(LazyUpdate(tensors, meta))
+
+
+class LazyUpdate(Mapping[str, np.ndarray]):
+    """:func:`decode`'s result, each tensor decoded when it is read (and not kept): a check that reads the tensors
+    one after another (``validation.check_update``) holds one decoded tensor at a time, not the whole update."""
+
+    def __init__(self, tensors: Mapping[str, np.ndarray], meta: Mapping[str, str]) -> None:
+        self.tensors, self.meta = tensors, meta
+        codec = _codec_of(meta)
+        if codec == "int8":
+            RangeDecoder(tensors.get, meta)  # checks the block size
+            self.names = [k for k in tensors if not k.endswith(SCALE_SUFFIX)]
+            extra = set(tensors) - set(self.names) - {k + SCALE_SUFFIX for k in self.names}
+            if extra:
+                raise CodecError(f"int8 payload holds scales without their tensor: {sorted(extra)}")
+        else:
+            self.names = list(tensors)
+        self._set = set(self.names)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._set:
+            raise KeyError(name)
+        return decode_one(self.tensors.get, self.meta, name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._set
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def _codec_of(meta: Mapping[str, str]) -> str:
     if meta.get("format") != FORMAT:
         raise CodecError(f"unknown payload format {meta.get('format')!r} (expected {FORMAT!r})")
     codec = meta.get("codec")
     if codec not in CODECS:
         raise CodecError(f"unknown codec {codec!r}: expected one of {', '.join(CODECS)}")
-    out: Params = {}
-    if codec in ("fp32", "fp16"):
-        want = np.float32 if codec == "fp32" else np.float16
-        for name, arr in tensors.items():
-            if arr.dtype != want:
-                raise CodecError(f"{name!r}: dtype {arr.dtype.name} in a {codec} payload")
-            out[name] = arr.astype(np.float32)
+    return codec
+
+
+def decode_one(get: Callable[[str], np.ndarray | None], meta: Mapping[str, str], name: str) -> np.ndarray:
+    """One tensor of an encoded update, ``get(entry)`` reading the payload's entries (a dict's ``get``, or a
+    lazily read file's)."""
+    q = get(name)
+    if q is None:
+        raise CodecError(f"payload lacks tensor {name!r}")
+    return RangeDecoder(get, meta).values(name, 0, q.size).reshape(q.shape)
+
+
+class RangeDecoder:
+    """Values ``start .. stop`` of one tensor of an encoded update (flattened in C order), decoded: what a reader
+    that must not hold whole float32 tensors (the coordinator applying a round of a large model) decodes, a block
+    at a time. The encoded tensor being read is kept (an int8 one is a quarter of its float32 size)."""
+
+    def __init__(self, get: Callable[[str], np.ndarray | None], meta: Mapping[str, str]) -> None:
+        self.get, self.codec = get, _codec_of(meta)
+        self.block = 0
+        if self.codec == "int8":
+            try:
+                self.block = int(meta.get("block", ""))
+            except ValueError:
+                raise CodecError(f"int8 payload with a bad block size {meta.get('block')!r}") from None
+            if not 1 <= self.block <= MAX_BLOCK:
+                raise CodecError(f"int8 block size {self.block} outside [1, {MAX_BLOCK}]")
+        self._name: str | None = None
+        self._q = self._scales = np.zeros(0)
+
+    def _load(self, name: str) -> None:
+        q = self.get(name)
+        if q is None:
+            raise CodecError(f"payload lacks tensor {name!r}")
+        scales = None
+        if self.codec in ("fp32", "fp16"):
+            want = np.float32 if self.codec == "fp32" else np.float16
+            if q.dtype != want:
+                raise CodecError(f"{name!r}: dtype {q.dtype.name} in a {self.codec} payload")
+        else:
+            scales = self.get(name + SCALE_SUFFIX)
+            if scales is None:
+                raise CodecError(f"{name!r}: int8 tensor without its scales")
+            nb = -(-q.size // self.block)
+            if q.dtype != np.int8 or scales.dtype != np.float32 or scales.shape != (nb,):
+                raise CodecError(
+                    f"{name!r}: expected int8 values and {nb} float32 scales, got {q.dtype.name} {q.shape} and "
+                    f"{scales.dtype.name} {scales.shape}"
+                )
+            if not np.all((scales >= 0) & (scales <= MAX_SCALE)):  # NaN fails too
+                raise CodecError(f"{name!r}: int8 scales must be finite, >= 0 and <= {MAX_SCALE:.4g}")
+        self._name, self._q, self._scales = name, q.reshape(-1), scales
+
+    def values(self, name: str, start: int, stop: int) -> np.ndarray:
+        if name != self._name:
+            self._load(name)
+        if not 0 <= start <= stop <= self._q.size:
+            raise CodecError(f"{name!r}: values [{start}, {stop}) outside its {self._q.size}")
+        out = self._q[start:stop].astype(np.float32)
+        if self._scales is not None:  # q * s, each value with its block's scale (as decode: float32 products)
+            out *= self._scales[np.arange(start, stop) // self.block]
         return out
-    try:
-        block = int(meta.get("block", ""))
-    except ValueError:
-        raise CodecError(f"int8 payload with a bad block size {meta.get('block')!r}") from None
-    if not 1 <= block <= MAX_BLOCK:
-        raise CodecError(f"int8 block size {block} outside [1, {MAX_BLOCK}]")
-    names = [k for k in tensors if not k.endswith(SCALE_SUFFIX)]
-    extra = set(tensors) - set(names) - {k + SCALE_SUFFIX for k in names}
-    if extra:
-        raise CodecError(f"int8 payload holds scales without their tensor: {sorted(extra)}")
-    for name in names:
-        q, scales = tensors[name], tensors.get(name + SCALE_SUFFIX)
-        if scales is None:
-            raise CodecError(f"{name!r}: int8 tensor without its scales")
-        nb = -(-q.size // block)
-        if q.dtype != np.int8 or scales.dtype != np.float32 or scales.shape != (nb,):
-            raise CodecError(
-                f"{name!r}: expected int8 values and {nb} float32 scales, got {q.dtype.name} {q.shape} and "
-                f"{scales.dtype.name} {scales.shape}"
-            )
-        if not np.all((scales >= 0) & (scales <= MAX_SCALE)):  # NaN fails too
-            raise CodecError(f"{name!r}: int8 scales must be finite, >= 0 and <= {MAX_SCALE:.4g}")
-        padded = np.zeros(nb * block, np.float32)
-        padded[: q.size] = q.reshape(-1)
-        out[name] = (padded.reshape(nb, block) * scales[:, None]).reshape(-1)[: q.size].reshape(q.shape)
-    return out
 
 
 class ErrorFeedback:
@@ -176,3 +241,36 @@ def from_payload(data: bytes, max_bytes: int | None = None, max_header: int = 1 
     except (SafetensorError, ValueError, TypeError, UnicodeDecodeError) as e:
         raise CodecError(f"not a readable safetensors payload ({e})") from e
     return tensors, meta
+
+
+_ST_DTYPES = {np.dtype(k): v for k, v in (
+    (np.float32, "F32"), (np.float64, "F64"), (np.float16, "F16"), (np.int64, "I64"), (np.int32, "I32"),
+    (np.int8, "I8"), (np.uint8, "U8"),
+)}  # fmt: skip
+
+
+def payload_chunks(
+    entries: Sequence[tuple[str, np.dtype, tuple[int, ...]]],
+    get: Callable[[str], np.ndarray],
+    meta: Mapping[str, str] | None = None,
+) -> Iterator[bytes | memoryview]:
+    """The bytes of a safetensors file, written tensor by tensor (``get(name)`` reads one when its turn comes):
+    a writer of a large state holds one tensor, never the whole file. :func:`from_payload` reads the result."""
+    header: dict = {"__metadata__": dict(meta)} if meta else {}
+    offset = 0
+    for name, dtype, shape in entries:
+        n = np.dtype(dtype).itemsize * math.prod(shape)
+        header[name] = {
+            "dtype": _ST_DTYPES[np.dtype(dtype)],
+            "shape": list(shape),
+            "data_offsets": [offset, offset + n],
+        }
+        offset += n
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)  # safetensors aligns the data to 8 bytes
+    yield struct.pack("<Q", len(head)) + head
+    for name, dtype, shape in entries:
+        arr = np.asarray(get(name), dtype)
+        if arr.shape != tuple(shape):
+            raise ValueError(f"{name!r}: announced shape {tuple(shape)}, read {arr.shape}")
+        yield memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))

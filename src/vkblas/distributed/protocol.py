@@ -24,6 +24,11 @@ MAX_CLASS = 128
 UPLOAD_FACTOR = 1.1
 UPLOAD_SLACK = 64 * 1024
 MAX_IDEMPOTENCY_KEY = 64
+#: an upload larger than this is sent as parts of at most this size (``PUT /v1/leases/{id}/parts/{sha256}``), then
+#: named in order by a parts manifest (:class:`UploadParts`), so no single request body holds a large model's update
+PART_BYTES = 16 << 20
+MAX_PARTS = 4096
+PARTS_CONTENT_TYPE = "application/vnd.vkblas.parts+json"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$"
 KEY_PATTERN = r"^[A-Za-z0-9_-]{8,64}$"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
@@ -53,6 +58,7 @@ ERROR_CODES = {
     "name-taken": 409,
     "replayed-upload": 409,
     "rate-limited": 429,
+    "missing-parts": 409,
 }
 #: the longest a lease request may wait for work (``POST /v1/leases?wait=S``: long polling)
 MAX_LEASE_WAIT = 30.0
@@ -214,6 +220,18 @@ class UploadMeta(Heartbeat):
 
 
 UPLOAD_META_KEY = "vkblas"
+
+
+class UploadParts(Strict):
+    """The body of a result sent in parts: their sha256, in order; the payload is their concatenation (and must
+    hash to the request's ``X-Content-SHA256``)."""
+
+    parts: list[str] = Field(min_length=1, max_length=MAX_PARTS)
+
+
+class PartReply(Strict):
+    sha256: str
+    bytes: int
 
 
 class UploadReply(Strict):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,3 +83,46 @@ def aggregate(
     if rule == "trimmed-mean":
         return trimmed_mean(contributions, trim)
     raise ValueError(f"unknown aggregation rule {rule!r}: choose from {', '.join(AGGREGATES)}")
+
+
+class StreamedAggregate(Mapping[str, np.ndarray]):
+    """A round's update by ``rule``, computed when asked for (``self[name]``) one tensor at a time and, within
+    it, ``BLOCK`` values at a time: ``sources[i](name, start, stop)`` gives values ``start .. stop`` of contribution
+    ``i``'s tensor, flattened (e.g. decoded from its stored int8 payload). Both rules are coordinate-wise, so this
+    is :func:`aggregate` exactly, and nothing holds a whole float32 tensor of any contribution: with an optimizer
+    that steps tensor by tensor (``GlobalModel``) a round costs about one tensor of extra memory."""
+
+    BLOCK = 1 << 20
+
+    def __init__(
+        self,
+        sources: Sequence[Callable[[str, int, int], np.ndarray]],
+        weights: Sequence[float],
+        shapes: Mapping[str, tuple[int, ...]],
+        rule: str = "mean",
+        trim: float = 0.1,
+    ) -> None:
+        if len(sources) != len(weights) or not sources:
+            raise ValueError(f"{len(sources)} sources and {len(weights)} weights: need as many, at least one")
+        if rule not in AGGREGATES:
+            raise ValueError(f"unknown aggregation rule {rule!r}: choose from {', '.join(AGGREGATES)}")
+        self.sources, self.weights, self.shapes = list(sources), list(weights), dict(shapes)
+        self.rule, self.trim = rule, trim
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        shape = self.shapes[name]
+        out = np.empty(math.prod(shape), np.float32)
+        for start in range(0, out.size, self.BLOCK):
+            stop = min(out.size, start + self.BLOCK)
+            part = [({name: src(name, start, stop)}, w) for src, w in zip(self.sources, self.weights, strict=True)]
+            out[start:stop] = aggregate(part, self.rule, self.trim)[name]
+        return out.reshape(shape)
+
+    def __contains__(self, name: object) -> bool:  # Mapping's default would compute the tensor
+        return name in self.shapes
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.shapes)
+
+    def __len__(self) -> int:
+        return len(self.shapes)

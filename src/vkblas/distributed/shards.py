@@ -1,8 +1,8 @@
-"""What the coordinator serves as content-addressed shards, for both of its sides: the model's weights (one shard
-per tensor) and the dataset, and the samples of a work unit.
+"""What the coordinator serves as content-addressed shards, for both of its sides: the model's weights (small
+tensors grouped, large ones cut into pieces) and the dataset, and the samples of a work unit.
 
-A model shard is a safetensors file holding some of the model's tensors and no version, so a shard whose tensors did
-not change between two versions keeps its name and is never downloaded twice.
+A model shard is a safetensors file holding some of the model's tensors, or a piece of one, and no version, so a
+shard whose tensors did not change between two versions keeps its name and is never downloaded twice.
 
 The coordinator cuts the training split into shards of ``SHARD_SAMPLES`` raw images (uint8) and labels, each a
 safetensors file named by its sha256; a volunteer downloads the shards its units name (or builds them from its own
@@ -13,44 +13,115 @@ samples)``: positions ``offset .. offset + samples`` of the permutation of the s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
-from .codec import CodecError, from_payload, to_payload
+from .codec import CodecError, from_payload, payload_chunks, to_payload
 
 SHARD_SAMPLES = 10_000
 FORMAT = "vkblas-data-shard/1"
 MODEL_FORMAT = "vkblas-model-shard/1"
+_MODEL_META = {"format": MODEL_FORMAT}
 MAX_SHARD_BYTES = 256 << 20
 MODEL_SHARD_BYTES = 16 << 20
+PIECE = "@"  # ``name@start``: a piece of a tensor cut across shards
 
 
-def model_shards(params: dict[str, np.ndarray], max_bytes: int = MODEL_SHARD_BYTES) -> list[bytes]:
-    """The model's float32 tensors, in order, grouped into shards of about ``max_bytes`` (a larger tensor is a
-    shard of its own): few requests for a small model, resumable pieces of bounded size for a large one."""
-    out, group, size = [], {}, 0
-    for name, value in params.items():
-        arr = np.ascontiguousarray(value, np.float32)
-        if group and size + arr.nbytes > max_bytes:
-            out.append(to_payload(group, {"format": MODEL_FORMAT}))
-            group, size = {}, 0
-        group[name] = arr
-        size += arr.nbytes
+def model_shards(params: Mapping[str, np.ndarray], max_bytes: int = MODEL_SHARD_BYTES) -> list[bytes]:
+    """The model's float32 tensors, in order, as shards of about ``max_bytes`` (see :func:`iter_model_shards`)."""
+    shapes = {name: np.shape(value) for name, value in params.items()}
+    return [b"".join(shard) for shard in iter_model_shards(shapes, lambda name: params[name], max_bytes)]
+
+
+def iter_model_shards(
+    shapes: Mapping[str, tuple[int, ...]], get: Callable[[str], np.ndarray], max_bytes: int = MODEL_SHARD_BYTES
+) -> Iterator[Iterator[bytes | memoryview]]:
+    """The shards of the tensors named in ``shapes`` (``get(name)`` reads one), each as the chunks of its bytes
+    (:func:`codec.payload_chunks`), so a writer holds one tensor and never the whole model: small tensors are
+    grouped up to ``max_bytes``; a tensor larger than that is cut, flattened, into pieces of ``max_bytes``
+    (entries ``name@start:d0xd1...``), so a 5 GB model is hundreds of resumable pieces of bounded size. The same
+    tensors give the same bytes (the same names). Consume each shard before asking for the next."""
+    if max_bytes < 4:
+        raise ValueError(f"max_bytes must hold one float32 value, got {max_bytes}")
+    group: list[str] = []
+    size = 0
+    f32 = np.dtype(np.float32)
+    for name, shape in shapes.items():
+        if PIECE in name:
+            raise ValueError(f"tensor name {name!r} holds {PIECE!r}, which model shards reserve for pieces")
+        nbytes = 4 * math.prod(shape)
+        if group and size + min(nbytes, max_bytes + 1) > max_bytes:
+            yield payload_chunks([(k, f32, tuple(shapes[k])) for k in group], get, _MODEL_META)
+            group, size = [], 0
+        if nbytes > max_bytes:
+            flat = np.asarray(get(name), np.float32).reshape(-1)
+            step, dims = max_bytes // 4, "x".join(str(d) for d in shape)
+            for start in range(0, flat.size, step):
+                piece = flat[start : start + step]
+                key = f"{name}{PIECE}{start}:{dims}"
+                yield payload_chunks([(key, f32, piece.shape)], lambda _k, p=piece: p, _MODEL_META)
+            del flat
+            continue
+        group.append(name)
+        size += nbytes
     if group:
-        out.append(to_payload(group, {"format": MODEL_FORMAT}))
-    return out
+        yield payload_chunks([(k, f32, tuple(shapes[k])) for k in group], get, _MODEL_META)
+
+
+def _piece(key: str) -> tuple[str, int, tuple[int, ...]]:
+    """(tensor name, first value, the tensor's shape) of a piece's entry name; ValueError if malformed."""
+    name, _, rest = key.rpartition(PIECE)
+    start, _, dims = rest.partition(":")
+    if not name or not start.isdigit() or not all(d.isdigit() for d in dims.split("x")):
+        raise ValueError(f"malformed piece name {key[:200]!r}")
+    return name, int(start), tuple(int(d) for d in dims.split("x"))
 
 
 def parse_model_shard(data: bytes) -> dict[str, np.ndarray]:
-    """The tensors of a model shard's bytes; :class:`CodecError` for anything else."""
+    """The entries of a model shard's bytes (whole tensors, and pieces ``name@start:shape``, which
+    :func:`assemble` joins); :class:`CodecError` for anything else."""
     tensors, meta = from_payload(data, max_bytes=MAX_SHARD_BYTES)
     if meta.get("format") != MODEL_FORMAT or not tensors:
         raise CodecError(f"not a model shard (format {meta.get('format')!r}, {len(tensors)} tensors)")
     bad = [f"{k} {v.dtype}" for k, v in tensors.items() if v.dtype != np.float32]
     if bad:
         raise CodecError(f"model shard tensors must be float32: {bad}")
+    for key, value in tensors.items():
+        if PIECE in key:
+            try:
+                _, start, shape = _piece(key)
+            except ValueError as e:
+                raise CodecError(str(e)) from None
+            if value.ndim != 1 or start + value.size > math.prod(shape):
+                raise CodecError(f"piece {key!r} of shape {value.shape} does not lie inside a tensor of {shape}")
     return tensors
+
+
+def assemble(entries: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The model's tensors from the entries of its shards: pieces joined into their tensors (every value covered
+    exactly once, else :class:`CodecError`), whole tensors as they are."""
+    out: dict[str, np.ndarray] = {}
+    parts: dict[str, list[tuple[int, tuple[int, ...], np.ndarray]]] = {}
+    for key, value in entries.items():
+        if PIECE in key:
+            name, start, shape = _piece(key)
+            parts.setdefault(name, []).append((start, shape, value))
+            out.setdefault(name, value)  # a placeholder keeps the order
+        else:
+            out[key] = value
+    for name, pieces in parts.items():
+        pieces.sort(key=lambda p: p[0])
+        shape, at = pieces[0][1], 0
+        for start, whole, value in pieces:
+            if whole != shape or start != at:
+                raise CodecError(f"the pieces of {name!r} do not cover it once (a piece at {start}, expected {at})")
+            at += value.size
+        if at != math.prod(shape):
+            raise CodecError(f"the pieces of {name!r} hold {at} of its {math.prod(shape)} values")
+        out[name] = np.concatenate([v for _, _, v in pieces]).reshape(shape)
+    return out
 
 
 def raw_split(dataset: str, train: bool, data: str | None = None, limit: int | None = None) -> tuple:

@@ -17,7 +17,7 @@ from sqlalchemy import select
 from starlette.types import Scope
 
 from ...version import __version__
-from ..protocol import MAX_JSON_BODY, UPLOAD_SLACK, ModelManifest
+from ..protocol import MAX_JSON_BODY, PART_BYTES, UPLOAD_SLACK, ModelManifest
 from ..validation import signature_of
 from . import checkpoints, trust
 from .addresses import parse_networks
@@ -95,8 +95,12 @@ def create_app(settings: ServeSettings) -> FastAPI:
 
     def limit_for(scope: Scope) -> int:
         ctx = holder.get("ctx")
-        if scope.get("method") == "PUT" and scope.get("path", "").endswith("/result") and ctx is not None:
-            return ctx.upload_limit
+        if scope.get("method") == "PUT" and ctx is not None:
+            path = scope.get("path", "")
+            if path.endswith("/result"):
+                return ctx.upload_limit
+            if path.startswith("/v1/leases/") and "/parts/" in path:
+                return min(PART_BYTES, ctx.upload_limit)
         return MAX_JSON_BODY
 
     app.add_middleware(BodyLimit, limit_for=limit_for)

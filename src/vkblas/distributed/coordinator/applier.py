@@ -27,6 +27,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -34,9 +35,9 @@ import numpy as np
 from sqlalchemy import func, select, update
 
 from ..algorithms import GlobalModel, StalenessFilter
-from ..codec import decode, from_payload
+from ..codec import RangeDecoder, decode, from_payload
 from ..protocol import ModelManifest
-from ..robust import aggregate
+from ..robust import StreamedAggregate
 from . import checkpoints, trust
 from .config import RunSpec
 from .crud import current_lr, expire_leases
@@ -226,6 +227,15 @@ class Applier:
         tensors, meta = from_payload(self.store.get(u.payload_sha256))
         return decode(tensors, meta)  # validated at upload; the store's hash check guards the bytes since
 
+    def _source(self, u: Update) -> Callable[[str, int, int], np.ndarray]:
+        """A block of one tensor of a result at a time: from the validator's decoded copy if it kept one, else
+        decoded from its stored payload (read lazily, a tensor at a time; the file's hash checked first)."""
+        kept = self._decoded.pop(u.payload_sha256, None)
+        if kept is not None:
+            return lambda name, start, stop: kept[name].reshape(-1)[start:stop]
+        stored = self.store.open_payload(u.payload_sha256)
+        return RangeDecoder(stored.get, stored.meta).values
+
     def _apply_async(self, batch: list[Update], total: int) -> list[Decision]:
         model, out = self.model, []
         assert model is not None
@@ -249,9 +259,12 @@ class Applier:
         judged = [(u, self.filter.judge(u.base_version, model.version)) for u in batch]
         used = [(u, j) for u, j in judged if j.accepted]
         if used:
-            contributions = [(self._payload(u), u.samples * j.scale) for u, j in used]
-            mean = aggregate(contributions, self.spec.aggregate, self.spec.trim)
-            scale = sum(u.samples * j.scale for u, j in used) / sum(u.samples for u, _ in used)
+            # tensor by tensor, from the stored payloads: the round holds one extra tensor per result, not one
+            # model per result (docs/PROTOCOL.md, "Applying a round")
+            sources = [self._source(u) for u, _ in used]
+            weights = [u.samples * j.scale for u, j in used]
+            mean = StreamedAggregate(sources, weights, model.shapes, self.spec.aggregate, self.spec.trim)
+            scale = sum(weights) / sum(u.samples for u, _ in used)
             if self.spec.algorithm == "diloco":
                 model.apply_pseudo_gradient(mean, lr_scale=scale)
             else:

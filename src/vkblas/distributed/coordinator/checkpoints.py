@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...training.compare import initial_state
 from ..algorithms import GlobalModel
-from ..codec import from_payload, to_payload
+from ..codec import from_payload, payload_chunks
+from ..nets import initial_params
 from ..protocol import ModelManifest, ShardRef
-from ..shards import model_shards, parse_model_shard
+from ..shards import MODEL_SHARD_BYTES, assemble, iter_model_shards, parse_model_shard
 from .config import RunSpec
 from .store import Store
 
@@ -20,7 +20,7 @@ STATE_FORMAT = "vkblas-model-state/1"
 def new_model(spec: RunSpec, params: dict[str, np.ndarray] | None = None) -> GlobalModel:
     """The run's global model: the initial weights ``vkblas train`` would start from (same seed), or ``params``."""
     if params is None:
-        params = initial_state(spec.model, spec.seed)
+        params = initial_params(spec.model, spec.dataset, spec.seed)
     return GlobalModel(
         params,
         spec.algorithm,
@@ -31,22 +31,23 @@ def new_model(spec: RunSpec, params: dict[str, np.ndarray] | None = None) -> Glo
     )
 
 
-def write(store: Store, model: GlobalModel) -> tuple[ModelManifest, str]:
-    """Store the model; return (its manifest, the sha256 of its state file)."""
-    state = model.state_dict()
-    params = {name: state.pop(name) for name in model.names}
+def write(store: Store, model: GlobalModel, shard_bytes: int = MODEL_SHARD_BYTES) -> tuple[ModelManifest, str]:
+    """Store the model; return (its manifest, the sha256 of its state file). Streamed: one weight shard's bytes at
+    a time, and the state file tensor by tensor, so writing holds no copy of the whole model."""
     shards = []
-    for i, data in enumerate(model_shards(params)):
-        shards.append(ShardRef(name=f"model-{i:04d}", sha256=store.put(data), bytes=len(data)))
-    state_sha = store.put(to_payload(state, {"format": STATE_FORMAT}))
+    for i, chunks in enumerate(iter_model_shards(model.shapes, model.param, shard_bytes)):
+        sha, nbytes = store.put_stream(chunks)
+        shards.append(ShardRef(name=f"model-{i:04d}", sha256=sha, bytes=nbytes))
+    entries, get = model.state_entries()
+    state_sha, _ = store.put_stream(payload_chunks(entries, get, {"format": STATE_FORMAT}))
     return ModelManifest(version=model.version, shards=shards), state_sha
 
 
 def read_params(store: Store, manifest: ModelManifest) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
+    entries: dict[str, np.ndarray] = {}
     for ref in manifest.shards:
-        out.update(parse_model_shard(store.get(ref.sha256)))
-    return out
+        entries.update(parse_model_shard(store.get(ref.sha256)))
+    return assemble(entries)
 
 
 def read(store: Store, spec: RunSpec, manifest: ModelManifest, state_sha: str) -> GlobalModel:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from ...training.fit import DATASETS, DEFAULT_LR, OPTIMIZERS
 from ...training.models import MODELS
+from ..text import GPT_SIZES, VOCAB, is_text
 
 DEFAULT_QUORUM = {"sync": 1.0, "async": 1.0, "diloco": 0.75}
 DEFAULT_MAX_STALENESS = {"sync": 1, "async": 8, "diloco": 2}
@@ -64,7 +65,7 @@ class RunSpec(BaseModel):
     @field_validator("dataset", "model")
     @classmethod
     def _known(cls, v: str, info: ValidationInfo) -> str:
-        choices = DATASETS if info.field_name == "dataset" else MODELS
+        choices = [*DATASETS, *VOCAB] if info.field_name == "dataset" else [*MODELS, *GPT_SIZES]
         if v not in choices:
             raise ValueError(f"unknown {info.field_name} {v!r}: choose from {', '.join(choices)}")
         return v
@@ -72,6 +73,13 @@ class RunSpec(BaseModel):
     @model_validator(mode="after")
     def _optimizer(self) -> RunSpec:
         assert self.optimizer in OPTIMIZERS
+        if is_text(self.dataset) != (self.model in GPT_SIZES):
+            raise ValueError(
+                f"model {self.model!r} does not train on {self.dataset!r}: text datasets ({', '.join(VOCAB)}) train "
+                f"a GPT ({', '.join(GPT_SIZES)}), image datasets an image model ({', '.join(MODELS)})"
+            )
+        if is_text(self.dataset) and self.algorithm != "diloco":
+            raise ValueError(f"a GPT run through the coordinator is diloco only, not {self.algorithm!r}")
         if self.inner_state == "kept" and self.validates:
             raise ValueError(
                 "inner_state 'kept' makes a unit depend on its worker's private AdamW state, so no other worker can"

@@ -11,6 +11,7 @@ from sqlalchemy import select
 
 from ..protocol import DataShardRef, ModelManifest
 from ..shards import build_shards, raw_split
+from ..text import block_size, build_text_shards, is_text, train_tokens
 from . import checkpoints
 from .config import RunSpec
 from .db import Database
@@ -33,11 +34,11 @@ def create_or_resume(db: Database, store: Store, spec: RunSpec, data: str | None
                     + "; restart with the same options, or use another --db and --store"
                 )
             return False
-    images, labels = raw_split(spec.dataset, True, data, spec.limit)
-    refs = []
-    for i, payload in enumerate(build_shards(spec.dataset, images, labels, spec.shard_samples)):
-        n = min(spec.shard_samples, len(labels) - i * spec.shard_samples)
-        refs.append(DataShardRef(name=f"train-{i:04d}", sha256=store.put(payload), bytes=len(payload), samples=n))
+    refs = [
+        DataShardRef(name=f"train-{i:04d}", sha256=store.put(payload), bytes=len(payload), samples=n)
+        for i, (payload, n) in enumerate(data_shards(spec, data))
+    ]
+    split_samples = sum(r.samples for r in refs)
     manifest, state_sha = checkpoints.write(store, checkpoints.new_model(spec))
     now = time.time()
     with db.session() as s:
@@ -49,7 +50,7 @@ def create_or_resume(db: Database, store: Store, spec: RunSpec, data: str | None
                 data_manifest=json.dumps([r.model_dump() for r in refs]),
                 state="running",
                 created_at=now,
-                samples_total=spec.samples if spec.samples is not None else spec.epochs * len(labels),
+                samples_total=spec.samples if spec.samples is not None else spec.epochs * split_samples,
                 samples_leased=0,
                 cursor_epoch=0,
                 cursor_pos=0,
@@ -72,6 +73,17 @@ def create_or_resume(db: Database, store: Store, spec: RunSpec, data: str | None
             )
         )
     return True
+
+
+def data_shards(spec: RunSpec, data: str | None) -> list[tuple[bytes, int]]:
+    """(bytes, samples) of the run's training shards: images and labels, or tokens (a sample is a block)."""
+    if is_text(spec.dataset):
+        block = block_size(spec.model)
+        return build_text_shards(spec.dataset, train_tokens(spec.dataset, data, spec.limit, block), block,
+                                 spec.shard_samples)  # fmt: skip
+    images, labels = raw_split(spec.dataset, True, data, spec.limit)
+    payloads = build_shards(spec.dataset, images, labels, spec.shard_samples)
+    return [(p, min(spec.shard_samples, len(labels) - i * spec.shard_samples)) for i, p in enumerate(payloads)]
 
 
 def load_spec(db: Database) -> RunSpec:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import re
 import ssl
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +27,8 @@ from pydantic import BaseModel, ValidationError
 
 from ..protocol import (
     API,
+    PART_BYTES,
+    PARTS_CONTENT_TYPE,
     Heartbeat,
     HeartbeatReply,
     LeaseReply,
@@ -42,6 +45,7 @@ RETRY_STATUS = (502, 503, 504)
 LEASE_WAIT_S = 10.0  # long polling: the coordinator holds a 'wait' answer this long
 MAX_RETRY_AFTER_S = 60.0
 T = TypeVar("T", bound=BaseModel)
+_SHA_IN_TEXT = re.compile(r"\b[0-9a-f]{64}\b")
 
 
 class Client:
@@ -55,7 +59,11 @@ class Client:
         uplink_mbit: float | None = None,
         sleep: Callable[[float], None] = time.sleep,
         ca_cert: str | None = None,
+        part_bytes: int = PART_BYTES,
     ) -> None:
+        if not 1 <= part_bytes <= PART_BYTES:
+            raise ValueError(f"part_bytes must be in [1, {PART_BYTES}], got {part_bytes}")
+        self.part_bytes = part_bytes
         self.server = server.rstrip("/")
         verify = ssl.create_default_context(cafile=ca_cert) if ca_cert else True
         inner = transport or httpx.HTTPTransport(verify=verify)
@@ -154,15 +162,40 @@ class Client:
         self.request("POST", f"{API}/leases/{lease_id}/return", retry_for=10.0)
 
     def upload(self, lease_id: str, payload: bytes, key: str) -> UploadReply:
-        """The same ``key`` on every retry: a retry of an upload the coordinator had recorded gets the same answer."""
-        headers = {
-            "idempotency-key": key,
-            "x-content-sha256": hashlib.sha256(payload).hexdigest(),
-            "content-type": "application/octet-stream",
-        }
-        return self.request(
-            "PUT", f"{API}/leases/{lease_id}/result", content=payload, headers=headers, model=UploadReply
-        )
+        """The same ``key`` on every retry: a retry of an upload the coordinator had recorded gets the same answer.
+        A payload above ``part_bytes`` goes as parts (each its own retried request, named by its hash), then a
+        manifest naming them: no request body holds it whole, and a broken connection costs one part."""
+        headers = {"idempotency-key": key, "x-content-sha256": hashlib.sha256(payload).hexdigest()}
+        if len(payload) <= self.part_bytes:
+            return self.request(
+                "PUT", f"{API}/leases/{lease_id}/result", content=payload, model=UploadReply,
+                headers={**headers, "content-type": "application/octet-stream"},
+            )  # fmt: skip
+        view, step = memoryview(payload), self.part_bytes
+        cuts = [view[i : i + step] for i in range(0, len(payload), step)]
+        names = [hashlib.sha256(c).hexdigest() for c in cuts]
+        parts, manifest = dict(zip(names, cuts, strict=True)), {"parts": names}
+        # the manifest first: a retry of a recorded upload is answered at once, and the coordinator names the parts
+        # it lacks, so only those are sent (an upload interrupted half-way resumes with the other half)
+        for attempt in range(3):
+            try:
+                return self.request(
+                    "PUT", f"{API}/leases/{lease_id}/result", json=manifest, model=UploadReply,
+                    headers={**headers, "content-type": PARTS_CONTENT_TYPE},
+                )  # fmt: skip
+            except ServerError as e:
+                if e.code != "missing-parts" or attempt == 2:
+                    raise
+                wanted = set(_SHA_IN_TEXT.findall(e.message)) & parts.keys() or parts.keys()
+                for sha in wanted:
+                    self._put_part(lease_id, sha, parts[sha])
+        raise AssertionError("unreachable")
+
+    def _put_part(self, lease_id: str, sha: str, part: memoryview) -> None:
+        self.request(
+            "PUT", f"{API}/leases/{lease_id}/parts/{sha}", content=bytes(part),
+            headers={"content-type": "application/octet-stream"},
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ downloads
     def download(self, sha: str, directory: Path, attempts: int = 3) -> Path:

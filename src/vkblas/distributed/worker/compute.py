@@ -17,17 +17,19 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ...creation import tensor
 from ...random import manual_seed
 from ...training.fit import make_optimizer
-from ...training.models import build
 from ..algorithms import pseudo_gradient
 from ..codec import ErrorFeedback, encode, to_payload
+from ..nets import build, load_params
 from ..protocol import UPLOAD_META_KEY, Lease, RunInfo, UploadMeta
 from ..shards import batches
+from ..text import is_text
 
 
 def device_class(device: str) -> str:
@@ -73,7 +75,8 @@ class Trainer:
         from ... import nn
 
         self.run, self.device = run, device
-        self.model = build(run.model).to(device)
+        self.model = build(run.model, run.dataset).to(device)
+        self.text = is_text(run.dataset)
         self.names = [k for k, _ in self.model.named_parameters()]
         self.loss_fn = nn.CrossEntropyLoss()
         self.inner = None  # diloco's AdamW: made for every unit, or at the first and kept (lease.inner_state)
@@ -82,7 +85,7 @@ class Trainer:
 
     def __call__(self, lease: Lease, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> Result:
         t0 = time.perf_counter()
-        self.model.load_state_dict(params)
+        load_params(self.model, params)
         self.model.train()
         manual_seed(lease.seed)
         if lease.kind == "gradient":
@@ -100,10 +103,15 @@ class Trainer:
 
     def _gradient(self, x: np.ndarray, y: np.ndarray) -> tuple[dict[str, np.ndarray], float]:
         self.model.zero_grad()
-        loss = self.loss_fn(self.model(tensor(x, device=self.device)), tensor(y, device=self.device))
+        loss = self._loss(x, y)
         loss.backward()
         grads = {k: p.grad.numpy() for k, p in self.model.named_parameters()}
         return grads, float(loss.item())
+
+    def _loss(self, x: np.ndarray, y: np.ndarray) -> Any:
+        """The mean loss of a batch: cross-entropy of the classes, or of every next token (a GPT's own loss)."""
+        xt, yt = tensor(x, device=self.device), tensor(y, device=self.device)
+        return self.model(xt, targets=yt)[1] if self.text else self.loss_fn(self.model(xt), yt)
 
     def _inner_steps(
         self, lease: Lease, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray
@@ -115,7 +123,7 @@ class Trainer:
         total, n = 0.0, 0
         for xb, yb in batches(x, y, lease.batch_size):
             self.inner.zero_grad()
-            loss = self.loss_fn(self.model(tensor(xb, device=self.device)), tensor(yb, device=self.device))
+            loss = self._loss(xb, yb)
             loss.backward()
             self.inner.step()
             total, n = total + float(loss.item()) * len(yb), n + len(yb)

@@ -7,23 +7,30 @@ dtype, finiteness, norm). Only then is its payload put into the store and the up
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 import time
+from collections.abc import Callable
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from starlette.concurrency import run_in_threadpool
 
-from ...codec import CodecError, decode, from_payload
+from ...codec import CodecError, LazyUpdate, from_payload
 from ...protocol import (
     KEY_PATTERN,
     MAX_LEASE_WAIT,
+    PARTS_CONTENT_TYPE,
+    SHA256_PATTERN,
     UPLOAD_META_KEY,
     Heartbeat,
     HeartbeatReply,
     LeaseReply,
+    PartReply,
     UploadMeta,
+    UploadParts,
     UploadReply,
 )
 from ...validation import RejectedUpdateError, check_update
@@ -92,12 +99,66 @@ async def upload(
     auth: str | None = Depends(authorization),
 ) -> UploadReply:
     body = await request.body()  # already bounded by the BodyLimit middleware
-    return await run_in_threadpool(
-        _upload, Context.of(request), lease_id, idempotency_key, x_content_sha256, body, auth
-    )
+    ctx = Context.of(request)
+    payload: bytes | Callable[[], bytes] = body
+    if request.headers.get("content-type", "").split(";")[0].strip() == PARTS_CONTENT_TYPE:
+        payload = functools.partial(_assemble, ctx, body)  # after the idempotency and lease checks
+    return await run_in_threadpool(_upload, ctx, lease_id, idempotency_key, x_content_sha256, payload, auth)
 
 
-def _upload(ctx: Context, lease_id: str, key: str, digest: str, body: bytes, auth: str | None) -> UploadReply:
+@router.put(
+    "/{lease_id}/parts/{sha256}",
+    response_model=PartReply,
+    summary="Upload one part of a large result, named by its sha256 (worker token, holder of the lease)",
+    openapi_extra={"requestBody": {"content": {"application/octet-stream": {"schema": {"type": "string"}}}}},
+)
+async def upload_part(
+    request: Request,
+    lease_id: str = LeaseId,
+    sha256: str = Path(pattern=SHA256_PATTERN, description="sha256 of the body, hex"),
+    auth: str | None = Depends(authorization),
+) -> PartReply:
+    body = await request.body()  # bounded by the BodyLimit middleware (PART_BYTES)
+    return await run_in_threadpool(_upload_part, Context.of(request), lease_id, sha256, body, auth)
+
+
+def _upload_part(ctx: Context, lease_id: str, sha: str, body: bytes, auth: str | None) -> PartReply:
+    with ctx.db.read_session() as s:
+        worker = accounts.authenticate(s, authorization=auth, spec=ctx.spec)
+        crud.own_lease(s, worker=worker, lease_id=lease_id, now=now(), lock=False)  # strangers store nothing
+    got = sha256_hex(body)
+    if got != sha:
+        raise ApiError("checksum-mismatch", f"part hashes to {got}, its URL names {sha}")
+    # an unreferenced file: what the result names is assembled from it; the GC removes it after its grace time
+    ctx.store.put(body, sha)
+    return PartReply(sha256=sha, bytes=len(body))
+
+
+def _assemble(ctx: Context, body: bytes) -> bytes:
+    """The payload a parts manifest names: its parts, each checked against its name, in order, bounded by the
+    upload limit; the usual checks (checksum, structure, update) follow on the whole."""
+    try:
+        parts = UploadParts.model_validate_json(body).parts
+    except ValidationError as e:
+        raise ApiError("invalid-body", f"a parts manifest is {{'parts': [sha256, ...]}} ({_short(e)})") from e
+    bad = [p for p in parts if not re.fullmatch(SHA256_PATTERN, p)]
+    if bad:
+        raise ApiError("invalid-body", f"part names must be sha256 hex, got {bad[0][:80]!r}")
+    missing = [p for p in parts if not ctx.store.has(p)]
+    if missing:
+        raise ApiError("missing-parts", f"{len(missing)} of {len(parts)} parts are not here: {', '.join(missing)}")
+    sizes = [ctx.store.path(p).stat().st_size for p in parts]
+    if sum(sizes) > ctx.upload_limit:
+        raise ApiError("too-large", f"the parts add up to {sum(sizes)} bytes, above the limit of {ctx.upload_limit}")
+    try:
+        return b"".join(ctx.store.get(p) for p in parts)
+    except FileNotFoundError:  # collected meanwhile
+        raise ApiError("missing-parts", "a part was collected while the result was assembled: send it again") from None
+
+
+def _upload(
+    ctx: Context, lease_id: str, key: str, digest: str, payload: bytes | Callable[[], bytes], auth: str | None
+) -> UploadReply:
     with ctx.db.read_session() as s:
         worker = accounts.authenticate(s, authorization=auth, spec=ctx.spec)
         wid = worker.id
@@ -107,6 +168,7 @@ def _upload(ctx: Context, lease_id: str, key: str, digest: str, body: bytes, aut
                 raise ApiError("idempotency-conflict", f"idempotency key {key} was used for another upload")
             return crud.upload_reply(previous, worker)
         samples = crud.own_lease(s, worker=worker, lease_id=lease_id, now=now(), lock=False).samples
+    body = payload() if callable(payload) else payload  # parts: read only for the lease's holder
     sha = sha256_hex(body)
     if sha != digest:
         raise ApiError("checksum-mismatch", f"body hashes to {sha}, X-Content-SHA256 says {digest}")
@@ -138,13 +200,13 @@ def _upload(ctx: Context, lease_id: str, key: str, digest: str, body: bytes, aut
             return crud.upload_reply(previous, worker)
 
 
-def _validate(ctx: Context, lease_id: str, body: bytes, worker_id: int) -> tuple[UploadMeta, dict, float, str]:
+def _validate(ctx: Context, lease_id: str, body: bytes, worker_id: int) -> tuple[UploadMeta, LazyUpdate, float, str]:
     try:
         tensors, meta = from_payload(body, max_bytes=ctx.upload_limit)
         if meta.get("codec") != ctx.spec.codec:
             raise CodecError(f"payload codec {meta.get('codec')!r}; this run's is {ctx.spec.codec!r}")
         info = UploadMeta.model_validate(json.loads(meta.pop(UPLOAD_META_KEY, "null")))
-        update = decode(tensors, meta)
+        update = LazyUpdate(tensors, meta)  # decoded tensor by tensor as the check reads it: one at a time
     except (CodecError, ValidationError, ValueError, TypeError, RecursionError) as e:  # RecursionError: nested JSON
         raise ApiError("invalid-payload", f"unreadable upload: {_short(e)}") from e
     if info.lease_id != lease_id:
@@ -155,6 +217,8 @@ def _validate(ctx: Context, lease_id: str, body: bytes, worker_id: int) -> tuple
         with ctx.db.session() as s:
             crud.count_rejected(s, worker_id=worker_id)
         raise ApiError("rejected-update", str(e)) from e
+    except CodecError as e:  # a tensor that does not decode (its scales), met as the check reads it
+        raise ApiError("invalid-payload", f"unreadable upload: {_short(e)}") from e
     return info, update, norm, crud.content_hash(tensors)
 
 

@@ -1,0 +1,291 @@
+"""A large GPT through the coordinator on loopback (BENCHMARKS.md, "A 1.2B GPT on one GPU (issue 16)", the
+coordinator half): a real ``vkblas distributed serve shakespeare-char --model gpt-50m --algorithm diloco --codec
+int8`` and two workers (threads of this process, each with the real client and model cache).
+
+1. **Broadcast** of version 0 (the checkpoint as content-hashed shards and pieces of 16 MiB): every shard read from
+   the store's files and hashed (the disk's floor, no HTTP); fetched one stream at a time (the baseline); fetched
+   with ``--fetchers`` parallel streams (the worker's way); and a fetch whose link dies after 40 % of the bytes
+   (the worker gives up), then the same cache fetched again: only the rest comes (whole shards kept, the broken
+   one resumed with ``Range``).
+2. **Rounds**: each worker leases a unit, downloads the new version's shards, computes a pseudo-gradient and
+   uploads it int8 in parts of ``--part-mib``; the round closes when both are in, the coordinator applies it
+   (outer Nesterov, tensor by tensor from the stored payloads) and checkpoints it. ``--compute synthetic`` (the
+   default: what this benchmark measures is the coordinator, not the model's speed) makes the pseudo-gradient from
+   random numbers in no time; ``--compute real --device vulkan:0`` trains the unit's inner steps on the device.
+   Reported per round: wall time (first lease to the next version), each worker's download and upload bytes, and
+   the coordinator's peak RSS beside the model's size (the one-extra-copy bound in the real server).
+
+    PYTHONPATH=src python benchmarks/coordinator_scale.py                        # CPU machine, ~2-4 min
+    PYTHONPATH=src python benchmarks/coordinator_scale.py --preset h200          # real inner steps on vulkan:0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import print_table  # noqa: E402
+from coordinator import free_port  # noqa: E402
+from vkblas.distributed.codec import encode  # noqa: E402
+from vkblas.distributed.protocol import UploadMeta  # noqa: E402
+from vkblas.distributed.worker.cache import DataCache, ModelCache  # noqa: E402
+from vkblas.distributed.worker.client import Client  # noqa: E402
+from vkblas.distributed.worker.compute import Result  # noqa: E402
+from vkblas.distributed.worker.errors import UnreachableError  # noqa: E402
+
+MB = 1e6
+DEVICE_LOCK = threading.Lock()
+
+
+def _kib(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+class Cut(httpx.BaseTransport):
+    """After ``budget`` bytes of shard bodies, every shard response breaks (the link is gone)."""
+
+    def __init__(self, inner: httpx.BaseTransport, budget: int) -> None:
+        self.inner, self.budget, self.lock = inner, budget, threading.Lock()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        r = self.inner.handle_request(request)
+        if "/v1/shards/" not in request.url.path:
+            return r
+        outer = self
+
+        class Stream(httpx.SyncByteStream):
+            def __iter__(self):  # type: ignore[no-untyped-def]
+                for chunk in r.stream:  # type: ignore[union-attr]
+                    with outer.lock:
+                        take = max(0, min(len(chunk), outer.budget))
+                        outer.budget -= take
+                    if take < len(chunk):
+                        yield chunk[:take]
+                        raise httpx.ReadError("link lost (benchmark)")
+                    yield chunk
+
+            def close(self) -> None:
+                r.close()
+
+        return httpx.Response(r.status_code, headers=r.headers, stream=Stream())
+
+
+def _fetch(url: str, manifest: Any, cache: Path, fetchers: int, transport: Any = None) -> tuple[float, int, str]:
+    client = Client(url, transport=transport, retry_for=1.0)
+    if transport is not None:
+        client.sleep = lambda s: None
+    t0, outcome = time.perf_counter(), "complete"
+    try:
+        ModelCache(client, cache, fetchers=fetchers).params(manifest)
+    except UnreachableError:
+        outcome = "link lost: gave up"
+    finally:
+        client.close()
+    return time.perf_counter() - t0, client.meter.received, outcome
+
+
+def broadcast(url: str, store: Path, manifest: Any, tmp: Path, fetchers: int) -> list[list[Any]]:
+    import hashlib
+
+    total = sum(r.bytes for r in manifest.shards)
+    rows = []
+    t0 = time.perf_counter()
+    for ref in manifest.shards:  # the floor: the same bytes from the store's files, hashed, no HTTP
+        h = hashlib.sha256()
+        with open(store / "blobs" / ref.sha256[:2] / ref.sha256, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    rows.append(["store files read + sha256 (no HTTP)", time.perf_counter() - t0, total, "complete"])
+    for name, n in (("1 stream (baseline)", 1), (f"{fetchers} parallel streams", fetchers)):
+        s, got, outcome = _fetch(url, manifest, tmp / f"cache-{n}", n)
+        rows.append([name, s, got, outcome])
+    cache = tmp / "cache-cut"
+    inner = httpx.HTTPTransport()
+    s, got, outcome = _fetch(url, manifest, cache, fetchers, Cut(inner, int(0.4 * total)))
+    rows.append([f"{fetchers} streams, link lost at 40 %", s, got, outcome])
+    s, got, outcome = _fetch(url, manifest, cache, fetchers)
+    rows.append(["same cache again: resumed", s, got, outcome])
+    return [[name, f"{s:.2f}", f"{b / MB:.1f}", f"{b / MB / max(s, 1e-9):.0f}", o] for name, s, b, o in rows]
+
+
+class BenchWorker:
+    """One worker's loop, timed: lease, download, compute, upload (the real client and caches)."""
+
+    def __init__(self, url: str, name: str, cache: Path, args: argparse.Namespace) -> None:
+        self.client = Client(url, part_bytes=int(args.part_mib * (1 << 20)))
+        self.client.register(name, args.device)
+        self.info = self.client.run_info()
+        self.models = ModelCache(self.client, cache, fetchers=args.fetchers)
+        self.data = DataCache(self.client, self.info, cache)
+        self.args, self.rng = args, np.random.default_rng(abs(hash(name)) % 2**32)
+        self.trainer = None
+        if args.compute == "real":
+            from vkblas.distributed.worker.compute import Trainer
+
+            self.trainer = Trainer(self.info, args.device)
+        self.log: list[dict[str, Any]] = []
+
+    def run(self, rounds: int) -> None:
+        while len(self.log) < rounds:
+            t0 = time.perf_counter()
+            reply = self.client.lease(wait=10)
+            if reply.status == "done":
+                return
+            if reply.lease is None:
+                continue
+            lease = reply.lease
+            sent0, got0 = self.client.meter.sent, self.client.meter.received
+            t1 = time.perf_counter()
+            params = self.models.params(lease.model)
+            x, y = self.data.slice(lease.data)
+            t2 = time.perf_counter()
+            if self.trainer is not None:
+                with DEVICE_LOCK:  # both workers share the one device (vkblas's queue is one thread's at a time)
+                    result = self.trainer(lease, params, x, y)
+            else:
+                update = {k: (self.rng.standard_normal(v.shape, np.float32) * 1e-4) for k, v in params.items()}
+                tensors, meta = encode(update, lease.codec, lease.block)
+                result = Result(tensors, meta, len(y), 1.0, max(time.perf_counter() - t2, 1e-3))
+            t3 = time.perf_counter()
+            got1 = self.client.meter.received
+            info = UploadMeta(lease_id=lease.lease_id, samples=result.samples, compute_s=result.compute_s, loss=1.0)
+            self.client.upload(lease.lease_id, result.payload(info), key=uuid.uuid4().hex)
+            t4 = time.perf_counter()
+            self.log.append(dict(version=lease.base_version, wait_s=t1 - t0, download_s=t2 - t1, compute_s=t3 - t2,
+                                 upload_s=t4 - t3, down=got1 - got0, up=self.client.meter.sent - sent0,
+                                 start=t0, leased=t1))  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", choices=("cpu", "h200"), default="cpu")
+    ap.add_argument("--model", default="gpt-50m")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--fetchers", type=int, default=4)
+    ap.add_argument("--part-mib", type=float, default=16.0)
+    ap.add_argument("--compute", choices=("synthetic", "real"), default=None)
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--data", default=os.environ.get("VKBLAS_DATA"))
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    if args.preset == "h200":
+        args.compute, args.device = args.compute or "real", args.device or "vulkan:0"
+    args.compute, args.device = args.compute or "synthetic", args.device or "cpu"
+
+    tmp = Path(tempfile.mkdtemp(prefix="vkblas-scale-"))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    samples = args.rounds * args.workers * args.batch_size
+    serve = [sys.executable, "-m", "vkblas", "distributed", "serve", "shakespeare-char", "--model", args.model,
+             "--db", str(tmp / "c.db"), "--store", str(tmp / "store"), "--port", str(port), "--algorithm", "diloco",
+             "--codec", "int8", "--samples", str(samples), "--batch-size", str(args.batch_size), "--inner-steps", "1",
+             "--quorum", "1.0", "--round-seconds", "3600", "--lease-seconds", "600", "--eval-seconds", "86400",
+             "--validate-fraction", "0", "--trust-after", "0", "--shard-samples", "100000"]  # fmt: skip
+    if args.data:
+        serve += ["--data", args.data]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    log = open(tmp / "serve.log", "ab")  # noqa: SIM115 - closed below
+    t_start = time.perf_counter()
+    server = subprocess.Popen(serve, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    results: dict[str, Any] = {}
+    try:
+        while True:
+            try:
+                st = httpx.get(f"{url}/v1/status", timeout=5).json()
+                if st["evaluations"]:  # the first evaluation (version 0) is done: the CPU is ours again
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None or time.perf_counter() - t_start > 600:
+                raise SystemExit(f"the coordinator did not start: {(tmp / 'serve.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+        ready_s = time.perf_counter() - t_start
+        from vkblas.distributed.protocol import ModelManifest
+
+        manifest = ModelManifest.model_validate(httpx.get(f"{url}/v1/models/latest").json())
+        model_bytes = sum(r.bytes for r in manifest.shards)
+        rss_ready = _kib(server.pid, "VmRSS") / 1024
+        print(f"{args.model}: {model_bytes / MB:.1f} MB in {len(manifest.shards)} shards; coordinator ready in "
+              f"{ready_s:.1f} s (run created, first evaluation done), RSS {rss_ready:.0f} MiB", flush=True)  # fmt: skip
+        rows = broadcast(url, tmp / "store", manifest, tmp, args.fetchers)
+        results["broadcast"] = rows
+        print_table(f"Broadcast of version 0 ({model_bytes / MB:.1f} MB, {len(manifest.shards)} shards), loopback",
+                    ["fetch", "s", "MB received", "MB/s", "outcome"], rows)  # fmt: skip
+
+        workers = [BenchWorker(url, f"w{i}", tmp / f"worker{i}", args) for i in range(args.workers)]
+        threads = [threading.Thread(target=w.run, args=(args.rounds,)) for w in workers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        deadline = time.monotonic() + 300
+        while httpx.get(f"{url}/v1/status").json()["version"] < args.rounds and time.monotonic() < deadline:
+            time.sleep(0.2)
+        t_end = time.perf_counter()
+        st = httpx.get(f"{url}/v1/status").json()
+        peak = _kib(server.pid, "VmHWM") / 1024
+        round_rows = []
+        for r in range(args.rounds):
+            logs = [e for w in workers for e in w.log if e["version"] == r]
+            starts = [e["start"] for w in workers for e in w.log if e["version"] == r + 1]
+            end = min(starts) if starts else t_end
+            begin = min(e["leased"] for e in logs)
+            round_rows.append([r, f"{end - begin:.2f}", f"{max(e['download_s'] for e in logs):.2f}",
+                               f"{max(e['upload_s'] for e in logs):.2f}",
+                               f"{np.mean([e['down'] for e in logs]) / MB:.1f}",
+                               f"{np.mean([e['up'] for e in logs]) / MB:.1f}"])  # fmt: skip
+        results["rounds"] = round_rows
+        print_table(
+            f"Rounds: {args.workers} workers, int8 pseudo-gradients in parts of {args.part_mib:g} MiB, "
+            f"compute {args.compute} on {args.device}",
+            ["round", "wall s", "download s", "upload s", "MB down/worker", "MB up/worker"],
+            round_rows,
+        )
+        summary = [
+            ["model (fp32 weights)", f"{model_bytes / MB:.1f} MB"],
+            ["version reached", st["version"]],
+            ["coordinator RSS ready / peak", f"{rss_ready:.0f} / {peak:.0f} MiB"],
+            ["peak above ready, in model copies", f"{(peak - rss_ready) * (1 << 20) / model_bytes:.2f}"],
+            ["coordinator CPU s per applied update", f"{st['apply_cpu_s_per_update']:.2f}"],
+            ["updates applied / rejected", f"{st['accepted']} / {st['rejected']}"],
+        ]
+        results["summary"] = summary
+        print_table("Coordinator", ["what", "value"], summary)
+        print(f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cores; command: "
+              f"{' '.join(sys.argv)}", flush=True)  # fmt: skip
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
