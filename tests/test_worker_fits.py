@@ -3,6 +3,7 @@ the state each unit keeps refuses before leasing anything, with one clear error;
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -56,10 +57,13 @@ def test_a_device_too_small_refuses_to_join(
     passes, diloco's (AdamW's moments too) refuses, naming device, model and why (an image model or a GPT)."""
     run = run_info(algorithm, dataset, model)
     pool = vb.backend.get("vulkan").pool
+    gc.collect()  # earlier tests' garbage freed now, not while the trainer is measured
     before = pool.live_bytes
     trainer = Trainer(run, "vulkan")
+    gc.collect()  # the construction's temporaries in reference cycles are not the model's weights
     weights = pool.live_bytes - before  # in the pool's buckets
     del trainer
+    gc.collect()
     monkeypatch.setattr(pool, "_free", {})  # no cached buffer may be reused: every probe is new memory
     monkeypatch.setattr(pool, "cached_bytes", 0)
     monkeypatch.setattr(pool, "memory", pool.allocated_bytes + 2 * weights + (1 << 16))
