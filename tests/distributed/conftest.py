@@ -171,6 +171,26 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
         p.kill_all()
 
 
+class _PortalTransport(httpx.BaseTransport):
+    """The test client's transport, with the closed-stream error its portal raises when two threads' requests race
+    (anyio's ``ClosedResourceError`` while a body is read) given as the ``httpx.ReadError`` a dropped connection
+    gives on a real network, which the worker's client retries. Only the in-process harness needs it: the loopback
+    tests run real servers."""
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self.inner = inner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        import anyio
+
+        try:
+            response = self.inner.handle_request(request)
+            response.read()
+        except anyio.ClosedResourceError as e:
+            raise httpx.ReadError(f"test client: {e!r}", request=request) from e
+        return response
+
+
 class InProcess:
     """A coordinator app in this process (no applier thread: tests step the applier themselves), a test client
     and a helper to make workers."""
@@ -215,7 +235,7 @@ class InProcess:
     def client(self, transport=None):  # type: ignore[no-untyped-def]
         from vkblas.distributed.worker.client import Client
 
-        return Client("http://testserver", transport=transport or self.tc._transport, retry_for=5.0)
+        return Client("http://testserver", transport=transport or _PortalTransport(self.tc._transport), retry_for=5.0)
 
     def register(self, name: str = "w", user_token: str | None = None, device_class: str = "") -> dict[str, str]:
         headers = {"authorization": f"Bearer {user_token}"} if user_token else {}
