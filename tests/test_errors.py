@@ -191,6 +191,23 @@ def test_allocation_beyond_the_device_memory_is_refused_cleanly() -> None:
     assert_usable("vulkan")
 
 
+def test_cpu_allocation_beyond_the_machine_memory_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refused before numpy is asked: with Linux's ``overcommit_memory=1`` (the H200 machine) ``np.empty`` of 16 TiB
+    succeeds, and the survive-errors test's ``empty(2**42) + 1`` then grew host memory by GBs per second."""
+    import vkblas.backend.cpu as cpu
+
+    with pytest.raises(vb.DeviceOutOfMemoryError, match=r"cpu: .*float32.*RAM \+ swap"):
+        vb.empty(2**42, device="cpu")
+    monkeypatch.setattr(cpu, "_MEMORY", 1 << 20)  # a machine of 1 MiB: whatever the kernel's overcommit policy
+    vb.zeros(1 << 18, device="cpu")  # exactly 1 MiB fits
+    with pytest.raises(MemoryError, match=r"4194304 bytes, more than this machine's 1048576"):
+        vb.zeros(1 << 20, device="cpu")
+    with pytest.raises(MemoryError):
+        vb.tensor(np.zeros(1 << 19), device="cpu")  # uploads go through the same allocation
+    monkeypatch.undo()
+    assert_usable("cpu")
+
+
 @requires_vulkan
 def test_vulkan_reports_bad_indices_at_the_next_sync_point() -> None:
     x = vb.arange(6.0, device="vulkan").reshape(3, 2)

@@ -42,6 +42,18 @@ def _math_sdpa(*args: Any, **kwargs: Any) -> Any:
 _RENAMED["scaled_dot_product_attention"] = _math_sdpa
 
 
+def _einsum_left_to_right(*args: Any, **kwargs: Any) -> Any:
+    """``torch.einsum`` contracting left to right, as vkblas does. With the optional ``opt_einsum`` package installed,
+    PyTorch picks its own contraction order, and where an operand holds inf and another 0 the NaN positions of
+    results and gradients follow that order (the H200 machine's PyTorch has it; this one's does not)."""
+    torch = __import__("torch")
+    with torch.backends.opt_einsum.flags(enabled=False):
+        return torch.einsum(*args, **kwargs)
+
+
+_RENAMED["einsum"] = _einsum_left_to_right
+
+
 class _TorchNamespace:
     """``vb.<name>`` for a lambda run in PyTorch."""
 

@@ -114,6 +114,17 @@ class Graph:
         if rec is not None and self._backend is not None:
             self._backend.capture_release(rec)
 
+    def profile(self) -> list[Any]:
+        """Replay once with every dispatch timed on the device (timestamp queries): records with ``kernel`` (what
+        compiled it), ``grid`` and ``seconds``, in order. Separate timing of each dispatch adds a little per
+        dispatch, so use the figures as shares; the work really runs, as in :meth:`replay`."""
+        if self._rec is None or self._capturing:
+            raise RuntimeError("profile() needs a finished capture (use `with vkblas.graphs.capture(graph): ...`)")
+        assert self._backend is not None
+        for hook in self._hooks:
+            hook()
+        return self._backend.capture_profile(self._rec)
+
     @property
     def num_dispatches(self) -> int:
         """Dispatches one replay issues."""

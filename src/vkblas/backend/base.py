@@ -468,6 +468,11 @@ class Backend(ABC):
         """A context in which work runs eagerly and is not recorded (one-time set-up during a capture)."""
         raise self._cannot_capture()
 
+    def capture_profile(self, capture: Capture) -> list[Any]:
+        """Run a finished capture once more, timing each dispatch on the device: a list of records with
+        ``kernel`` (a label), ``grid`` and ``seconds``, in recording order."""
+        raise self._cannot_capture()
+
 
 def window_output_size(
     hw: Sequence[int], kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int]

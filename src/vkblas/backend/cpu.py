@@ -12,7 +12,18 @@ import numpy as np
 
 from ..dtypes import BYTES, DType, float64
 from . import elementwise as ew
-from .base import PCG_INC, PCG_MUL, PCG_OUT, Backend, Scalar, Storage, View, dropout_threshold, window_output_size
+from .base import (
+    PCG_INC,
+    PCG_MUL,
+    PCG_OUT,
+    Backend,
+    DeviceOutOfMemoryError,
+    Scalar,
+    Storage,
+    View,
+    dropout_threshold,
+    window_output_size,
+)
 
 
 class _ArrayPool:
@@ -148,6 +159,21 @@ def _windows(
     )
 
 
+def machine_memory_bytes() -> int:
+    """RAM plus swap: no allocation above it can ever be backed. Linux with ``vm.overcommit_memory=1`` grants any
+    ``malloc``, and the first write to a 16 TiB array then eats memory until the OOM killer ends the process."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        with open("/proc/meminfo") as f:
+            swap = next((int(line.split()[1]) * 1024 for line in f if line.startswith("SwapTotal:")), 0)
+    except OSError:
+        swap = 0
+    return total + swap
+
+
+_MEMORY = machine_memory_bytes()
+
+
 class CpuBackend(Backend):
     name = "cpu"
 
@@ -158,6 +184,11 @@ class CpuBackend(Backend):
         return {"name": "cpu", "adapter": "numpy " + np.__version__, "backend_type": "numpy"}
 
     def alloc(self, numel: int, dtype: DType) -> CpuStorage:
+        if numel * dtype.itemsize > _MEMORY:
+            raise DeviceOutOfMemoryError(
+                f"cpu: a tensor of {numel} {dtype.name} elements needs {numel * dtype.itemsize} bytes, more than this "
+                f"machine's {_MEMORY} bytes of memory (RAM + swap)"
+            )
         array = _POOL.take(np.dtype(dtype.np), numel)
         return CpuStorage(np.empty(numel, dtype=dtype.np) if array is None else array, dtype)
 

@@ -272,6 +272,12 @@ class VulkanBackend(Backend):
         self.rt.replay(rec)
         self.checks.after_replay(rec)
 
+    def capture_profile(self, capture: Capture) -> list[Any]:
+        from .profile import profile  # a tool, not the hot path
+
+        labels = {k.handle: k.label for k in self.dev._kernels.values()}
+        return profile(self.rt, self._recording(capture), labels)
+
     def _recording(self, capture: Capture) -> Recording:
         if not isinstance(capture, Recording):
             raise BackendError(f"{self.device_name()}: {capture!r} was not captured by a Vulkan backend")

@@ -105,6 +105,17 @@ class Kernel:
     handle: Any  # the native WGPUComputePipeline, for direct lib calls on the hot path
     nbuf: int
     source: str
+    #: what asked for it, for profiles (``profile.py``): the calling module and function, and its ``op``/``kind``
+    label: str = ""
+
+
+def _caller_label(depth: int = 2) -> str:
+    """``module.function op`` of the plan builder that compiles a kernel (paid once per kernel, at compile time)."""
+    frame = sys._getframe(depth)
+    module = frame.f_globals.get("__name__", "?").rsplit(".", 1)[-1]
+    loc = frame.f_locals
+    what = next((v for k in ("op", "kind") if isinstance(v := loc.get(k), str)), getattr(loc.get("v"), "name", ""))
+    return f"{module}.{frame.f_code.co_name} {what}".strip()
 
 
 class Device:
@@ -195,5 +206,5 @@ class Device:
         except Exception as e:  # noqa: BLE001 - wgpu raises several error types for invalid WGSL
             numbered = "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(source.splitlines()))
             raise BackendError(f"vulkan: kernel compilation failed: {e}\n{numbered}") from e
-        k = self._kernels[source] = Kernel(pipe, pipe._internal, nbuf, source)
+        k = self._kernels[source] = Kernel(pipe, pipe._internal, nbuf, source, _caller_label())
         return k
