@@ -248,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
             batches, t0 = Batches(train, setting, seed=1), time.perf_counter()
             for it in range(args.train_iters):
                 row.step(*batches(), setting.lr_at(it, args.train_iters))
+                if (it + 1) % 1000 == 0 and it + 1 < args.train_iters:  # progress (a sync) on long runs
+                    row.sync()
+                    print(f"  {name}: iteration {it + 1}, {time.perf_counter() - t0:.0f} s", flush=True)
             row.sync()
             result += [round(time.perf_counter() - t0, 1), round(row.val_loss(fixed_val), 4)]
         rows.append(result)
