@@ -10,9 +10,15 @@ For every shape (nanoGPT's shakespeare-char setting first: B=64, H=6, T=256, D=6
 
 Times are the best of ``--repeat`` runs, each ending in a sync (``.numpy()`` of a scalar; ``torch.cuda.synchronize``).
 
-    python benchmarks/attention.py [--quick] [--devices cpu,vulkan] [--repeat 5] [--json out.json]
+    python benchmarks/attention.py [--quick] [--devices cpu,vulkan] [--shapes 0,1] [--variants auto,rows,64x32]
+                                   [--repeat 5] [--json out.json] [--preset h200]
 
 ``--quick`` divides every batch by 16 (the CPU machine: lavapipe is a CPU implementation, for ratios only).
+``--variants`` (Vulkan only) adds fused rows for other kernel choices: ``auto`` (what the device picks), ``rows`` (the
+per-row kernels), ``BRxBC`` (the register-blocked kernels with only that tile; a kernel it cannot fit is an error
+row). The tiles ``auto`` picked are printed per shape. ``--preset h200``: the GPU machine, under 2 minutes: the Vulkan
+devices and torch cuda only (no cpu rows), nanoGPT's and GPT-2's shapes, the variants ``auto,rows`` and the blocked
+tiles that fit 48 KiB.
 """
 
 from __future__ import annotations
@@ -43,8 +49,24 @@ def flops(b: int, h: int, t: int, d: int, causal: bool, backward: bool) -> float
     return fwd * (3.5 if backward else 1.0)
 
 
-def vkblas_case(dev: str, shape: tuple, fused: bool, backward: bool) -> Callable[[], None]:
+def _variant_setting(variant: str) -> tuple[tuple[str, ...], tuple[tuple[int, int], ...]] | None:
+    """(DESIGNS, BLOCK_TILES) of the Vulkan attention kernels for a ``--variants`` entry (None: the defaults)."""
+    if variant == "auto":
+        return None
+    if variant == "rows":
+        return ("rows",), ()
+    br, bc = (int(x) for x in variant.split("x"))
+    return ("blocked",), ((br, bc),)
+
+
+def vkblas_case(dev: str, shape: tuple, fused: bool, backward: bool, variant: str = "auto") -> Callable[[], None]:
     import vkblas
+
+    setting = _variant_setting(variant)
+    if setting is not None:
+        from vkblas.backend.vulkan.kernels import attention as att
+
+        defaults = att.DESIGNS, att.BLOCK_TILES
 
     _, b, h, t, d, causal = shape
     q, k, v = (vkblas.randn(b, h, t, d, device=dev, requires_grad=backward) for _ in range(3))
@@ -60,15 +82,38 @@ def vkblas_case(dev: str, shape: tuple, fused: bool, backward: bool) -> Callable
         return s.softmax(-1) @ v
 
     def run() -> None:
-        out = attention()
-        if backward:
-            q.grad = k.grad = v.grad = None
-            out.sum().backward()
-            q.grad.sum().item()
-        else:
-            out.sum().item()
+        if setting is not None:  # the kernel choice is part of the plan key: set it only around this case
+            att.DESIGNS, att.BLOCK_TILES = setting
+        try:
+            out = attention()
+            if backward:
+                q.grad = k.grad = v.grad = None
+                out.sum().backward()
+                q.grad.sum().item()
+            else:
+                out.sum().item()
+        finally:
+            if setting is not None:
+                att.DESIGNS, att.BLOCK_TILES = defaults
 
     return run
+
+
+def auto_tiles(dev: str, shape: tuple) -> str:
+    """The kernels the Vulkan device picks for ``shape`` (design, tile, invocations per workgroup), per kind."""
+    import vkblas
+    from vkblas.backend.vulkan.kernels import attention as att
+
+    _, _, _, _, d, causal = shape
+    limits = vkblas.backend.get(dev).dev.limits
+    parts = []
+    for kind in ("forward", "dq", "dkv"):
+        cfg = att.Config(vkblas.float32, d, d, causal, None, False)
+        c = att.choose(
+            kind, cfg, limits["max-compute-workgroup-storage-size"], limits["max-compute-invocations-per-workgroup"]
+        )
+        parts.append(f"{kind} {'blocked' if c.blocked else 'rows'} {c.br}x{c.bc} ({c.threads} inv.)")
+    return f"{dev} auto (workgroup memory {limits['max-compute-workgroup-storage-size']} B): " + ", ".join(parts)
 
 
 def torch_case(torch: Any, dev: str, shape: tuple, fused: bool, backward: bool) -> Callable[[], None]:
@@ -98,15 +143,25 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="batches / 16 (the CPU machine)")
     parser.add_argument("--devices", default=None, help="vkblas devices, comma-separated (default: all)")
     parser.add_argument("--shapes", default=None, help="indices into the shape list, comma-separated (default: all)")
+    parser.add_argument("--variants", default="auto", help="Vulkan fused kernel choices, comma-separated")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--preset", choices=["h200"], default=None, help="the GPU machine (see above)")
     args = parser.parse_args()
 
+    torch_devices = ["cpu", "cuda"]
+    devices = args.devices.split(",") if args.devices else vkblas_devices()
+    if args.preset == "h200":
+        devices = [d for d in devices if d.startswith("vulkan")]
+        torch_devices = ["cuda"]
+        args.shapes = args.shapes or "0,1"
+        if args.variants == "auto":
+            args.variants = "auto,rows,64x32,32x64,32x32,32x16"
     torch = torch_or_none()
     if torch is not None:
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 against fp32
         torch.backends.cudnn.allow_tf32 = False
-    devices = args.devices.split(",") if args.devices else vkblas_devices()
+    variants = args.variants.split(",")
     chosen = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES
     if args.quick:
         chosen = [(n, max(1, b // 16), h, t, d, c) for n, b, h, t, d, c in chosen]
@@ -114,11 +169,16 @@ def main() -> None:
     for shape in chosen:
         name, b, h, t, d, causal = shape
         engines: list[tuple[str, Callable[[bool], Callable[[], None]]]] = []
+        notes = []
         for dev in devices:
-            engines.append((f"vkblas {dev} fused", lambda bw, dev=dev, sh=shape: vkblas_case(dev, sh, True, bw)))
+            for var in variants if dev.startswith("vulkan") else ["auto"]:
+                label = f"vkblas {dev} fused" + ("" if var == "auto" else f" {var}")
+                engines.append((label, lambda bw, dev=dev, sh=shape, var=var: vkblas_case(dev, sh, True, bw, var)))
             engines.append((f"vkblas {dev} explicit", lambda bw, dev=dev, sh=shape: vkblas_case(dev, sh, False, bw)))
+            if dev.startswith("vulkan"):
+                notes.append(auto_tiles(dev, shape))
         if torch is not None:
-            for tdev in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
+            for tdev in [t for t in torch_devices if t == "cpu" or torch.cuda.is_available()]:
                 for fused, kind in ((True, "sdpa"), (False, "explicit")):
                     engines.append(
                         (
@@ -140,6 +200,9 @@ def main() -> None:
                 row[key + "_gflops"] = flops(b, h, t, d, causal, backward) / sec / 1e9
             rows.append(row)
             results.append(row)
+        # speed relative to PyTorch's SDPA on its GPU (its cpu without one), forward + backward
+        ref = [r for r in rows if r["engine"].startswith("torch") and r["engine"].endswith("sdpa")]
+        ref_ms = ref[-1].get("fwd+bwd_ms") if ref else None
         table = [
             [
                 r["engine"],
@@ -148,14 +211,17 @@ def main() -> None:
                     for k in ("fwd", "fwd+bwd")
                 ),
                 *(f"{r[k + '_gflops']:.1f}" if r.get(k + "_ms") is not None else "-" for k in ("fwd", "fwd+bwd")),
+                f"{ref_ms / r['fwd+bwd_ms']:.2f}x" if ref_ms and r.get("fwd+bwd_ms") else "-",
             ]
             for r in rows
         ]
         print_table(
             f"\n{name}: B={b} H={h} T={t} D={d}{' causal' if causal else ''} (float32)",
-            ["engine", "fwd ms", "fwd+bwd ms", "fwd GFLOP/s", "fwd+bwd GFLOP/s"],
+            ["engine", "fwd ms", "fwd+bwd ms", "fwd GFLOP/s", "fwd+bwd GFLOP/s", "fwd+bwd speed vs torch sdpa"],
             table,
         )
+        for note in notes:
+            print(note, flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

@@ -332,7 +332,7 @@ def test_tile_choice_respects_adapter_limits() -> None:
     where no blocked tile fits; an error naming the head dims where nothing does."""
     from vkblas.backend.vulkan.kernels import attention as att
 
-    for kind in ("forward",):
+    for kind in ("forward", "dq", "dkv"):
         cfg = att.Config(vb.float32, 64, 64, True, None, False)
         for limit in (16384, 32768, 49152, 65536):
             for threads in (64, 256, 1024):

@@ -1,10 +1,19 @@
 """Fused scaled-dot-product attention, forward and backward (FlashAttention-2's tiling, in fp32 arithmetic).
 
-Every kernel gives each invocation one *own* row: a query row (forward, ``dq``) or a key row (``dkv``). A workgroup
-of ``BR`` invocations owns ``BR`` consecutive rows of one (batch, head); their inputs sit in shared memory with a
-padded pitch (each invocation reads its own row without bank conflicts), and the other side streams through shared
-memory in tiles of ``BC`` rows that every invocation reads at the same address (a broadcast). Accumulators live in
-registers. No T x T matrix is ever written:
+Two designs, generated from one set of pieces, chosen per adapter (:func:`choose`, :data:`DESIGNS`):
+
+* **register-blocked** (``_blocked_*``, preferred): a workgroup owns ``BR`` consecutive rows of one (batch, head) --
+  query rows (forward, ``dq``) or key rows (``dkv``) -- and walks tiles of ``BC`` rows of the other side, both in
+  padded row-major workgroup tiles. Each of its ``BR/4 x BC/4`` invocations computes a 4 x 4 register block of the
+  score tile (8 vec4 loads per 64 multiply-adds); the forward's row max is exchanged through workgroup memory; the
+  probabilities (or dS) go to workgroup memory, and the second product (P V, dS K, P^T dO, dS^T Q) is again a
+  register block of 4 own rows by the invocation's vec4 columns. The tile is the largest of :data:`BLOCK_TILES`
+  that fits the workgroup memory and invocation limits.
+* **per-row** (the fallback where no blocked tile fits): each invocation owns one row; a workgroup of ``BR``
+  invocations holds its ``BR`` rows in shared memory with a padded pitch, and the other side streams through shared
+  memory in tiles of ``BC`` rows that every invocation reads at the same address (a broadcast).
+
+Accumulators live in registers. No T x T matrix is ever written; per own row (or block of rows):
 
 * ``forward``: per key tile, the ``BC`` scores of the own query row, the tile's max, an online-softmax rescale of
   the output accumulator, then ``acc += p * v``; at the end ``out = acc / l`` and the log-sum-exp ``lse`` per row.
@@ -660,6 +669,174 @@ def _blocked_forward(cfg: Config) -> str:
     return _assemble(k, cfg, _block_smem(k, cfg), main)
 
 
+def _blocked_dq(cfg: Config) -> str:
+    br, bc, d4, v4, wy, wx = cfg.br, cfg.bc, cfg.d4, cfg.v4, _wy(cfg), _wx(cfg)
+    k = "dq"
+    drop = f"\ndp = select(0.0, dp * KEEP, {_braces(_keep('i', 'j'))});" if cfg.dropout else ""
+    dmask = ""
+    if cfg.mask_grad:  # d loss / d mask = ds (the mask adds to the natural-log score)
+        out = _binding(k, cfg, "o_dmask")
+        value = store_value("ds", "f32", cfg.dtype)
+        dmask = f"\nif (i < L && j < S) {{{{ {out}[u32(off_o_dmask) + (bh * L + i) * S + j] = {value}; }}}}"
+    elem = (
+        "var s2 = s_{r}_{c};\n"
+        + _braces(_score_mask(k, cfg, "i", "j"))
+        + f"\nlet p = select(select(0.0, exp2(s2 - ls_{{r}}), ok), {NAN}, nan_{{r}});\nvar dp = dp_{{r}}_{{c}};"
+        + drop
+        + "\nlet ds = p * (dp - dl_{r});"
+        + dmask
+        + "\ns_{r}_{c} = ds;"
+    )
+    own, other = "let i = row0 + ty + {r}u * " + f"{wy}u;", "let j = t0 + tx + {c}u * " + f"{wx}u;"
+    tile = (
+        "workgroupBarrier();\n"
+        + _load_rows(k, cfg, "ks", d4 + 1, "k", cfg.dqk, "t0", "S", bc)
+        + "\n"
+        + _load_rows(k, cfg, "vs", v4 + 1, "v", cfg.dv, "t0", "S", bc)
+        + "\nworkgroupBarrier();\n"
+        + "\n".join(f"var s_{r}_{c} = 0.0;\nvar dp_{r}_{c} = 0.0;" for r in range(4) for c in range(4))
+        + "\n"
+        + _block_dot(cfg, "s", "qs", d4 + 1, "ks", d4 + 1, d4)
+        + "\n"
+        + _block_dot(cfg, "dp", "dos", v4 + 1, "vs", v4 + 1, v4)
+        + "\n"
+        + _each(elem, own, other)
+        + "\n"
+        + _put_block(cfg, "pt", "s")
+        + "\nworkgroupBarrier();\n"
+        + _block_pv(cfg, [("a", "pt", "ks", d4 + 1, d4)])
+    )
+    end = f"min(S, row0 + {br}u)" if cfg.causal else "S"
+    # delta = dO . O of each row (O is contiguous), stored for the dkv kernel, and the rows' lse
+    rows = (
+        f"for (var t = lid; t < {br}u; t += {cfg.threads}u) {{\n"
+        "    let i = row0 + t;\n    var delta = 0.0;\n    var lse2 = 0.0;\n    if (i < L) {\n"
+        f"        let ob = u32(off_x_out) + (bh * L + i) * {cfg.dv}u;\n"
+        + "".join(
+            f"        delta += dos[t * {v4 + 1}u + {c // 4}u][{c % 4}u] * f32(b6[ob + {c}u]);\n" for c in range(cfg.dv)
+        )
+        + "        b1[u32(off_o_delta) + bh * L + i] = delta;\n"
+        f"        lse2 = b8[u32(off_x_lse) + bh * L + i] * {LOG2E};\n    }}\n"
+        "    rdelta[t] = delta;\n    rlse[t] = lse2;\n}\nworkgroupBarrier();\n"
+        + "\n".join(
+            f"let dl_{r} = rdelta[ty + {r * wy}u];\nlet ls_{r} = rlse[ty + {r * wy}u];\n"
+            f"let nan_{r} = {bits('isnan', f'ls_{r}')};"
+            for r in range(4)
+        )
+    )
+    # s = scale q.k (q is held times scale log2 e): dq = scale sum ds k
+    store = "\n".join(
+        f"let i{r} = row0 + ty + {r * wy}u;\nif (i{r} < L) {{\n"
+        + _indent(
+            _store_block(
+                cfg, "b0", cfg.dtype, f"u32(off_o_dq) + (bh * L + i{r}) * {cfg.dqk}u", "a", r, d4, cfg.dqk, "sc"
+            ),
+            1,
+        )
+        + "}"
+        for r in range(4)
+    )
+    main = (
+        f"let row0 = wid.x * {br}u;\nlet ty = lid / {wx}u;\nlet tx = lid % {wx}u;\n"
+        + _load_rows(k, cfg, "qs", d4 + 1, "q", cfg.dqk, "row0", "L", br, " * SC")
+        + "\n"
+        + _load_rows(k, cfg, "dos", v4 + 1, "dout", cfg.dv, "row0", "L", br)
+        + "\nworkgroupBarrier();\n"
+        + rows
+        + "\n"
+        + _block_acc(cfg, "a", d4)
+        + f"\nfor (var t0 = 0u; t0 < {end}; t0 += {bc}u) {{\n"
+        + _indent(tile, 1)
+        + f"}}\nlet sc = SC * {LN2};\n"
+        + store
+    )
+    return _assemble(k, cfg, _block_smem(k, cfg), main)
+
+
+def _blocked_dkv(cfg: Config) -> str:
+    br, bc, d4, v4, wy, wx = cfg.br, cfg.bc, cfg.d4, cfg.v4, _wy(cfg), _wx(cfg)
+    k = "dkv"
+    if cfg.dropout:
+        keep = f"let kept = {_braces(_keep('i', 'j'))};\nlet pd = select(0.0, p * KEEP, kept);\n"
+        drop = "\ndp = select(0.0, dp * KEEP, kept);"
+    else:
+        keep, drop = "let pd = p;\n", ""
+    elem = (
+        "let la = rlse[tx + {c}u * " + f"{wx}u];\n"
+        "var s2 = s_{r}_{c};\n"
+        + _braces(_score_mask(k, cfg, "i", "j"))
+        + f"\nlet p = select(select(0.0, exp2(s2 - la), ok), {NAN}, {_braces(bits('isnan', 'la'))});\n"
+        + keep
+        + "var dp = dp_{r}_{c};"
+        + drop
+        + "\ndp_{r}_{c} = p * (dp - rdelta[tx + {c}u * "
+        + f"{wx}u]);\ns_{{r}}_{{c}} = pd;"
+    )
+    # the own rows are keys (j), the streamed ones queries (i)
+    own, other = "let j = col0 + ty + {r}u * " + f"{wy}u;", "let i = t0 + tx + {c}u * " + f"{wx}u;"
+    rows = (
+        f"for (var t = lid; t < {bc}u; t += {cfg.threads}u) {{\n"
+        "    let r = t0 + t;\n    var a = 0.0;\n    var dl = 0.0;\n"
+        f"    if (r < L) {{\n        a = b7[u32(off_x_lse) + bh * L + r] * {LOG2E};\n"
+        "        dl = b8[u32(off_x_delta) + bh * L + r];\n    }\n"
+        "    rlse[t] = a;\n    rdelta[t] = dl;\n}"
+    )
+    tile = (
+        "workgroupBarrier();\n"
+        + _load_rows(k, cfg, "qt", d4 + 1, "q", cfg.dqk, "t0", "L", bc, " * SC")
+        + "\n"
+        + _load_rows(k, cfg, "dot_t", v4 + 1, "dout", cfg.dv, "t0", "L", bc)
+        + "\n"
+        + rows
+        + "\nworkgroupBarrier();\n"
+        + "\n".join(f"var s_{r}_{c} = 0.0;\nvar dp_{r}_{c} = 0.0;" for r in range(4) for c in range(4))
+        + "\n"
+        + _block_dot(cfg, "s", "ks", d4 + 1, "qt", d4 + 1, d4)
+        + "\n"
+        + _block_dot(cfg, "dp", "vs", v4 + 1, "dot_t", v4 + 1, v4)
+        + "\n"
+        + _each(elem, own, other)
+        + "\n"
+        + _put_block(cfg, "pt", "s")
+        + "\n"
+        + _put_block(cfg, "dst", "dp")
+        + "\nworkgroupBarrier();\n"
+        + _block_pv(cfg, [("dv", "pt", "dot_t", v4 + 1, v4), ("dk", "dst", "qt", d4 + 1, d4)])
+    )
+    start = f"(col0 / {bc}u) * {bc}u" if cfg.causal else "0u"  # causal: only rows i >= j see key j
+    # qt holds q * scale * log2 e: dk = scale sum ds q = ln2 sum ds qt
+    store = "\n".join(
+        f"let j{r} = col0 + ty + {r * wy}u;\nif (j{r} < S) {{\n"
+        + _indent(
+            _store_block(
+                cfg, "b0", cfg.dtype, f"u32(off_o_dk) + (bh * S + j{r}) * {cfg.dqk}u", "dk", r, d4, cfg.dqk, f"{LN2}"
+            )
+            + "\n"
+            + _store_block(
+                cfg, "b1", cfg.dtype, f"u32(off_o_dv) + (bh * S + j{r}) * {cfg.dv}u", "dv", r, v4, cfg.dv, "1.0"
+            ),
+            1,
+        )
+        + "}"
+        for r in range(4)
+    )
+    main = (
+        f"let col0 = wid.x * {br}u;\nlet ty = lid / {wx}u;\nlet tx = lid % {wx}u;\n"
+        + _load_rows(k, cfg, "ks", d4 + 1, "k", cfg.dqk, "col0", "S", br)
+        + "\n"
+        + _load_rows(k, cfg, "vs", v4 + 1, "v", cfg.dv, "col0", "S", br)
+        + "\n"
+        + _block_acc(cfg, "dk", d4)
+        + "\n"
+        + _block_acc(cfg, "dv", v4)
+        + f"\nfor (var t0 = {start}; t0 < L; t0 += {bc}u) {{\n"
+        + _indent(tile, 1)
+        + "}\n"
+        + store
+    )
+    return _assemble(k, cfg, _block_smem(k, cfg), main)
+
+
 def _block_smem(kind: str, cfg: Config) -> str:
     return _arrays(**_block_arrays(kind, cfg)) + "".join(
         f"var<workgroup> {name}: array<f32, {n}>;\n" for name, n in _block_scalars(kind, cfg).items()
@@ -679,7 +856,7 @@ def _assemble(kind: str, cfg: Config, smem: str, main: str) -> str:
 
 
 SOURCES = {"forward": _forward, "dq": _dq, "dkv": _dkv}
-BLOCKED = {"forward": _blocked_forward}
+BLOCKED = {"forward": _blocked_forward, "dq": _blocked_dq, "dkv": _blocked_dkv}
 
 
 def source(kind: str, cfg: Config) -> str:
