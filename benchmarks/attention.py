@@ -14,11 +14,12 @@ Times are the best of ``--repeat`` runs, each ending in a sync (``.numpy()`` of 
                                    [--repeat 5] [--json out.json] [--preset h200]
 
 ``--quick`` divides every batch by 16 (the CPU machine: lavapipe is a CPU implementation, for ratios only).
-``--variants`` (Vulkan only) adds fused rows for other kernel choices: ``auto`` (what the device picks), ``rows`` (the
-per-row kernels), ``BRxBC`` (the register-blocked kernels with only that tile; a kernel it cannot fit is an error
-row). The tiles ``auto`` picked are printed per shape. ``--preset h200``: the GPU machine, under 2 minutes: the Vulkan
-devices and torch cuda only (no cpu rows), nanoGPT's and GPT-2's shapes, the variants ``auto,rows`` and the blocked
-tiles that fit 48 KiB.
+``--variants`` (Vulkan only) adds fused rows for other kernel choices: ``auto`` (what the device picks), ``rows``
+(the per-row kernels), ``BRxBC`` (the register-blocked kernels preferring that tile; a kernel it does not fit
+takes the usual order). The kernels each variant ran are printed under each table.
+
+``--preset h200`` (the GPU machine, under 2 minutes): the Vulkan devices and torch cuda only (no cpu rows), the
+nanoGPT and GPT-2 shapes, the variants ``auto,rows,64x32,32x64,32x32,32x16``.
 """
 
 from __future__ import annotations
@@ -50,13 +51,16 @@ def flops(b: int, h: int, t: int, d: int, causal: bool, backward: bool) -> float
 
 
 def _variant_setting(variant: str) -> tuple[tuple[str, ...], tuple[tuple[int, int], ...]] | None:
-    """(DESIGNS, BLOCK_TILES) of the Vulkan attention kernels for a ``--variants`` entry (None: the defaults)."""
+    """(DESIGNS, BLOCK_TILES) of the Vulkan attention kernels for a ``--variants`` entry (None: the defaults):
+    ``rows`` alone, or the blocked tile ``BRxBC`` first (a kernel it does not fit takes the usual order)."""
     if variant == "auto":
         return None
+    from vkblas.backend.vulkan.kernels import attention as att
+
     if variant == "rows":
         return ("rows",), ()
     br, bc = (int(x) for x in variant.split("x"))
-    return ("blocked",), ((br, bc),)
+    return att.DESIGNS, ((br, bc), *att.BLOCK_TILES)
 
 
 def vkblas_case(dev: str, shape: tuple, fused: bool, backward: bool, variant: str = "auto") -> Callable[[], None]:
@@ -99,21 +103,33 @@ def vkblas_case(dev: str, shape: tuple, fused: bool, backward: bool, variant: st
     return run
 
 
-def auto_tiles(dev: str, shape: tuple) -> str:
-    """The kernels the Vulkan device picks for ``shape`` (design, tile, invocations per workgroup), per kind."""
+def vkblas_limit(dev: str) -> int:
+    import vkblas
+
+    return vkblas.backend.get(dev).dev.limits["max-compute-workgroup-storage-size"]
+
+
+def chosen_tiles(dev: str, shape: tuple, variant: str) -> str:
+    """The kernels a variant runs on the Vulkan device for ``shape`` (design, tile, invocations), per kind."""
     import vkblas
     from vkblas.backend.vulkan.kernels import attention as att
 
     _, _, _, _, d, causal = shape
     limits = vkblas.backend.get(dev).dev.limits
-    parts = []
-    for kind in ("forward", "dq", "dkv"):
-        cfg = att.Config(vkblas.float32, d, d, causal, None, False)
-        c = att.choose(
-            kind, cfg, limits["max-compute-workgroup-storage-size"], limits["max-compute-invocations-per-workgroup"]
-        )
-        parts.append(f"{kind} {'blocked' if c.blocked else 'rows'} {c.br}x{c.bc} ({c.threads} inv.)")
-    return f"{dev} auto (workgroup memory {limits['max-compute-workgroup-storage-size']} B): " + ", ".join(parts)
+    setting = _variant_setting(variant)
+    defaults = att.DESIGNS, att.BLOCK_TILES
+    if setting is not None:
+        att.DESIGNS, att.BLOCK_TILES = setting
+    try:
+        parts = []
+        for kind in ("forward", "dq", "dkv"):
+            cfg = att.Config(vkblas.float32, d, d, causal, None, False)
+            smem, inv = limits["max-compute-workgroup-storage-size"], limits["max-compute-invocations-per-workgroup"]
+            c = att.choose(kind, cfg, smem, inv)
+            parts.append(f"{kind} {'blocked' if c.blocked else 'rows'} {c.br}x{c.bc} ({c.threads} inv.)")
+    finally:
+        att.DESIGNS, att.BLOCK_TILES = defaults
+    return f"  {dev} {variant}: " + ", ".join(parts)
 
 
 def torch_case(torch: Any, dev: str, shape: tuple, fused: bool, backward: bool) -> Callable[[], None]:
@@ -176,7 +192,9 @@ def main() -> None:
                 engines.append((label, lambda bw, dev=dev, sh=shape, var=var: vkblas_case(dev, sh, True, bw, var)))
             engines.append((f"vkblas {dev} explicit", lambda bw, dev=dev, sh=shape: vkblas_case(dev, sh, False, bw)))
             if dev.startswith("vulkan"):
-                notes.append(auto_tiles(dev, shape))
+                smem = vkblas_limit(dev)
+                notes.append(f"kernels (workgroup memory {smem} bytes):")
+                notes += [chosen_tiles(dev, shape, var) for var in variants]
         if torch is not None:
             for tdev in [t for t in torch_devices if t == "cpu" or torch.cuda.is_available()]:
                 for fused, kind in ((True, "sdpa"), (False, "explicit")):
