@@ -15,11 +15,12 @@ Times are the best of ``--repeat`` runs, each ending in a sync (``.numpy()`` of 
 
 ``--quick`` divides every batch by 16 (the CPU machine: lavapipe is a CPU implementation, for ratios only).
 ``--variants`` (Vulkan only) adds fused rows for other kernel choices: ``auto`` (what the device picks), ``rows``
-(the per-row kernels), ``BRxBC`` (the register-blocked kernels preferring that tile; a kernel it does not fit
-takes the usual order). The kernels each variant ran are printed under each table.
+(the per-row kernels), ``BRxBC[/TMxTN]`` (the register-blocked kernels preferring that tile, TM x TN rows per
+invocation, 4x4 where left out; a kernel it does not fit takes the usual order). The kernels each variant ran are
+printed under each table.
 
 ``--preset h200`` (the GPU machine, under 2 minutes): the Vulkan devices and torch cuda only (no cpu rows), the
-nanoGPT and GPT-2 shapes, the variants ``auto,rows,64x32,32x64,32x32,32x16``.
+nanoGPT and GPT-2 shapes, the variants ``auto,rows,64x32,32x32,32x16,64x32/8x4,32x32/8x4,32x32/4x8``.
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ def _variant_setting(variant: str) -> tuple[tuple[str, ...], tuple[tuple[int, in
 
     if variant == "rows":
         return ("rows",), ()
-    br, bc = (int(x) for x in variant.split("x"))
-    return att.DESIGNS, ((br, bc), *att.BLOCK_TILES)
+    tile, _, block = variant.partition("/")
+    dims = tuple(int(x) for x in tile.split("x")) + tuple(int(x) for x in block.split("x") if block)
+    return att.DESIGNS, (dims, *att.BLOCK_TILES)
 
 
 def vkblas_case(dev: str, shape: tuple, fused: bool, backward: bool, variant: str = "auto") -> Callable[[], None]:
@@ -126,7 +128,8 @@ def chosen_tiles(dev: str, shape: tuple, variant: str) -> str:
             cfg = att.Config(vkblas.float32, d, d, causal, None, False)
             smem, inv = limits["max-compute-workgroup-storage-size"], limits["max-compute-invocations-per-workgroup"]
             c = att.choose(kind, cfg, smem, inv)
-            parts.append(f"{kind} {'blocked' if c.blocked else 'rows'} {c.br}x{c.bc} ({c.threads} inv.)")
+            design = f"blocked {c.br}x{c.bc}/{c.tm}x{c.tn}" if c.blocked else f"rows {c.br}x{c.bc}"
+            parts.append(f"{kind} {design} ({c.threads} inv.)")
     finally:
         att.DESIGNS, att.BLOCK_TILES = defaults
     return f"  {dev} {variant}: " + ", ".join(parts)
@@ -172,7 +175,7 @@ def main() -> None:
         torch_devices = ["cuda"]
         args.shapes = args.shapes or "0,1"
         if args.variants == "auto":
-            args.variants = "auto,rows,64x32,32x64,32x32,32x16"
+            args.variants = "auto,rows,64x32,32x32,32x16,64x32/8x4,32x32/8x4,32x32/4x8"
     torch = torch_or_none()
     if torch is not None:
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 against fp32

@@ -228,9 +228,13 @@ def test_errors(device: str) -> None:
         ("blocked", ((16, 32),)),
         # 256 invocations where 64 x 64 fits (lavapipe: the forward of narrow heads), else smaller
         ("blocked", ((64, 64), (32, 32), (32, 16))),
+        # 8 own rows / 8 streamed rows per invocation
+        ("blocked", ((32, 16, 8, 4),)),
+        ("blocked", ((16, 32, 4, 8),)),
+        ("blocked", ((32, 32, 8, 8), (32, 16, 8, 8))),
         ("rows", None),
     ],
-    ids=["blocked16x16", "blocked32x16", "blocked16x32", "blocked64x64", "rows"],
+    ids=["blocked16x16", "blocked32x16", "blocked16x32", "blocked64x64", "block8x4", "block4x8", "block8x8", "rows"],
 )
 def design(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Vulkan with one kernel design (for the blocked one only the given tiles: a shape none fits fails rather

@@ -4,11 +4,11 @@ Two designs, generated from one set of pieces, chosen per adapter (:func:`choose
 
 * **register-blocked** (``_blocked_*``, preferred): a workgroup owns ``BR`` consecutive rows of one (batch, head) --
   query rows (forward, ``dq``) or key rows (``dkv``) -- and walks tiles of ``BC`` rows of the other side, both in
-  padded row-major workgroup tiles. Each of its ``BR/4 x BC/4`` invocations computes a 4 x 4 register block of the
-  score tile (8 vec4 loads per 64 multiply-adds); the forward's row max is exchanged through workgroup memory; the
-  probabilities (or dS) go to workgroup memory, and the second product (P V, dS K, P^T dO, dS^T Q) is again a
-  register block of 4 own rows by the invocation's vec4 columns. The tile is the largest of :data:`BLOCK_TILES`
-  that fits the workgroup memory and invocation limits.
+  padded row-major workgroup tiles. Each of its ``BR/TM x BC/TN`` invocations computes a TM x TN register block
+  (4 x 4 by default: 8 vec4 loads per 64 multiply-adds) of the score tile; the forward's row max is exchanged
+  through workgroup memory; the probabilities (or dS) go to workgroup memory, and the second product (P V, dS K,
+  P^T dO, dS^T Q) is again a register block of TM own rows by the invocation's vec4 columns. The tile is the first
+  of :data:`BLOCK_TILES` that fits the workgroup memory and invocation limits.
 * **per-row** (the fallback where no blocked tile fits): each invocation owns one row; a workgroup of ``BR``
   invocations holds its ``BR`` rows in shared memory with a padded pitch, and the other side streams through shared
   memory in tiles of ``BC`` rows that every invocation reads at the same address (a broadcast).
@@ -50,8 +50,9 @@ LN2 = 0.6931471805599453
 _LOWEST = "-3.0e38"
 # (rows per workgroup, keys per tile), most preferred first: the per-row kernels
 _TILES = ((64, 32), (64, 16), (32, 32), (32, 16), (64, 8), (32, 8), (16, 16), (16, 8))
-# (own rows, streamed rows per tile) of the register-blocked kernels (4 x 4 per thread), most preferred first
-BLOCK_TILES = ((64, 64), (64, 32), (32, 64), (32, 32), (32, 16), (16, 32), (16, 16))
+# (own rows, streamed rows per tile[, own rows, streamed rows per invocation: 4, 4 where left out]) of the
+# register-blocked kernels, most preferred first
+BLOCK_TILES: tuple[tuple[int, ...], ...] = ((64, 64), (64, 32), (32, 64), (32, 32), (32, 16), (16, 32), (16, 16))
 #: the kernel designs in order of preference; an adapter that cannot fit a design's smallest tile in its workgroup
 #: memory gets the next one (tests and benchmarks narrow it to compare the two)
 DESIGNS = ("blocked", "rows")
@@ -69,12 +70,15 @@ class Config:
     mask_grad: bool = False
     br: int = 64
     bc: int = 32
-    #: the register-blocked design (``_blocked_*``) instead of one row per invocation
+    #: the register-blocked design (``_blocked_*``) instead of one row per invocation, with ``tm`` own rows by
+    #: ``tn`` streamed rows per invocation (multiples of 4)
     blocked: bool = False
+    tm: int = 4
+    tn: int = 4
 
     @property
     def threads(self) -> int:
-        return (self.br // 4) * (self.bc // 4) if self.blocked else self.br
+        return (self.br // self.tm) * (self.bc // self.tn) if self.blocked else self.br
 
     @property
     def d4(self) -> int:
@@ -100,9 +104,9 @@ def choose(kind: str, cfg: Config, limit: int, max_threads: int) -> Config:
     """``cfg`` with the first design and tile (in :data:`DESIGNS`' order) that fits the adapter's limits."""
     designs = [d for d in DESIGNS if d == "rows" or kind in BLOCKED] or ["rows"]
     candidates = [
-        replace(cfg, br=br, bc=bc, blocked=design == "blocked")
+        replace(cfg, br=t[0], bc=t[1], tm=(t[2:] or (4, 4))[0], tn=(t[2:] or (4, 4))[1], blocked=design == "blocked")
         for design in designs
-        for br, bc in (BLOCK_TILES if design == "blocked" else _TILES)
+        for t in (BLOCK_TILES if design == "blocked" else _TILES)
     ]
     for c in candidates:
         if c.threads <= max_threads and shared_bytes(kind, c) <= limit:
@@ -460,24 +464,26 @@ def _dkv(cfg: Config) -> str:
 
 
 # ---------------------------------------------------------------- the register-blocked kernels
-# A workgroup of (BR/4) x (BC/4) threads owns BR rows (query rows: forward, dq; key rows: dkv) and walks tiles of
-# BC rows of the other side. Thread (ty, tx) owns the rows ty + r*WY and the streamed rows tx + c*WX (r, c < 4) of
-# every score tile: interleaved, so neighbouring threads read neighbouring rows of the padded row-major tiles (no
-# bank conflicts) and threads of one ty read the same own rows (a broadcast). A 4 x 4 block of scores costs 8 vec4
-# loads per 64 multiply-adds (the GEMM's ratio; the per-row kernels load one vec4 per 4). The probabilities (or dS)
-# go to workgroup memory as vec4s of a thread's 4 own rows (``pt[c][ty]``), from where the second product
-# (P V, dS K, P^T dO, dS^T Q) is again a register block: a thread owns its 4 rows and the columns tx + e*WX (vec4s).
+# A workgroup of WY x WX = (BR/TM) x (BC/TN) threads owns BR rows (query rows: forward, dq; key rows: dkv) and walks
+# tiles of BC rows of the other side. Thread (ty, tx) owns the rows ty + r*WY (r < TM) and the streamed rows
+# tx + c*WX (c < TN) of every score tile: interleaved, so neighbouring threads read neighbouring rows of the padded
+# row-major tiles (no bank conflicts) and threads of one ty read the same own rows (a broadcast). A 4 x 4 block
+# costs 8 vec4 loads per 64 multiply-adds (the GEMM's ratio; the per-row kernels load one vec4 per 4). The
+# probabilities (or dS) go to workgroup memory as vec4s of 4 of a thread's own rows (``pt[g][c][ty]``), from where
+# the second product (P V, dS K, P^T dO, dS^T Q) is again a register block: a thread owns its TM rows and the
+# columns tx + e*WX (vec4s). Every value lives in a named register (naga neither unrolls loops nor keeps arrays
+# in registers).
 def _wy(cfg: Config) -> int:
-    return cfg.br // 4
+    return cfg.br // cfg.tm
 
 
 def _wx(cfg: Config) -> int:
-    return cfg.bc // 4
+    return cfg.bc // cfg.tn
 
 
 def _block_arrays(kind: str, cfg: Config) -> dict[str, int]:
     """vec4 workgroup arrays of a blocked kernel and their lengths."""
-    br, bc, d4, v4, pw = cfg.br, cfg.bc, cfg.d4, cfg.v4, _wy(cfg) + 1
+    br, bc, d4, v4, pw = cfg.br, cfg.bc, cfg.d4, cfg.v4, (_wy(cfg) + 1) * cfg.tm // 4
     if kind == "forward":  # k and then v of a tile share one buffer
         return {"qs": br * (d4 + 1), "kv": bc * (max(d4, v4) + 1), "pt": bc * pw}
     if kind == "dq":
@@ -500,9 +506,9 @@ def _block_scalars(kind: str, cfg: Config) -> dict[str, int]:
     return {"rdelta": n, "rlse": n}
 
 
-def _quad(fmt: str) -> str:
-    """``fmt`` for each of the 16 (r, c) of a thread's block, one per line."""
-    return "\n".join(fmt.format(r=r, c=c) for r in range(4) for c in range(4))
+def _quad(cfg: Config, fmt: str) -> str:
+    """``fmt`` for each (r, c) of a thread's block, one per line."""
+    return "\n".join(fmt.format(r=r, c=c) for r in range(cfg.tm) for c in range(cfg.tn))
 
 
 def _block_dot(cfg: Config, out: str, a: str, pa: int, b: str, pb: int, n4: int) -> str:
@@ -510,9 +516,9 @@ def _block_dot(cfg: Config, out: str, a: str, pa: int, b: str, pb: int, n4: int)
     wy, wx = _wy(cfg), _wx(cfg)
     return (
         f"for (var e = 0u; e < {n4}u; e++) {{\n"
-        + "".join(f"    let a{r} = {a}[(ty + {r * wy}u) * {pa}u + e];\n" for r in range(4))
-        + "".join(f"    let b{c} = {b}[(tx + {c * wx}u) * {pb}u + e];\n" for c in range(4))
-        + _indent(_quad(f"{out}_{{r}}_{{c}} += dot(a{{r}}, b{{c}});"), 1)
+        + "".join(f"    let a{r} = {a}[(ty + {r * wy}u) * {pa}u + e];\n" for r in range(cfg.tm))
+        + "".join(f"    let b{c} = {b}[(tx + {c * wx}u) * {pb}u + e];\n" for c in range(cfg.tn))
+        + _indent(_quad(cfg, f"{out}_{{r}}_{{c}} += dot(a{{r}}, b{{c}});"), 1)
         + "}"
     )
 
@@ -523,15 +529,16 @@ def _cols(cfg: Config, n4: int) -> int:
 
 
 def _block_acc(cfg: Config, name: str, n4: int) -> str:
-    return "\n".join(f"var {name}_{r}_{e} = vec4<f32>(0.0);" for r in range(4) for e in range(_cols(cfg, n4)))
+    return "\n".join(f"var {name}_{r}_{e} = vec4<f32>(0.0);" for r in range(cfg.tm) for e in range(_cols(cfg, n4)))
 
 
 def _block_axpy(cfg: Config, acc: str, w: str, b: str, pb: int, n4: int) -> str:
     """``acc_r_e += w[jj][ty][r] * b[jj][tx + e*WX]`` for ``jj`` over the tile's streamed rows (inside a loop)."""
-    wx, lines = _wx(cfg), [f"let w = {w}[jj * {_wy(cfg) + 1}u + ty];"]
+    wx, pw = _wx(cfg), _wy(cfg) + 1
+    lines = [f"let w{g} = {w}[({g * cfg.bc}u + jj) * {pw}u + ty];" for g in range(cfg.tm // 4)]
     for e in range(_cols(cfg, n4)):
         upd = f"let x = {b}[jj * {pb}u + tx + {e * wx}u];\n" + "\n".join(
-            f"{acc}_{r}_{e} += w[{r}] * x;" for r in range(4)
+            f"{acc}_{r}_{e} += w{r // 4}[{r % 4}] * x;" for r in range(cfg.tm)
         )
         # a partial last column group (n4 not a multiple of WX): the threads past the width skip it
         lines.append(
@@ -547,12 +554,14 @@ def _block_pv(cfg: Config, terms: list[tuple[str, str, str, int, int]]) -> str:
 
 
 def _put_block(cfg: Config, arr: str, name: str) -> str:
-    """Write a thread's 4 x 4 ``name_r_c`` to ``arr`` as one vec4 (its 4 own rows) per streamed row."""
-    pw = _wy(cfg) + 1
-    return "\n".join(
-        f"{arr}[(tx + {c * _wx(cfg)}u) * {pw}u + ty] = vec4<f32>({', '.join(f'{name}_{r}_{c}' for r in range(4))});"
-        for c in range(4)
-    )
+    """Write a thread's block ``name_r_c`` to ``arr`` as vec4s of 4 own rows: group g (rows 4g ..) of streamed row
+    ``n`` at ``(g * BC + n) * (WY + 1) + ty`` (the padding keeps neighbouring threads' writes on distinct banks)."""
+    pw, lines = _wy(cfg) + 1, []
+    for g in range(cfg.tm // 4):
+        for c in range(cfg.tn):
+            vals = ", ".join(f"{name}_{4 * g + k}_{c}" for k in range(4))
+            lines.append(f"{arr}[({g * cfg.bc}u + tx + {c * _wx(cfg)}u) * {pw}u + ty] = vec4<f32>({vals});")
+    return "\n".join(lines)
 
 
 def _store_block(
@@ -570,13 +579,13 @@ def _store_block(
     return "{\n" + _indent("\n".join(lines), 1) + "}"
 
 
-def _each(body: str, own: str, other: str) -> str:
+def _each(cfg: Config, body: str, own: str, other: str) -> str:
     """``body`` for each (r, c) of the block, in its own scope, with the own row ``own`` and streamed row ``other``
     of the element (WGSL expressions of r and c) bound to ``i`` and ``j`` as the kernel's kind names them."""
     return "\n".join(
         "{\n" + _indent(f"{own.format(r=r, c=c)}\n{other.format(r=r, c=c)}\n" + body.format(r=r, c=c), 1) + "}"
-        for r in range(4)
-        for c in range(4)
+        for r in range(cfg.tm)
+        for c in range(cfg.tn)
     )
 
 
@@ -605,26 +614,26 @@ def _blocked_forward(cfg: Config) -> str:
         f"    mn_{r} = max(mn_{r}, red[(ty + {r * wy}u) * {wx}u + x]);\n}}\n"
         f"let al_{r} = exp2(m_{r} - mn_{r});\nl_{r} = l_{r} * al_{r};\nm_{r} = mn_{r};\n"
         + "\n".join(f"o_{r}_{e} = o_{r}_{e} * al_{r};" for e in range(nv))
-        for r in range(4)
+        for r in range(cfg.tm)
     )
     tile = (
         "workgroupBarrier();\n"
         + _load_rows(k, cfg, "kv", d4 + 1, "k", cfg.dqk, "t0", "S", bc)
         + "\nworkgroupBarrier();\n"
-        + "\n".join(f"var s_{r}_{c} = 0.0;\nvar ok_{r}_{c} = false;" for r in range(4) for c in range(4))
+        + "\n".join(f"var s_{r}_{c} = 0.0;\nvar ok_{r}_{c} = false;" for r in range(cfg.tm) for c in range(cfg.tn))
         + "\n"
-        + "\n".join(f"var mx_{r} = {_LOWEST};" for r in range(4))
+        + "\n".join(f"var mx_{r} = {_LOWEST};" for r in range(cfg.tm))
         + "\n"
         + _block_dot(cfg, "s", "qs", d4 + 1, "kv", d4 + 1, d4)
         + "\n"
-        + _each(score, own, other)
+        + _each(cfg, score, own, other)
         + "\n"
         # the tile's row max: each thread's 4 keys, then across the WX threads of the row
-        + "\n".join(f"red[(ty + {r * wy}u) * {wx}u + tx] = mx_{r};" for r in range(4))
+        + "\n".join(f"red[(ty + {r * wy}u) * {wx}u + tx] = mx_{r};" for r in range(cfg.tm))
         + "\nworkgroupBarrier();\n"
         + rescale
         + "\n"
-        + _each(prob, own, other)
+        + _each(cfg, prob, own, other)
         + "\n"
         + _put_block(cfg, "pt", "s")
         + "\n"
@@ -635,7 +644,7 @@ def _blocked_forward(cfg: Config) -> str:
     )
     end = f"min(S, row0 + {br}u)" if cfg.causal else "S"  # causal: no tile past the last row's diagonal
     finish = []
-    for r in range(4):
+    for r in range(cfg.tm):
         row = f"u32(off_o_out) + (bh * L + i{r}) * {cfg.dv}u"
         finish.append(
             f"var lt_{r} = 0.0;\nvar bt_{r} = false;\nfor (var x = 0u; x < {wx}u; x++) {{\n"
@@ -655,14 +664,14 @@ def _blocked_forward(cfg: Config) -> str:
         "    b2[u32(off_rng)] = bitcast<i32>(seed_h);\n    b2[u32(off_rng) + 1u] = bitcast<i32>(ctr);\n}\n"
         + _load_rows(k, cfg, "qs", d4 + 1, "q", cfg.dqk, "row0", "L", br, " * SC")
         + "\n"
-        + "\n".join(f"var m_{r} = {_LOWEST};\nvar l_{r} = 0.0;\nvar bad_{r} = false;" for r in range(4))
+        + "\n".join(f"var m_{r} = {_LOWEST};\nvar l_{r} = 0.0;\nvar bad_{r} = false;" for r in range(cfg.tm))
         + "\n"
         + _block_acc(cfg, "o", v4)
         + f"\nfor (var t0 = 0u; t0 < {end}; t0 += {bc}u) {{\n"
         + _indent(tile, 1)
         + "}\n"
         # the row sums (and NaN flags, as -1) across the row's threads; every read of red above is behind a barrier
-        + "\n".join(f"red[(ty + {r * wy}u) * {wx}u + tx] = select(l_{r}, -1.0, bad_{r});" for r in range(4))
+        + "\n".join(f"red[(ty + {r * wy}u) * {wx}u + tx] = select(l_{r}, -1.0, bad_{r});" for r in range(cfg.tm))
         + "\nworkgroupBarrier();\n"
         + "\n".join(finish)
     )
@@ -694,13 +703,13 @@ def _blocked_dq(cfg: Config) -> str:
         + "\n"
         + _load_rows(k, cfg, "vs", v4 + 1, "v", cfg.dv, "t0", "S", bc)
         + "\nworkgroupBarrier();\n"
-        + "\n".join(f"var s_{r}_{c} = 0.0;\nvar dp_{r}_{c} = 0.0;" for r in range(4) for c in range(4))
+        + "\n".join(f"var s_{r}_{c} = 0.0;\nvar dp_{r}_{c} = 0.0;" for r in range(cfg.tm) for c in range(cfg.tn))
         + "\n"
         + _block_dot(cfg, "s", "qs", d4 + 1, "ks", d4 + 1, d4)
         + "\n"
         + _block_dot(cfg, "dp", "dos", v4 + 1, "vs", v4 + 1, v4)
         + "\n"
-        + _each(elem, own, other)
+        + _each(cfg, elem, own, other)
         + "\n"
         + _put_block(cfg, "pt", "s")
         + "\nworkgroupBarrier();\n"
@@ -721,7 +730,7 @@ def _blocked_dq(cfg: Config) -> str:
         + "\n".join(
             f"let dl_{r} = rdelta[ty + {r * wy}u];\nlet ls_{r} = rlse[ty + {r * wy}u];\n"
             f"let nan_{r} = {bits('isnan', f'ls_{r}')};"
-            for r in range(4)
+            for r in range(cfg.tm)
         )
     )
     # s = scale q.k (q is held times scale log2 e): dq = scale sum ds k
@@ -734,7 +743,7 @@ def _blocked_dq(cfg: Config) -> str:
             1,
         )
         + "}"
-        for r in range(4)
+        for r in range(cfg.tm)
     )
     main = (
         f"let row0 = wid.x * {br}u;\nlet ty = lid / {wx}u;\nlet tx = lid % {wx}u;\n"
@@ -789,13 +798,13 @@ def _blocked_dkv(cfg: Config) -> str:
         + "\n"
         + rows
         + "\nworkgroupBarrier();\n"
-        + "\n".join(f"var s_{r}_{c} = 0.0;\nvar dp_{r}_{c} = 0.0;" for r in range(4) for c in range(4))
+        + "\n".join(f"var s_{r}_{c} = 0.0;\nvar dp_{r}_{c} = 0.0;" for r in range(cfg.tm) for c in range(cfg.tn))
         + "\n"
         + _block_dot(cfg, "s", "ks", d4 + 1, "qt", d4 + 1, d4)
         + "\n"
         + _block_dot(cfg, "dp", "vs", v4 + 1, "dot_t", v4 + 1, v4)
         + "\n"
-        + _each(elem, own, other)
+        + _each(cfg, elem, own, other)
         + "\n"
         + _put_block(cfg, "pt", "s")
         + "\n"
@@ -818,7 +827,7 @@ def _blocked_dkv(cfg: Config) -> str:
             1,
         )
         + "}"
-        for r in range(4)
+        for r in range(cfg.tm)
     )
     main = (
         f"let col0 = wid.x * {br}u;\nlet ty = lid / {wx}u;\nlet tx = lid % {wx}u;\n"
