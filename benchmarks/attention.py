@@ -105,10 +105,12 @@ def vkblas_case(dev: str, shape: tuple, fused: bool, backward: bool, variant: st
     return run
 
 
-def vkblas_limit(dev: str) -> int:
+def adapter_line(dev: str) -> str:
     import vkblas
 
-    return vkblas.backend.get(dev).dev.limits["max-compute-workgroup-storage-size"]
+    d = vkblas.backend.get(dev).dev
+    smem = d.limits["max-compute-workgroup-storage-size"]
+    return f"kernels on {dev} ({d.info['name']}, {smem} bytes of workgroup memory):"
 
 
 def chosen_tiles(dev: str, shape: tuple, variant: str) -> str:
@@ -170,8 +172,11 @@ def main() -> None:
 
     torch_devices = ["cpu", "cuda"]
     devices = args.devices.split(",") if args.devices else vkblas_devices()
-    if args.preset == "h200":
-        devices = [d for d in devices if d.startswith("vulkan")]
+    if args.preset == "h200":  # the GPU adapters (a CPU one such as lavapipe only where there is no other)
+        import vkblas
+
+        gpus = [f"vulkan:{a['index']}" for a in vkblas.info()["adapters"] if a["adapter_type"] != "CPU"]
+        devices = gpus or [d for d in devices if d.startswith("vulkan")]
         torch_devices = ["cuda"]
         args.shapes = args.shapes or "0,1"
         if args.variants == "auto":
@@ -195,8 +200,7 @@ def main() -> None:
                 engines.append((label, lambda bw, dev=dev, sh=shape, var=var: vkblas_case(dev, sh, True, bw, var)))
             engines.append((f"vkblas {dev} explicit", lambda bw, dev=dev, sh=shape: vkblas_case(dev, sh, False, bw)))
             if dev.startswith("vulkan"):
-                smem = vkblas_limit(dev)
-                notes.append(f"kernels (workgroup memory {smem} bytes):")
+                notes.append(adapter_line(dev))
                 notes += [chosen_tiles(dev, shape, var) for var in variants]
         if torch is not None:
             for tdev in [t for t in torch_devices if t == "cpu" or torch.cuda.is_available()]:
