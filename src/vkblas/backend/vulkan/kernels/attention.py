@@ -516,9 +516,9 @@ def _block_dot(cfg: Config, out: str, a: str, pa: int, b: str, pb: int, n4: int)
     wy, wx = _wy(cfg), _wx(cfg)
     return (
         f"for (var e = 0u; e < {n4}u; e++) {{\n"
-        + "".join(f"    let a{r} = {a}[(ty + {r * wy}u) * {pa}u + e];\n" for r in range(cfg.tm))
-        + "".join(f"    let b{c} = {b}[(tx + {c * wx}u) * {pb}u + e];\n" for c in range(cfg.tn))
-        + _indent(_quad(cfg, f"{out}_{{r}}_{{c}} += dot(a{{r}}, b{{c}});"), 1)
+        + "".join(f"    let own{r} = {a}[(ty + {r * wy}u) * {pa}u + e];\n" for r in range(cfg.tm))
+        + "".join(f"    let oth{c} = {b}[(tx + {c * wx}u) * {pb}u + e];\n" for c in range(cfg.tn))
+        + _indent(_quad(cfg, f"{out}_{{r}}_{{c}} += dot(own{{r}}, oth{{c}});"), 1)
         + "}"
     )
 
