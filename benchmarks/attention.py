@@ -20,7 +20,7 @@ invocation, 4x4 where left out; a kernel it does not fit takes the usual order).
 printed under each table.
 
 ``--preset h200`` (the GPU machine, under 2 minutes): the Vulkan devices and torch cuda only (no cpu rows), the
-nanoGPT and GPT-2 shapes, the variants ``auto,rows,64x32,32x32,32x16,64x32/8x4,32x32/8x4,32x32/4x8``.
+nanoGPT and GPT-2 shapes, the variants ``auto,rows,64x32,32x32,32x16,64x16,64x32/8x4,32x32/8x4,32x32/4x8``.
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def main() -> None:
         torch_devices = ["cuda"]
         args.shapes = args.shapes or "0,1"
         if args.variants == "auto":
-            args.variants = "auto,rows,64x32,32x32,32x16,64x32/8x4,32x32/8x4,32x32/4x8"
+            args.variants = "auto,rows,64x32,32x32,32x16,64x16,64x32/8x4,32x32/8x4,32x32/4x8"
     torch = torch_or_none()
     if torch is not None:
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 against fp32
