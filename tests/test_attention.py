@@ -355,3 +355,11 @@ def test_tile_choice_respects_adapter_limits() -> None:
         assert not rows.blocked and (rows.br, rows.bc) == (16, 8)
         with pytest.raises(TypeError, match="head dims 1024/1024"):
             att.choose(kind, wide, 16384, 256)
+
+
+def test_tile_table_entries_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vkblas.backend.vulkan.kernels import attention as att
+
+    monkeypatch.setattr(att, "BLOCK_TILES", ((32, 32, 6, 4),))
+    with pytest.raises(ValueError, match="32x32/6x4"):
+        att.choose("forward", att.Config(vb.float32, 8, 8, False, None, False), 32768, 256)

@@ -103,11 +103,13 @@ def shared_bytes(kind: str, cfg: Config) -> int:
 def choose(kind: str, cfg: Config, limit: int, max_threads: int) -> Config:
     """``cfg`` with the first design and tile (in :data:`DESIGNS`' order) that fits the adapter's limits."""
     designs = [d for d in DESIGNS if d == "rows" or kind in BLOCKED] or ["rows"]
-    candidates = [
-        replace(cfg, br=t[0], bc=t[1], tm=(t[2:] or (4, 4))[0], tn=(t[2:] or (4, 4))[1], blocked=design == "blocked")
-        for design in designs
-        for t in (BLOCK_TILES if design == "blocked" else _TILES)
-    ]
+    candidates = []
+    for design in designs:
+        for br, bc, *block in BLOCK_TILES if design == "blocked" else _TILES:
+            tm, tn = block or (4, 4)
+            if tm % 4 or tn % 4 or br % tm or bc % tn:
+                raise ValueError(f"attention tile {br}x{bc}/{tm}x{tn}: blocks must be multiples of 4 dividing it")
+            candidates.append(replace(cfg, br=br, bc=bc, tm=tm, tn=tn, blocked=design == "blocked"))
     for c in candidates:
         if c.threads <= max_threads and shared_bytes(kind, c) <= limit:
             return c
