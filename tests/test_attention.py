@@ -3,7 +3,8 @@ bool and float masks, sizes that are no multiple of the kernels' tiles, head dim
 attention; dropout (the same mask on every device, its statistics, its gradient against an explicit-mask
 reference, fresh masks in every graph replay); the memory the fused kernels use; bad input. On Vulkan both kernel
 designs (register-blocked and one row per invocation) at several tile shapes: partial tiles, T=1, head dims that are
-no multiple of 4, strided inputs and masks, NaN / inf rows; the tile choice under adapter limits."""
+no multiple of 4, strided inputs and masks, NaN / inf rows, dropout, float16; the tile choice under adapter
+limits."""
 
 from __future__ import annotations
 
@@ -363,3 +364,24 @@ def test_tile_table_entries_are_checked(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(att, "BLOCK_TILES", ((32, 32, 6, 4),))
     with pytest.raises(ValueError, match="32x32/6x4"):
         att.choose("forward", att.Config(vb.float32, 8, 8, False, None, False), 32768, 256)
+
+
+@requires_vulkan
+def test_kernel_designs_float16(design: str) -> None:
+    """float16 storage, float32 arithmetic: every kernel within float16 rounding of the float64 reference."""
+    torch = require_torch()
+    if not vb.backend.get(design).supports(vb.float16):
+        pytest.skip("this adapter has no shader-f16")
+    rng = np.random.default_rng(11)
+    arrays = [rng.standard_normal((1, 2, 37, 6)).astype(np.float16) for _ in range(3)]
+    tq = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in arrays]
+    want = torch.nn.functional.scaled_dot_product_attention(*tq, is_causal=True)
+    vq = [vb.tensor(a, dtype=vb.float16, device=design, requires_grad=True) for a in arrays]
+    got = F.scaled_dot_product_attention(*vq, is_causal=True)
+    assert got.dtype is vb.float16
+    w = rng.standard_normal(tuple(want.shape)).astype(np.float16)
+    want.backward(torch.tensor(w.astype(np.float64)))
+    got.backward(vb.tensor(w, dtype=vb.float16, device=design))
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), atol=3e-3, rtol=1e-2)
+    for a, b in zip(vq, tq, strict=True):
+        np.testing.assert_allclose(a.grad.numpy().astype(np.float64), b.grad.numpy(), atol=3e-3, rtol=1e-2)
