@@ -78,9 +78,7 @@ def _check_type(device_type: str) -> str:
 
 def _f16_backend_problem(device_type: str) -> str | None:
     """Why float16 cannot run on the default device of ``device_type``, or None when it can."""
-    if device_type == "cpu":
-        return None
-    backend = _resolve("vulkan")
+    backend = _resolve(device_type)
     if backend.supports(float16):
         return None
     return f"{where(backend)} has no shader-f16 feature, so it cannot store or compute float16"
