@@ -81,7 +81,8 @@ def _f16_backend_problem(device_type: str) -> str | None:
     backend = _resolve(device_type)
     if backend.supports(float16):
         return None
-    return f"{where(backend)} has no shader-f16 feature, so it cannot store or compute float16"
+    why = " has no shader-f16 feature, so it" if device_type == "vulkan" else ""
+    return f"{where(backend)}{why} cannot store or compute float16"
 
 
 def is_autocast_available(device_type: str) -> bool:

@@ -33,6 +33,9 @@ from .shape import to
 FLOAT32_OPS = frozenset({"acos", "asin", "cosh", "erfinv", "exp", "log", "pow", "reciprocal", "rsqrt", "sinh", "tan"})
 
 
+_NO_F16 = {"vulkan": " (no shader-f16 feature)"}
+
+
 def device_type(t: Tensor) -> str:
     """The autocast device type of a tensor: ``"cpu"`` or ``"vulkan"``."""
     return "cpu" if t._backend.name == "cpu" else "vulkan"
@@ -61,7 +64,7 @@ def _lower(op: str, t: Any, dtypes: dict[str, DType]) -> Any:
     if not t._backend.supports(dt):
         raise UnsupportedError(
             f"autocast({dt.name}): {op} of a float32{list(t.shape)} tensor on {where(t._backend)} would compute in "
-            f"{dt.name}, which this device cannot store (no shader-f16 feature); run without autocast here"
+            f"{dt.name}, which this device cannot store{_NO_F16.get(device_type(t), '')}; run without autocast here"
         )
     if not (autocast_mode.cache_enabled and t.requires_grad and t.grad_fn is None and is_grad_enabled()):
         return to(t, dtype=dt)
