@@ -25,7 +25,7 @@ loss at the first and last step.
   ``torch.autocast(device_type, dtype=torch.float16)`` with ``torch.amp.GradScaler``; weights, gradients and AdamW
   state stay fp32 in both; the backward pass and the optimizer step run outside autocast, as PyTorch's recipe has
   it. What each computes in float16: vkblas's ``amp.py`` docstring; PyTorch's cuBLAS float16 GEMMs accumulate in
-  float32 (TF32 stays off, which does not concern float16).
+  float32 (split-K partial sums may be float16: ``allow_fp16_reduced_precision_reduction``, PyTorch's default).
 
 The bound: ``--budget`` (default 290 s) is the whole command's wall time. Each of the runs (4 by default: two
 engines, checkpointing off and on; times two with ``--precision both``) gets ``budget / (runs x 1.25)`` seconds

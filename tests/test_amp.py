@@ -354,6 +354,22 @@ def test_grad_scaler_matches_pytorch(device: str, clip: bool, kw: dict[str, floa
     assert skipped == [2, 4, 8]  # the inf / NaN steps change nothing
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), None], ids=["nan", "inf", "-inf", "none"])
+def test_grad_scaler_finds_one_bad_element(device: str, bad: float | None) -> None:
+    """One non-finite element deep inside a large gradient skips the step; an empty gradient is finite."""
+    p, e = vb.zeros(3000, device=device, requires_grad=True), vb.zeros(0, device=device, requires_grad=True)
+    weights = np.ones(3000, np.float32)
+    if bad is not None:
+        weights[1777] = bad
+    opt = vb.optim.SGD([p, e], lr=1.0)
+    scaler = GradScaler(device, init_scale=4.0)
+    scaler.scale((p * vb.tensor(weights, device=device)).sum() + e.sum()).backward()
+    scaler.step(opt)
+    scaler.update()
+    moved = bool((p.detach() != 0).any().item())
+    assert moved == (bad is None) and scaler.get_scale() == (4.0 if bad is None else 2.0)
+
+
 def test_grad_scaler_state_and_errors(device: str) -> None:
     torch = require_torch()
     scaler = GradScaler(device, init_scale=4.0, growth_interval=3)

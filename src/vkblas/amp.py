@@ -253,9 +253,11 @@ class GradScaler:
         with no_grad():
             for g in grads:
                 g.mul_(1.0 / self._scale)
-            # |g| <= max is False for inf and NaN alike; all of it stays on the device until step() reads it
-            checks = [(g.abs() <= _FLOAT32_MAX).all() for g in grads]
-        state["finite"] = stack(checks).all() if checks else None
+            # a +inf element makes the max inf, -inf the min, NaN both (max / min propagate NaN): the check of
+            # each element without a temporary the size of the gradient; it stays on the device until step()
+            extremes = [r for g in grads if g.numel() for r in (g.amax(), g.amin())]
+        # None: no gradient to check (step() refuses, as PyTorch's); True: only empty ones
+        state["finite"] = (stack(extremes).abs() <= _FLOAT32_MAX).all() if extremes else (True if grads else None)
         state["stage"] = "unscaled"
 
     def step(self, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
@@ -271,7 +273,8 @@ class GradScaler:
             self.unscale_(optimizer)
         if state["finite"] is None:
             raise AssertionError("No inf checks were recorded for this optimizer.")
-        state["found_inf"] = not bool(state["finite"].item())
+        finite = state["finite"]
+        state["found_inf"] = not (finite is True or bool(finite.item()))
         state["stage"] = "stepped"
         return None if state["found_inf"] else optimizer.step(*args, **kwargs)
 
