@@ -13,7 +13,7 @@ import pytest
 
 import vkblas as vb
 import vkblas.nn.functional as F
-from conftest import require_torch
+from conftest import require_torch, requires_vulkan
 from vkblas.amp import GradScaler, autocast
 from vkblas.models import GPT, GPTConfig
 from vkblas.utils.checkpoint import checkpoint
@@ -426,3 +426,33 @@ def test_tiny_gpt_trains_under_autocast(device: str, ck: bool) -> None:
     assert all(p.dtype is vb.float32 for p in model.parameters())
     assert losses[-1] < losses[0] - 0.3, losses
     assert scaler.get_scale() == 2.0**16  # nothing overflowed at this size
+
+
+@requires_vulkan
+def test_gpt_step_under_autocast_with_tensors_beyond_a_binding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPT step of tests/test_large_tensors.py under autocast, on a Vulkan backend that pretends its binding
+    limit is 256 KiB: the float16 casts of the tied 5000 x 64 embedding / head and the float16 logits are split
+    like float32 ones (``large.py``); loss and gradients agree with the cpu's under autocast."""
+    from vkblas import backend
+    from vkblas.backend.vulkan import VulkanBackend
+    from vkblas.backend.vulkan.memory import LargeStorage
+
+    small = VulkanBackend(limits={"max-storage-buffer-binding-size": 1 << 18, "max-buffer-size": 1 << 20})
+    monkeypatch.setitem(backend._instances, backend._default_vulkan_key(), small)
+    cfg = GPTConfig(n_layer=1, n_head=2, n_embd=64, block_size=32, vocab_size=5000, dropout=0.0,
+                    activation_checkpointing=True)  # fmt: skip
+    x, y = RNG.integers(0, 5000, (2, 32)), RNG.integers(0, 5000, (2, 32))
+    results = []
+    for dev in ("vulkan", "cpu"):
+        vb.manual_seed(0)
+        model = GPT(cfg).to(dev)
+        with autocast(dev):
+            logits, loss = model(vb.tensor(x, device=dev), vb.tensor(y, device=dev))
+        assert logits.dtype is vb.float16
+        if dev == "vulkan":
+            assert isinstance(logits._view.storage, LargeStorage)
+        loss.backward()
+        results.append((loss.item(), {n: p.grad.numpy() for n, p in model.named_parameters()}))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-3)
+    for name, g in results[1][1].items():
+        np.testing.assert_allclose(results[0][1][name], g, atol=2e-2 * np.abs(g).max(), rtol=0, err_msg=name)
