@@ -152,6 +152,8 @@ def test_pytorch_forms_and_pass_throughs(torch: Any, capfd: pytest.CaptureFixtur
         assert not (torch.ones(1, requires_grad=True) * 2).requires_grad
     with torch.autocast(device_type="cpu", dtype=torch.bfloat16):  # vkblas has none: float32, said once
         assert (torch.ones(2) @ torch.ones(2)).dtype is torch.float32
+    with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=False):  # accepted, quietly
+        assert (torch.ones(2) @ torch.ones(2)).dtype is torch.float32
     assert "bfloat16" in repr(torch.bfloat16)
     with pytest.raises(TypeError, match="unknown dtype torch.bfloat16"):
         torch.zeros(2, dtype=torch.bfloat16)

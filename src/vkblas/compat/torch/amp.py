@@ -51,17 +51,18 @@ class autocast(_amp.autocast):  # noqa: N801 - PyTorch's name
         self, device_type: str = "cuda", dtype: Any = None, enabled: bool = True, cache_enabled: bool | None = None
     ) -> None:
         kind = _vkblas_type(device_type)
+        if getattr(dtype, "name", None) == "bfloat16":  # checked first: also with enabled=False it is not a dtype
+            if enabled:
+                say_once(
+                    "autocast-bf16",
+                    "torch.autocast(dtype=torch.bfloat16): vkblas has no bfloat16: the block runs in float32",
+                )
+            enabled, dtype = False, None
         if enabled and kind is None:
             say_once(
                 "autocast-cuda", "torch.autocast('cuda'): no Vulkan device stands for CUDA: the block runs in float32"
             )
             enabled = False
-        if enabled and getattr(dtype, "name", None) == "bfloat16":
-            say_once(
-                "autocast-bf16",
-                "torch.autocast(dtype=torch.bfloat16): vkblas has no bfloat16: the block runs in float32",
-            )
-            enabled, dtype = False, None
         if enabled and dtype is None and kind == "cpu":
             say_once("autocast-cpu", "torch.autocast('cpu'): float16 (vkblas has no bfloat16, PyTorch's cpu default)")
         super().__init__(kind or "vulkan", dtype, enabled, cache_enabled)
