@@ -57,6 +57,7 @@ from .autograd import autocast_mode, no_grad
 from .backend.base import UnsupportedError
 from .device import resolve as _resolve
 from .dtypes import DType, float16, to_dtype
+from .ops._core import foreach
 from .ops.autocast import where
 from .ops.shape import stack
 from .tensor import Tensor
@@ -251,8 +252,12 @@ class GradScaler:
         if any(g.dtype is float16 for g in grads):
             raise ValueError("Attempting to unscale FP16 gradients.")
         with no_grad():
+            # one multi-tensor dispatch per few contiguous gradients (the optimizers' foreach), mul_ for the rest
+            dense = [g for g in grads if g._view.is_contiguous()]
+            foreach(((0, "mul", (0, -1)),), [[g] for g in dense], [1.0 / self._scale])
             for g in grads:
-                g.mul_(1.0 / self._scale)
+                if not g._view.is_contiguous():
+                    g.mul_(1.0 / self._scale)
             # a +inf element makes the max inf, -inf the min, NaN both (max / min propagate NaN): the check of
             # each element without a temporary the size of the gradient; it stays on the device until step()
             extremes = [r for g in grads if g.numel() for r in (g.amax(), g.amin())]
