@@ -390,6 +390,16 @@ def test_grad_scaler_finds_one_bad_element(device: str, bad: float | None) -> No
     assert moved == (bad is None) and scaler.get_scale() == (4.0 if bad is None else 2.0)
 
 
+def test_grad_scaler_unscales_contiguous_and_strided_gradients(device: str) -> None:
+    p, q = vb.zeros(3, 2, device=device, requires_grad=True), vb.zeros(4, device=device, requires_grad=True)
+    a = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    p.grad = vb.tensor(a * 8, device=device).mT  # a strided gradient: unscaled by mul_, the others by foreach
+    q.grad = vb.full((4,), 8.0, device=device)
+    GradScaler(device, init_scale=8.0).unscale_(vb.optim.SGD([p, q], lr=1.0))
+    np.testing.assert_array_equal(p.grad.numpy(), a.T)
+    np.testing.assert_array_equal(q.grad.numpy(), np.ones(4, np.float32))
+
+
 def test_grad_scaler_state_and_errors(device: str) -> None:
     torch = require_torch()
     scaler = GradScaler(device, init_scale=4.0, growth_interval=3)
