@@ -20,15 +20,23 @@ loss at the first and last step.
   ``F.scaled_dot_product_attention``, nanoGPT's AdamW (``fused=True`` on CUDA, its ``configure_optimizers``).
 * vkblas: eager, ``F.scaled_dot_product_attention`` (fused kernels), AdamW of ``GPT.configure_optimizers``;
   the model is built on the device (``VKBLAS_DEVICE``), so 1.2B parameters initialise in seconds.
+* ``--precision fp16`` (or ``both``): **fp16 mixed precision** runs, in a table of their own: vkblas's forward under
+  ``vkblas.amp.autocast(device_type, dtype=float16)`` with ``vkblas.amp.GradScaler`` beside PyTorch's under
+  ``torch.autocast(device_type, dtype=torch.float16)`` with ``torch.amp.GradScaler``; weights, gradients and AdamW
+  state stay fp32 in both; the backward pass and the optimizer step run outside autocast, as PyTorch's recipe has
+  it. What each computes in float16: vkblas's ``amp.py`` docstring; PyTorch's cuBLAS float16 GEMMs accumulate in
+  float32 (split-K partial sums may be float16: ``allow_fp16_reduced_precision_reduction``, PyTorch's default).
 
 The bound: ``--budget`` (default 290 s) is the whole command's wall time. Each of the runs (4 by default: two
-engines, checkpointing off and on) gets ``budget / (runs x 1.25)`` seconds from its start (imports, initialisation
-and the compiling first step included), takes no step that would end after that (two at least), and is killed at
-1.25 times its share (its row then says so): the command ends within 290 s, on an H200 too.
+engines, checkpointing off and on; times two with ``--precision both``) gets ``budget / (runs x 1.25)`` seconds
+from its start (imports, initialisation and the compiling first step included), takes no step that would end
+after that (two at least), and is killed at 1.25 times its share (its row then says so): the command ends within
+``--budget`` seconds, on an H200 too.
 
     python3 benchmarks/gpt_scale.py --preset h200          # the GPU machine
     python3 benchmarks/gpt_scale.py --preset tiny           # here (vkblas on lavapipe, PyTorch on the CPU)
     python3 benchmarks/gpt_scale.py --preset h200 --checkpointing on --engines vkblas --steps 4
+    python3 benchmarks/gpt_scale.py --preset h200 --precision both --checkpointing on --budget 230  # fp32 and fp16
 """
 
 from __future__ import annotations
@@ -103,18 +111,24 @@ def run_vkblas(cfg: dict[str, Any], args: argparse.Namespace, tokens: np.ndarray
     vb.synchronize(dev)
     init_s = time.perf_counter() - t0
     vb.accelerator.reset_peak_memory_stats(dev)
+    fp16 = args.amp == "on"
+    kind = "cpu" if dev == "cpu" else "vulkan"
+    scaler = vb.amp.GradScaler(kind, enabled=fp16)
 
     def step(i: int) -> float:
         x, y = batch(tokens, i, cfg["batch"], cfg["block_size"])
-        _, loss = model(vb.tensor(x, device=dev), vb.tensor(y, device=dev))
+        with vb.amp.autocast(kind, dtype=vb.float16, enabled=fp16):
+            _, loss = model(vb.tensor(x, device=dev), vb.tensor(y, device=dev))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()
+        scaler.step(opt)  # fp32: opt.step(); fp16: unless a gradient overflowed (its check is one more sync)
+        scaler.update()
         return loss.item()  # the step's one sync
 
     runtime = getattr(model.lm_head.weight._backend, "rt", None)  # the Vulkan runtime counts dispatches
     out = train(step, args, counter=(lambda: runtime.dispatches) if runtime is not None else None)
     out.update(init_s=init_s, peak_bytes=vb.accelerator.max_memory_allocated(dev), params=model.get_num_params())
+    out.update(loss_scale=scaler.get_scale() if fp16 else None)
     return out
 
 
@@ -142,18 +156,23 @@ def run_torch(cfg: dict[str, Any], args: argparse.Namespace, tokens: np.ndarray 
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     init_s = time.perf_counter() - t0
+    fp16 = args.amp == "on"
+    scaler = torch.amp.GradScaler(dev, enabled=fp16)
 
     def step(i: int) -> float:
         x, y = batch(tokens, i, cfg["batch"], cfg["block_size"])
-        _, loss = model(torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev))
+        with torch.autocast(device_type=dev, dtype=torch.float16, enabled=fp16):
+            _, loss = model(torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         return loss.item()
 
     out = train(step, args)
     peak = torch.cuda.max_memory_allocated() if dev == "cuda" else None
     out.update(init_s=init_s, peak_bytes=peak, params=model.get_num_params(), device=dev)
+    out.update(loss_scale=scaler.get_scale() if fp16 else None)
     return out
 
 
@@ -189,12 +208,19 @@ def main() -> int:
         p.add_argument(f"--{k.replace('_', '-')}", dest=k, type=int, default=None, help=f"override the preset's {k}")
     p.add_argument("--engines", default="vkblas,torch", help="comma-separated: vkblas, torch")
     p.add_argument("--checkpointing", choices=("on", "off", "both"), default="both")
+    p.add_argument(
+        "--precision",
+        choices=("fp32", "fp16", "both"),
+        default="fp32",
+        help="fp32, fp16 mixed precision (autocast float16 + GradScaler in both engines), or both (separate tables)",
+    )
     p.add_argument("--device", default="vulkan", help="vkblas's device (default: vulkan)")
     p.add_argument("--data", choices=("auto", "shakespeare", "pattern"), default="auto")
     p.add_argument("--budget", type=float, default=290.0, help="seconds for the whole command, shared by the runs")
     p.add_argument("--json", default=None, help="also write the results here")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)  # engine name: run one engine and print JSON
     p.add_argument("--ck", default="off", help=argparse.SUPPRESS)
+    p.add_argument("--amp", default="off", help=argparse.SUPPRESS)
     p.add_argument("--share", type=float, default=60.0, help=argparse.SUPPRESS)
     args = p.parse_args()
     cfg = dict(PRESETS[args.preset])
@@ -208,51 +234,66 @@ def main() -> int:
         return 0
 
     modes = ["off", "on"] if args.checkpointing == "both" else [args.checkpointing]
-    runs = [(e, m) for m in modes for e in args.engines.split(",")]
+    precisions = ["fp32", "fp16"] if args.precision == "both" else [args.precision]
+    runs = [(e, m, p) for p in precisions for m in modes for e in args.engines.split(",")]
     share = args.budget / (len(runs) * KILL_AT)  # a run stops stepping after its share, is killed at 1.25 x
     n_params = 12 * cfg["n_layer"] * cfg["n_embd"] ** 2 + cfg["vocab_size"] * cfg["n_embd"]
     print(
         f"GPT {cfg['n_layer']} layers, d_model {cfg['n_embd']}, {cfg['n_head']} heads, vocab {cfg['vocab_size']}, "
         f"block {cfg['block_size']} (~{n_params / 1e9:.2f}B parameters), batch {cfg['batch']} x {cfg['block_size']}, "
-        f"AdamW lr {LR}, fp32; up to {args.steps} steps or {share:.0f} s per run (the whole: <= {args.budget:.0f} s)",
+        f"AdamW lr {LR}, {' and '.join(PRECISION[p] for p in precisions)}; up to {args.steps} steps or {share:.0f} s "
+        f"per run (the whole: <= {args.budget:.0f} s)",
         flush=True,
     )
-    rows, results = [], []
+    results: list[dict[str, Any]] = []
     base = [sys.executable, str(Path(__file__).resolve()), "--preset", args.preset, "--data", args.data]
     base += [f"--{k.replace('_', '-')}={cfg[k]}" for k in cfg]
     base += ["--device", args.device, "--share", str(share)]
-    for engine, ck in runs:
+    for engine, ck, precision in runs:
         t0 = time.perf_counter()
+        amp = "on" if precision == "fp16" else "off"
         try:
             proc = subprocess.run(
-                [*base, "--child", engine, "--ck", ck], capture_output=True, text=True, timeout=KILL_AT * share
+                [*base, "--child", engine, "--ck", ck, "--amp", amp],
+                capture_output=True,
+                text=True,
+                timeout=KILL_AT * share,
             )
             line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
             res = json.loads(line[7:]) if line else {"error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
         except subprocess.TimeoutExpired:
             res = {"error": f"killed after {KILL_AT * share:.0f} s (--budget)"}
-        res.update(engine=engine, checkpointing=ck, wall_s=time.perf_counter() - t0)
+        res.update(engine=engine, checkpointing=ck, precision=precision, wall_s=time.perf_counter() - t0)
         results.append(res)
-        rows.append(row(res, cfg))
-    print_table(
-        "GPT training step, one GPU (tokens/s over the steps after the first; peak: tensors' memory)",
-        COLUMNS,
-        rows,
-    )
-    ratios = compare(results)
-    if ratios:
-        print_table("vkblas / PyTorch at the same checkpointing", ["ckpt", "tokens/s ratio", "peak ratio"], ratios)
+    for precision in precisions:  # one table per precision: fp16 rows never sit among the fp32 ones
+        mine = [r for r in results if r["precision"] == precision]
+        print_table(
+            f"GPT training step, one GPU, {PRECISION[precision]} (tokens/s over the steps after the first; peak: "
+            "tensors' memory)",
+            COLUMNS,
+            [row(r, cfg) for r in mine],
+        )
+        ratios = compare(mine)
+        if ratios:
+            print_table(
+                f"vkblas / PyTorch at the same checkpointing, {PRECISION[precision]}",
+                ["ckpt", "tokens/s ratio", "peak ratio"],
+                ratios,
+            )
     if args.json:
         Path(args.json).write_text(json.dumps({"config": cfg, "results": results}, indent=1))
     return 0 if all("error" not in r for r in results) else 1
 
 
+PRECISION = {"fp32": "fp32", "fp16": "fp16 mixed precision"}
 COLUMNS = ["engine", "ckpt", "tokens/s", "s/step", "steps", "peak GiB", "dispatches/step", "init s", "loss first",
            "loss last", "run s"]  # fmt: skip
 
 
 def row(res: dict[str, Any], cfg: dict[str, Any]) -> list[Any]:
     name = res["engine"] if res["engine"] == "vkblas" else f"torch {res.get('device', '')}".strip()
+    if res["precision"] == "fp16":
+        name += " (fp16 mixed precision)"
     if "error" in res:
         return [name, res["checkpointing"], "failed: " + res["error"][:60], "", "", "", "", "", "", "", res["wall_s"]]
     tok = cfg["batch"] * cfg["block_size"] / res["step_s"]

@@ -33,7 +33,7 @@ LAYERS: list[set[str]] = [
     {"tensor"},
     {"ops"},
     {"creation"},
-    {"nn", "optim", "data", "io", "gradcheck", "pickling", "jit", "utils"},
+    {"nn", "optim", "data", "io", "gradcheck", "pickling", "jit", "utils", "amp"},
     {"models"},
     {"training"},
     {"distributed"},  # reuses training's run definition, models and datasets

@@ -111,6 +111,32 @@ def test_train_eval_sample(capsys: pytest.CaptureFixture[str], tmp_path: Path, d
 
 
 @needs_text
+def test_train_with_fp16_mixed_precision(capsys: pytest.CaptureFixture[str], tmp_path: Path, device: str) -> None:
+    out = tmp_path / "gpt"
+    argv = ["train", "shakespeare-char", *TINY, "--dropout", "0", "--device", device, "--out", str(out)]
+    assert main([*argv, "--amp", "float16"]) == 0
+    stdout = capsys.readouterr().out
+    assert "step 12: train loss" in stdout and "(fp16 mixed precision: loss scale 65536)" in stdout
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["precision"] == "fp16 mixed precision" and metrics["config"]["amp"] == "float16"
+    evals = metrics["evals"]
+    assert evals[-1]["train_loss"] < evals[0]["train_loss"] and evals[-1]["skipped_steps"] == 0
+    assert main(["eval", str(out / "model.safetensors"), "--device", device, "--json"]) == 0  # under autocast too
+    assert json.loads(capsys.readouterr().out)["val_loss"] == pytest.approx(metrics["val_loss"], rel=1e-5)
+    assert main([*argv, "--out", str(tmp_path / "fp32")]) == 0  # the float32 run: other numbers
+    fp32 = json.loads((tmp_path / "fp32" / "metrics.json").read_text())
+    assert fp32["precision"] == "float32" and fp32["evals"][-1]["train_loss"] != evals[-1]["train_loss"]
+    assert fp32["evals"][-1]["train_loss"] == pytest.approx(evals[-1]["train_loss"], rel=2e-2)
+
+
+def test_amp_is_for_the_gpt(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "mnist", "--amp", "float16"]) == 2
+    assert "--amp trains the GPT of shakespeare-char; mnist trains in float32" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="amp must be one of float16 or None"):
+        TextTrainConfig(amp="bfloat16")
+
+
+@needs_text
 def test_sample_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     out = tmp_path / "gpt"
     assert main(["train", "shakespeare-char", *TINY, "--iters", "1", "--device", "cpu", "--out", str(out)]) == 0

@@ -150,14 +150,16 @@ def test_pytorch_forms_and_pass_throughs(torch: Any, capfd: pytest.CaptureFixtur
     assert not torch.backends.mps.is_available() and not torch.cuda.is_bf16_supported()
     with torch.inference_mode():
         assert not (torch.ones(1, requires_grad=True) * 2).requires_grad
-    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):  # vkblas has none: float32, said once
+        assert (torch.ones(2) @ torch.ones(2)).dtype is torch.float32
+    with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=False):  # accepted, quietly
         assert (torch.ones(2) @ torch.ones(2)).dtype is torch.float32
     assert "bfloat16" in repr(torch.bfloat16)
     with pytest.raises(TypeError, match="unknown dtype torch.bfloat16"):
         torch.zeros(2, dtype=torch.bfloat16)
     assert f"{torch.tensor(2.5):.3f}" == "2.500" and f"{torch.tensor([1.0, 2.0])}".startswith("tensor(")
     err = capfd.readouterr().err
-    assert "torch.compile runs the model eagerly" in err and "the block runs in float32" in err
+    assert "torch.compile runs the model eagerly" in err and "vkblas has no bfloat16: the block runs in float32" in err
 
 
 def test_distributed_names_exist_and_refuse(torch: Any) -> None:
@@ -216,6 +218,38 @@ def test_pytorch_zip_checkpoints_get_a_clear_error(tmp_path: Path) -> None:
             torch.load(tmp_path / "real.pt")
         with pytest.raises(TypeError, match="map_location must be a device or a device name"):
             torch.load(tmp_path / "real.pt", map_location=lambda s, loc: s)
+
+
+# ------------------------------------------------------------------------------------------------ autocast
+def test_torch_autocast_is_vkblas_float16(torch: Any, capfd: pytest.CaptureFixture[str]) -> None:
+    assert torch.autocast is torch.amp.autocast and issubclass(torch.amp.autocast, vkblas.amp.autocast)
+    lin = torch.nn.Linear(3, 2)
+    with torch.autocast("cpu", dtype=torch.float16):
+        y = lin(torch.ones(4, 3))
+        loss = torch.nn.functional.cross_entropy(y, torch.tensor([0, 1, 0, 1]))
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") is torch.float16
+    assert y.dtype is torch.float16 and loss.dtype is torch.float32
+    loss.backward()
+    assert lin.weight.grad.dtype is torch.float32
+    with torch.autocast("cuda"):  # no Vulkan device stands for CUDA here (default device: cpu)
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype is torch.float32
+    assert not torch.amp.is_autocast_available("cuda") and not torch.is_autocast_enabled("cuda")
+    assert (
+        "torch.autocast('cuda'): no Vulkan device stands for CUDA: the block runs in float32" in capfd.readouterr().err
+    )
+    with torch.cuda.amp.autocast():
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype is torch.float32
+
+
+def test_torch_autocast_cuda_is_the_vulkan_device(torch_on_vulkan: Any) -> None:
+    torch = torch_on_vulkan
+    a = torch.ones(4, 4, device="cuda")
+    with torch.autocast(device_type="cuda", dtype=torch.float16):
+        assert (a @ a).dtype is torch.float16 and torch.is_autocast_enabled()
+    with torch.cuda.amp.autocast():
+        assert (a @ a).dtype is torch.float16
+    scaler = torch.amp.GradScaler("cuda")
+    assert scaler.is_enabled() and scaler.get_scale() == 2.0**16
 
 
 # ------------------------------------------------------------------------------------------------ GradScaler

@@ -108,6 +108,7 @@ def is_tensor(obj: object) -> bool:
     return isinstance(obj, Tensor)
 
 
-from . import accelerator, data, graphs, nn, optim, utils  # noqa: E402  (the training stack sits on everything above)
+from . import accelerator, amp, data, graphs, nn, optim, utils  # noqa: E402  (the training stack sits on everything above)
+from .amp import autocast  # noqa: E402  (PyTorch's vkblas.autocast)
 from .io import load, save  # noqa: E402
 from .jit import compile  # noqa: E402, A004  (PyTorch's name: vkblas.compile(step))

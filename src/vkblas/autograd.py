@@ -96,6 +96,34 @@ class inference_mode(set_grad_enabled):
             _mode.enabled = False
 
 
+class _AutocastMode(threading.local):
+    """What ``vkblas.amp.autocast`` switched on in this thread (the ops read it through ``ops/autocast.py``). It
+    lives beside grad mode because the engine runs every backward rule with it off, as PyTorch's does: a gradient
+    keeps its forward's dtype whatever context ``backward()`` is called in."""
+
+    def __init__(self) -> None:
+        #: device type ("cpu", "vulkan") -> the lower-precision dtype, for each device type autocast is on for
+        self.dtypes: dict[str, Any] = {}
+        self.cache_enabled = True
+        #: id(float32 leaf) -> (the leaf, its version, its cast): a parameter is cast once per autocast region
+        self.cache: dict[int, tuple[Any, int, Any]] = {}
+        self.depth = 0  # nesting of enabled autocast regions: the cache is emptied on leaving the outermost
+
+
+autocast_mode = _AutocastMode()
+
+
+@contextlib.contextmanager
+def autocast_off() -> Iterator[None]:
+    """No autocast inside (the backward pass; code that must compute in the dtypes it is given)."""
+    saved = autocast_mode.dtypes
+    autocast_mode.dtypes = {}
+    try:
+        yield
+    finally:
+        autocast_mode.dtypes = saved
+
+
 #: numbers the Nodes in the order they are recorded (PyTorch's ``sequence_nr``): a node recorded after a point of
 #: the program has a larger ``seq`` than ``next_seq()`` returned there (activation checkpointing uses this)
 _seq = itertools.count()
@@ -189,7 +217,7 @@ def backward(tensor: Tensor, gradient: Tensor, retain_graph: bool = False) -> No
     if gradient.device != tensor.device:
         raise RuntimeError(f"gradient is on {gradient.device} but the output is on {tensor.device}")
     root = tensor.grad_fn
-    with no_grad():
+    with no_grad(), autocast_off():
         if root is None:  # a leaf
             tensor._accumulate_grad(gradient)
             return

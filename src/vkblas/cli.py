@@ -101,6 +101,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         if args.workers is not None:
             return _usage("train", f"--workers trains mnist or fashion-mnist; {args.dataset} trains on one device")
         return _train_text(args)
+    if args.amp is not None:
+        return _usage("train", f"--amp trains the GPT of shakespeare-char; {args.dataset} trains in float32")
     if args.model not in (None, "mlp", "cnn"):
         raise ValueError(f"{args.dataset} trains an mlp or a cnn, not {args.model!r}")
     args.model = args.model or "mlp"
@@ -150,6 +152,7 @@ def _train_text(args: argparse.Namespace) -> int:
         "n_head": args.n_head,
         "n_embd": args.n_embd,
         "dropout": args.dropout,
+        "amp": args.amp,
     }
     cfg = TextTrainConfig(
         dataset=args.dataset,
@@ -372,6 +375,13 @@ def build_parser() -> argparse.ArgumentParser:
     gpt.add_argument("--n-head", type=_positive_int, default=None, help="attention heads (6)")
     gpt.add_argument("--n-embd", type=_positive_int, default=None, help="embedding width (384)")
     gpt.add_argument("--dropout", type=float, default=None, help="dropout probability (0.2)")
+    gpt.add_argument(
+        "--amp",
+        choices=["float16"],
+        default=None,
+        help="fp16 mixed precision: matrix products in float16 under vkblas.amp.autocast, dynamic loss scaling "
+        "(GradScaler), float32 weights and AdamW state; steps run eagerly (default: float32 throughout)",
+    )
     _common(train)
     _distributed(train)
     train.set_defaults(func=cmd_train)

@@ -16,6 +16,7 @@ from ..dtypes import bool_, float16, float32, float64, int32
 from ..ops._core import cast
 from ..ops._core import elementwise as _elementwise
 from ..ops.attention import scaled_dot_product_attention
+from ..ops.autocast import fp32, lower, refuse
 from ..ops.conv import avg_pool2d, conv2d, max_pool2d, unfold
 from ..ops.conv_variants import conv1d, conv_transpose2d
 from ..ops.dropout import alpha_dropout, dropout, dropout1d, dropout2d, dropout3d, feature_alpha_dropout
@@ -139,7 +140,9 @@ def log_softmax(input: Tensor, dim: int, dtype: object = None) -> Tensor:  # noq
 
 # ---------------------------------------------------------------- layers
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002
-    """``input @ weight.T + bias`` with input (*, in_features), weight (out_features, in_features)."""
+    """``input @ weight.T + bias`` with input (*, in_features), weight (out_features, in_features); under autocast
+    all three in float16."""
+    input, weight, bias = lower("linear", input, weight, bias)  # noqa: A001
     if input.ndim == 0 or input.shape[-1] != weight.shape[-1]:
         raise ValueError(
             f"linear: input of shape {input.shape} does not match weight of shape {weight.shape} "
@@ -201,6 +204,7 @@ def normalize(
 ) -> Tensor:
     """``input / max(||input||_p, eps)`` along ``dim``. The norm is clamped before the root (``max(s, eps^p)^(1/p)``,
     the same value), so a zero vector gets a finite gradient, as in PyTorch."""
+    input = fp32(input)  # noqa: A001 - under autocast: float32
     if out is not None:
         raise NotImplementedError("normalize: out= is not supported")
     if p == 2.0:
@@ -229,6 +233,7 @@ def layer_norm(
     """``(x - mean) / sqrt(var + eps) * weight + bias`` over the trailing ``normalized_shape`` dims (biased
     variance); one fused node that keeps only the input, weight and per-row mean and rstd (``ops/norm.py``)."""
     dims = _check_trailing("layer_norm", input, normalized_shape)
+    input, weight, bias = fp32(input), fp32(weight), fp32(bias)  # noqa: A001 - under autocast: float32
     return normalize_rows("layer_norm", input, dims, weight, bias, eps, center=True)
 
 
@@ -313,12 +318,14 @@ def _check_same_shape(op: str, input: Tensor, target: Tensor) -> None:  # noqa: 
 def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
     _check_reduction("mse_loss", reduction)
     _check_same_shape("mse_loss", input, target)
+    input, target = fp32(input), fp32(target)  # noqa: A001 - under autocast: float32
     return _reduce((input - target).square(), reduction)
 
 
 def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
     _check_reduction("l1_loss", reduction)
     _check_same_shape("l1_loss", input, target)
+    input, target = fp32(input), fp32(target)  # noqa: A001 - under autocast: float32
     return _reduce((input - target).abs(), reduction)
 
 
@@ -397,6 +404,7 @@ def cross_entropy(
     """Cross-entropy of logits ``input`` (N, C, ...) against class indices (N, ...) or class probabilities of the
     input's shape. Computed from ``log_softmax`` (log-sum-exp), so large logits do not overflow."""
     _check_reduction("cross_entropy", reduction)
+    input, target, weight = fp32(input), fp32(target), fp32(weight)  # noqa: A001 - under autocast: float32
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
     unbatched = input.ndim == 1
@@ -580,6 +588,7 @@ def nll_loss(
 ) -> Tensor:
     """Negative log-likelihood of log-probabilities ``input`` (N, C, ...) at class indices ``target`` (N, ...)."""
     _check_reduction("nll_loss", reduction)
+    input, weight = fp32(input), fp32(weight)  # noqa: A001 - under autocast: float32
     unbatched = input.ndim == 1
     x, t = _classes_first("nll_loss", input, target)
     _check_weight("nll_loss", weight, x.shape[1])
@@ -600,6 +609,7 @@ def binary_cross_entropy(
     raise RuntimeError as in PyTorch: at once on the cpu, at the next sync point on a Vulkan device (a device-side
     check, as CUDA's assert; no host round trip per step)."""
     _check_reduction("binary_cross_entropy", reduction)
+    refuse("binary_cross_entropy", input, target)
     _check_same_shape("binary_cross_entropy", input, target)
     for name, t in (("input", input), ("target", target)):
         if t.numel():
@@ -633,6 +643,7 @@ def binary_cross_entropy_with_logits(
     """BCE of ``sigmoid(input)`` computed stably: ``(1 - t) x + (1 + (pw - 1) t) softplus(-x)`` with
     ``softplus(-x) = log(1 + exp(-|x|)) + max(-x, 0)``."""
     _check_reduction("binary_cross_entropy_with_logits", reduction)
+    input, target, weight, pos_weight = (fp32(t) for t in (input, target, weight, pos_weight))  # noqa: A001
     _check_same_shape("binary_cross_entropy_with_logits", input, target)
     softplus_neg = (1 + (-input.abs()).exp()).log() + (-input).relu()
     scale = 1 if pos_weight is None else 1 + (pos_weight - 1) * target

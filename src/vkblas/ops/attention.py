@@ -18,6 +18,7 @@ from ..dtypes import bool_, float32, float64, int32
 from ..random import Generator, default_generator
 from ..tensor import Tensor, empty
 from ._core import broadcast_shapes, same_backend
+from .autocast import lower
 
 
 def _four_d(t: Tensor, batch: tuple[int, ...]) -> Tensor:
@@ -53,6 +54,8 @@ def scaled_dot_product_attention(
     (PyTorch's semantics: ``scale`` defaults to ``1/sqrt(E)``, ``is_causal`` masks keys after the query's position
     (top-left aligned), a bool mask is True where attention is allowed, a float mask is added; a fully masked row
     gives 0). One fused kernel forward and two backward on Vulkan, so no (L, S) matrix is kept in memory."""
+    # under autocast: float16 storage (the kernels compute in float32 arithmetic either way); a float mask too
+    query, key, value, attn_mask = lower("scaled_dot_product_attention", query, key, value, attn_mask)
     tensors = [query, key, value] + ([attn_mask] if attn_mask is not None else [])
     backend = same_backend("scaled_dot_product_attention", tensors)
     if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:

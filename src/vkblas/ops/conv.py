@@ -23,6 +23,7 @@ from ..backend.base import Backend, View, window_output_size
 from ..dtypes import int32
 from ..tensor import Tensor, empty
 from ._core import cast, elementwise, full, same_backend, write_into
+from .autocast import lower
 from .scan import flip_view
 
 IntOr2 = int | Sequence[int]
@@ -183,6 +184,7 @@ def conv2d(
 ) -> Tensor:
     """2-D cross-correlation, ``torch.nn.functional.conv2d``: input (N, C, H, W) or (C, H, W), weight
     (O, C/groups, kh, kw), optional bias (O,)."""
+    input, weight, bias = lower("conv2d", input, weight, bias)  # noqa: A001 - under autocast: float16
     x, unbatched = _batched(input, "conv2d")
     same_backend("conv2d", [x, weight] + ([bias] if bias is not None else []))
     if weight.ndim != 4:

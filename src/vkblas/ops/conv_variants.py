@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..tensor import Tensor
+from .autocast import lower
 from .conv import IntOr2, _fold, _pair, conv2d
 from .conv import pad as _constant_pad
 
@@ -56,6 +57,7 @@ def conv_transpose2d(
     (C_in, H, W), weight (C_in, C_out/groups, kh, kw); output size ``(H - 1) * stride - 2 * padding +
     dilation * (kh - 1) + output_padding + 1`` (likewise W)."""
     op = "conv_transpose2d"
+    input, weight, bias = lower(op, input, weight, bias)  # noqa: A001 - under autocast: float16
     unbatched = input.ndim == 3
     x = input.unsqueeze(0) if unbatched else input
     if x.ndim != 4:

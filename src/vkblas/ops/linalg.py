@@ -6,6 +6,7 @@ from ..autograd import Node, record
 from ..backend.base import View
 from ..tensor import Tensor, empty
 from ._core import broadcast_shapes, expand_view, same_backend
+from .autocast import lower
 from .shape import _strides_for_view
 
 
@@ -44,6 +45,7 @@ def _grad_b(x: Tensor, y: Tensor, g: Tensor) -> Tensor:
 def matmul(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     if not isinstance(input, Tensor) or not isinstance(other, Tensor):
         raise TypeError("matmul: both operands must be Tensors")
+    input, other = lower("matmul", input, other)  # noqa: A001 - under autocast: float16 operands
     same_backend("matmul", [input, other])
     if input.ndim == 0 or other.ndim == 0:
         raise RuntimeError(

@@ -17,6 +17,7 @@ from ..autograd import record
 from ..backend.elementwise import MathFunction, define, define_math
 from ..tensor import Tensor
 from ._core import elementwise
+from .autocast import fp32
 from .unary_math import _round
 
 
@@ -63,7 +64,7 @@ _hardtanh = _parametric(
 
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:  # noqa: A002
     """``log(1 + exp(beta * x)) / beta``, and ``x`` itself where ``beta * x > threshold`` (PyTorch's)."""
-    return _softplus(input, beta, threshold)
+    return _softplus(fp32(input), beta, threshold)
 
 
 def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:  # noqa: A002

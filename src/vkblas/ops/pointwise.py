@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..autograd import Node, is_grad_enabled, record
+from ..autograd import Node, autocast_off, is_grad_enabled, record
 from ..backend.elementwise import define
 from ..dtypes import DType, bool_, float32
 from ..tensor import Tensor, from_host
@@ -173,7 +173,8 @@ def _inplace(name: str, op: str, t: Tensor, *operands: Any, functional: Callable
     check_result_type(name, op, t, operands)
     if check_inplace(t, name):
         assert functional is not None, name
-        return rebase_inplace(t, functional(alias(t), *operands))
+        with autocast_off():  # in place keeps the tensor's dtype, autocast or not (PyTorch's rule)
+            return rebase_inplace(t, functional(alias(t), *operands))
     return write_into(t, op, t, *operands)
 
 

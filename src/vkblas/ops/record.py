@@ -21,10 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..autograd import Node, is_grad_enabled, record
+from ..autograd import Node, autocast_off, is_grad_enabled, record
 from ..backend.elementwise import OPS, MathFunction, define, define_math
 from ..tensor import Tensor
 from ._core import alias, check_inplace, elementwise, rebase_inplace, write_into
+from .autocast import FLOAT32_OPS, fp32
 
 GradRule = Callable[..., Any]
 _SAVABLE = ("x", "y", "out")
@@ -81,6 +82,8 @@ def unary_op(
 
     if integer_only:
         function = _integers_only(name, function)
+    if name in FLOAT32_OPS:
+        function = _float32_under_autocast(function)
 
     _register(name, 1, function, grads, method, inplace, export, f"Elementwise ``{name}``")
     return function
@@ -121,6 +124,8 @@ def binary_op(
 
     if integer_only:
         function = _integers_only(name, function)
+    if name in FLOAT32_OPS:
+        function = _float32_under_autocast(function)
 
     _register(name, 2, function, grad, method, False, export, f"Elementwise ``{name}`` with broadcasting")
     return function
@@ -139,6 +144,15 @@ def _integers_only(name: str, function: Callable[..., Tensor]) -> Callable[..., 
         return function(*operands)
 
     return checked
+
+
+def _float32_under_autocast(function: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """The op with its float16 operands cast to float32 under autocast (``ops/autocast.py``)."""
+
+    def upcast(*operands: Any) -> Tensor:
+        return function(*(fp32(o) for o in operands))
+
+    return upcast
 
 
 def _formula(name: str, formula: Callable[..., Any] | None, math: MathFunction | None, arity: int) -> Any:
@@ -217,7 +231,8 @@ def inplace_function(rec: OpRecord) -> Callable[[Tensor], Tensor]:
         if float_only and not t.dtype.is_floating:  # PyTorch: the float result cannot be stored in place
             raise RuntimeError(f"{name}_: result type float32 can't be cast to the desired output type {t.dtype.name}")
         if check_inplace(t, name + "_"):
-            return rebase_inplace(t, rec.function(alias(t)))
+            with autocast_off():  # in place keeps the tensor's dtype, autocast or not (PyTorch's rule)
+                return rebase_inplace(t, rec.function(alias(t)))
         return write_into(t, name, t)
 
     function.__name__ = function.__qualname__ = name + "_"

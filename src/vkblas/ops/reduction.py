@@ -12,6 +12,7 @@ from ..backend.elementwise import define
 from ..dtypes import BYTES, bool_, float32, int32, to_dtype
 from ..tensor import Tensor, empty, norm_dim
 from ._core import cast, elementwise, full, norm_dims, numpy_aliases
+from .autocast import fp32
 from .elementwise import abs, exp, log, maximum, minimum, sqrt, square
 from .pointwise import where
 
@@ -60,6 +61,7 @@ def accumulated(x: Tensor, dtype: Any) -> Tensor:
     int64)."""
     if dtype is not None:
         return x.to(to_dtype(dtype))
+    x = fp32(x)  # under autocast a float16 sum is computed and returned in float32 (PyTorch's list)
     return cast(x, int32) if x.dtype is bool_ or x.dtype in BYTES else x
 
 
@@ -112,7 +114,8 @@ def mean(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # n
     count = 1
     for a in axes:
         count *= input.shape[a]
-    return sum(input, axes, keepdim) * (1.0 / count if count else float("nan"))
+    # dtype=: a float16 mean stays float16 under autocast too (summed in float32), as PyTorch's
+    return sum(input, axes, keepdim, dtype=input.dtype) * (1.0 / count if count else float("nan"))
 
 
 def _minmax(op: str, input: Tensor, dim: int | None, keepdim: bool) -> Any:
@@ -319,11 +322,11 @@ def _softmax_rows(x: Tensor, dim: int, log: bool) -> Tensor:
 
 @numpy_aliases
 def softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:  # noqa: A002
-    x = input if dtype is None else input.to(dtype)
+    x = fp32(input) if dtype is None else input.to(dtype)
     return _softmax_rows(x if x.dtype.is_floating else x.to(float32), dim, log=False)
 
 
 @numpy_aliases
 def log_softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:  # noqa: A002
-    x = input if dtype is None else input.to(dtype)
+    x = fp32(input) if dtype is None else input.to(dtype)
     return _softmax_rows(x if x.dtype.is_floating else x.to(float32), dim, log=True)

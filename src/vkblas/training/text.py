@@ -6,6 +6,12 @@ batches at every evaluation, so the curves compare like with like). Writes the c
 with the model configuration and the vocabulary in its metadata), ``metrics.json`` and ``curves.png``.
 
 On a Vulkan device the training step runs as a captured graph (``vkblas.graphs``) after one eager warm-up step.
+
+``amp="float16"`` (``--amp float16``) is fp16 mixed precision: the forward passes (training and the loss estimates)
+run under ``vkblas.amp.autocast`` (matrix products and attention in float16, layer norms, softmax and the loss in
+float32; see ``vkblas/amp.py``), the loss is scaled by a ``vkblas.amp.GradScaler`` (steps whose gradients overflow
+are skipped, the scale adapts), and weights, gradients and AdamW state stay float32. Those steps run eagerly, not
+as a captured graph: the scaler reads on the host whether the gradients are finite, once a step.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from .. import amp as _amp
 from .. import graphs
 from ..autograd import no_grad
 from ..data import DataLoader, RandomSampler
@@ -34,6 +41,8 @@ from .fit import resolve_device
 
 TEXT_DATASETS = {"shakespeare-char": ShakespeareChar}
 TEXT_MODELS = ("gpt",)
+AMP_DTYPES = ("float16",)
+PRECISION = {None: "float32", "float16": "fp16 mixed precision"}
 
 
 @dataclass
@@ -65,8 +74,11 @@ class TextTrainConfig:
     data: str | None = None
     progress: bool = True
     graph: bool = True
+    amp: str | None = None  # "float16": fp16 mixed precision (autocast + GradScaler); None: float32
 
     def __post_init__(self) -> None:
+        if self.amp is not None and self.amp not in AMP_DTYPES:
+            raise ValueError(f"amp must be one of {', '.join(AMP_DTYPES)} or None (float32), got {self.amp!r}")
         if self.dataset not in TEXT_DATASETS:
             raise ValueError(f"unknown text dataset {self.dataset!r}: choose from {', '.join(TEXT_DATASETS)}")
         if self.model not in TEXT_MODELS:
@@ -116,14 +128,21 @@ def eval_batches(corpus: ShakespeareChar, cfg: TextTrainConfig, device: str) -> 
     }
 
 
+def autocast_for(device: str, amp: str | None) -> Any:
+    """The forward pass's precision context: ``vkblas.amp.autocast`` for ``amp``, else float32 (a no-op)."""
+    return _amp.autocast(device.split(":")[0], dtype=amp, enabled=amp is not None)
+
+
 @no_grad()
-def estimate_loss(model: GPT, batches: DataLoader) -> float:
-    """The mean loss over ``batches``, in eval mode (no dropout); one read of the device at the end."""
+def estimate_loss(model: GPT, batches: DataLoader, amp: str | None = None) -> float:
+    """The mean loss over ``batches``, in eval mode (no dropout), under ``amp``'s autocast when given; one read of
+    the device at the end."""
     was_training = model.training
     model.eval()
     total: Tensor | None = None
     for x, y in batches:
-        _, loss = model(x, y)
+        with autocast_for(str(x.device), amp):
+            _, loss = model(x, y)
         total = loss if total is None else total + loss
     model.train(was_training)
     assert total is not None
@@ -131,23 +150,35 @@ def estimate_loss(model: GPT, batches: DataLoader) -> float:
 
 
 class _Step:
-    """One training step (forward, backward, clipping, AdamW), eager or replayed from a captured graph."""
+    """One training step (forward, backward, clipping, AdamW), eager or replayed from a captured graph; with
+    ``amp``, eager under autocast with loss scaling (``scaler``)."""
 
-    def __init__(self, model: GPT, optimizer: Any, grad_clip: float, graph: bool) -> None:
-        self.model, self.optimizer, self.grad_clip = model, optimizer, grad_clip
-        self.graph = graphs.Graph() if graph else None
+    def __init__(self, model: GPT, optimizer: Any, grad_clip: float, graph: bool, amp: str | None = None) -> None:
+        self.model, self.optimizer, self.grad_clip, self.amp = model, optimizer, grad_clip, amp
+        self.graph = graphs.Graph() if graph and amp is None else None
+        self.scaler = _amp.GradScaler(enabled=amp is not None)
         self.static: tuple[Tensor, Tensor] | None = None
         self.loss: Tensor | None = None
         self.steps = 0
+        self.skipped = 0  # steps the scaler skipped (gradients not finite)
 
     def _eager(self, x: Tensor, y: Tensor) -> Tensor:
-        _, loss = self.model(x, y)
+        with autocast_for(str(x.device), self.amp):
+            _, loss = self.model(x, y)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        self.scaler.scale(loss).backward()
         if self.grad_clip:
+            self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
             clip_grad_norm_(self.model.parameters(), self.grad_clip)
-        self.optimizer.step()
+        scale = self.scaler.get_scale()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.skipped += self.scaler.get_scale() < scale
         return loss
+
+    def scaling(self) -> dict[str, Any]:
+        """The loss scale and the steps skipped so far (mixed precision only)."""
+        return {"loss_scale": self.scaler.get_scale(), "skipped_steps": self.skipped} if self.amp else {}
 
     def __call__(self, x: Tensor, y: Tensor) -> Tensor:
         self.steps += 1
@@ -168,7 +199,8 @@ class _Step:
 def _eval_record(
     model: GPT, corpus: ShakespeareChar, cfg: TextTrainConfig, device: str, it: int, seconds: float
 ) -> dict[str, Any]:
-    losses = {f"{split}_loss": estimate_loss(model, b) for split, b in eval_batches(corpus, cfg, device).items()}
+    batches = eval_batches(corpus, cfg, device)
+    losses = {f"{split}_loss": estimate_loss(model, b, cfg.amp) for split, b in batches.items()}
     return {"iter": it, "lr": learning_rate(it, cfg), "seconds": seconds, **losses}
 
 
@@ -178,13 +210,13 @@ def run_iterations(
     """Train for ``cfg.iters`` iterations; yield an evaluation record at iteration 0, every ``eval_interval``
     iterations and at the end."""
     train = random_batches(corpus.train, cfg.batch_size, cfg.iters, cfg.seed, device)
-    step = _Step(model, optimizer, cfg.grad_clip, cfg.graph and device.startswith("vulkan"))
+    step = _Step(model, optimizer, cfg.grad_clip, cfg.graph and device.startswith("vulkan"), cfg.amp)
     start, seconds, since = time.perf_counter(), 0.0, 0
     bar = tqdm(total=cfg.iters, desc="train", unit="iter", leave=False, disable=not cfg.progress, dynamic_ncols=True)
     for it, (x, y) in enumerate(train):
         if it % cfg.eval_interval == 0:
             seconds += time.perf_counter() - start
-            yield _eval_record(model, corpus, cfg, device, it, seconds)
+            yield {**_eval_record(model, corpus, cfg, device, it, seconds), **step.scaling()}
             start, since = time.perf_counter(), 0
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(it, cfg)
@@ -196,7 +228,7 @@ def run_iterations(
             bar.set_postfix(loss=f"{loss.item():.4f}", tokens_s=f"{rate:,.0f}")
     bar.close()
     seconds += time.perf_counter() - start
-    yield _eval_record(model, corpus, cfg, device, cfg.iters, seconds)
+    yield {**_eval_record(model, corpus, cfg, device, cfg.iters, seconds), **step.scaling()}
 
 
 def fit_text(cfg: TextTrainConfig) -> dict[str, Any]:
@@ -208,14 +240,17 @@ def fit_text(cfg: TextTrainConfig) -> dict[str, Any]:
     manual_seed(cfg.seed)
     model_cfg = cfg.gpt_config(vocab_size=len(corpus.vocab))
     model = GPT(model_cfg).to(dev)
-    graph = cfg.graph and dev.startswith("vulkan")
+    graph = cfg.graph and dev.startswith("vulkan") and cfg.amp is None  # mixed precision steps run eagerly
     optimizer = model.configure_optimizers(
         cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), **({"capturable": True} if graph else {})
     )
     history = []
     for record in run_iterations(model, optimizer, cfg, corpus, dev):
         history.append(record)
-        tqdm.write(f"step {record['iter']}: train loss {record['train_loss']:.4f}, val loss {record['val_loss']:.4f}")
+        scale = f" (fp16 mixed precision: loss scale {record['loss_scale']:g})" if cfg.amp else ""
+        tqdm.write(
+            f"step {record['iter']}: train loss {record['train_loss']:.4f}, val loss {record['val_loss']:.4f}{scale}"
+        )
     info = {
         "config": dataclasses.asdict(cfg),
         "task": "text",
@@ -226,6 +261,7 @@ def fit_text(cfg: TextTrainConfig) -> dict[str, Any]:
         "train_loss": history[-1]["train_loss"],
         "val_loss": history[-1]["val_loss"],
         "parameters": model.get_num_params(),
+        "precision": PRECISION[cfg.amp],
     }
     checkpoint.save(model, out / "model.safetensors", info)
     train_seconds = history[-1]["seconds"]
@@ -237,7 +273,8 @@ def fit_text(cfg: TextTrainConfig) -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     report.write_metrics(out / "metrics.json", metrics)
-    report.plot_losses(out / "curves.png", history, f"GPT on {cfg.dataset} ({dev})")
+    precision = "" if cfg.amp is None else f", {PRECISION[cfg.amp]}"
+    report.plot_losses(out / "curves.png", history, f"GPT on {cfg.dataset} ({dev}{precision})")
     return metrics
 
 
@@ -264,5 +301,6 @@ def evaluate_text_checkpoint(
     cfg = TextTrainConfig(**{**info["config"], "data": data if data is not None else info["config"]["data"]})
     corpus = TEXT_DATASETS[cfg.dataset](cfg.data, block_size=cfg.block_size)
     dev = str(model.lm_head.weight.device)
-    losses = {f"{split}_loss": estimate_loss(model, b) for split, b in eval_batches(corpus, cfg, dev).items()}
+    batches = eval_batches(corpus, cfg, dev)
+    losses = {f"{split}_loss": estimate_loss(model, b, cfg.amp) for split, b in batches.items()}
     return losses, info

@@ -5,8 +5,9 @@ The first pass runs ``fn`` with grad mode on, on detached copies of the tensor a
 recorded only to find the leaves that require grad (the parameters ``fn`` used); then that graph, and every
 activation it saved, is dropped. The outputs get one node whose inputs are the tensor arguments and those leaves.
 In backward the node restores the global generator to its state at the first pass (so dropout draws the same
-mask), runs ``fn`` again with grad mode on, and takes the gradients of the recomputed outputs with respect to the
-arguments and leaves, which it hands to the engine like any op's input gradients. So the gradients are the ones
+mask) and the first pass's autocast settings (so it computes in the same dtypes), runs ``fn`` again with grad mode
+on, and takes the gradients of the recomputed outputs with respect to the arguments and leaves, which it hands to
+the engine like any op's input gradients. So the gradients are the ones
 without checkpointing, for the parameters and for everything before the checkpoint, at the price of one more
 forward of ``fn``; peak memory holds one checkpointed region's activations instead of all of them.
 
@@ -30,6 +31,7 @@ from typing import Any
 
 from .. import autograd
 from ..autograd import enable_grad, is_grad_enabled
+from ..ops import autocast
 from ..random import default_generator
 from ..tensor import Tensor
 
@@ -69,7 +71,7 @@ class _Call:
             else:
                 kwargs[where] = d
         start = autograd.next_seq()
-        with enable_grad():
+        with enable_grad(), autocast.restored(owner.autocast):
             out = owner.function(*args, **kwargs)
         self.kind = type(out) if isinstance(out, (tuple, list)) else None
         self.outs: list[Any] = list(out) if self.kind is not None else [out]
@@ -82,6 +84,7 @@ class _Checkpoint:
     def __init__(self, function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], rng: bool):
         self.function, self.args, self.kwargs = function, args, kwargs
         self.rng_state = default_generator.get_state() if rng else None
+        self.autocast = autocast.state()  # the recomputation casts as the first pass did (autocast is off in backward)
         #: (positional index or keyword, tensor) of every top-level tensor argument
         self.tensor_args: list[tuple[int | str, Tensor]] = [(i, a) for i, a in enumerate(args) if isinstance(a, Tensor)]
         self.tensor_args += [(k, v) for k, v in kwargs.items() if isinstance(v, Tensor)]

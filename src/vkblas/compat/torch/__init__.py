@@ -3,9 +3,10 @@ sub-modules of this package as ``torch.nn``, ``torch.optim``, ``torch.utils.data
 that is not here fails with an error naming it (``torch.tril is not implemented in vkblas yet``).
 
 What is not a plain vkblas name: ``randint`` with PyTorch's ``(high, size)`` form; ``compile`` (the model itself:
-vkblas runs eagerly, and says so once); ``autocast`` (runs in float32, says so once); ``save`` / ``load``
-(:mod:`.serialization`); ``set_float32_matmul_precision`` (recorded: vkblas's float32 matmul is always full float32,
-which every setting allows); ``inference_mode`` (``no_grad``); ``bfloat16`` (a name that fails when used).
+vkblas runs eagerly, and says so once); ``autocast`` (vkblas's float16 mixed precision, :mod:`.amp`); ``save`` /
+``load`` (:mod:`.serialization`); ``set_float32_matmul_precision`` (recorded: vkblas's float32 matmul is always
+full float32, which every setting allows); ``inference_mode`` (``no_grad``); ``bfloat16`` (a name that fails when
+used).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from . import (  # noqa: E402
     serialization,
     utils,
 )
-from .amp import autocast  # noqa: E402
+from .amp import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: E402
 from .serialization import load, save  # noqa: E402
 
 __version__ = "2.6.0+vkblas"  # the PyTorch API level this shim follows (torch.accelerator arrived in 2.6)
