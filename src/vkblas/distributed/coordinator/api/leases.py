@@ -47,6 +47,7 @@ from .auth import authorization
 from .deps import Context, now
 
 router = APIRouter(prefix="/v1/leases", tags=["leases"])
+JOIN_BLOCK = 256 << 10  # parts are joined through a buffer of this size
 MANIFEST_BYTES = 80 * MAX_PARTS + 1024  # a parts manifest: at most MAX_PARTS names of 64 hex digits, quoted
 LeaseId = Path(pattern=r"^[0-9a-f]{32}$", description="a lease id from POST /v1/leases")
 
@@ -193,7 +194,7 @@ def _assemble(ctx: Context, body: bytes) -> Spool:
         for p in parts:
             h = hashlib.sha256()
             with open(ctx.store.path(p), "rb") as f:
-                for block in iter(lambda f=f: f.read(1 << 20), b""):
+                for block in iter(lambda f=f: f.read(JOIN_BLOCK), b""):
                     h.update(block)
                     spool.write(block)
             if h.hexdigest() != p:
@@ -220,14 +221,19 @@ def _upload(
                 raise ApiError("idempotency-conflict", f"idempotency key {key} was used for another upload")
             return crud.upload_reply(previous, worker)
         samples = crud.own_lease(s, worker=worker, lease_id=lease_id, now=now(), lock=False).samples
-    spool = payload() if callable(payload) else payload  # parts: read only for the lease's holder
-    with spool:  # deleted unless kept below
-        sha = spool.finish()
-        if sha != digest:
-            raise ApiError("checksum-mismatch", f"body hashes to {sha}, X-Content-SHA256 says {digest}")
-        # a bounded number at once: each holds one tensor of its update decoded, whatever the number of uploads
-        with ctx.validating:
+    # a bounded number at once (each joins its parts through a buffer, then holds one tensor of its update
+    # decoded), whatever the number of uploads in flight: the others wait on disk
+    with ctx.validating:
+        spool = payload() if callable(payload) else payload  # parts: read only for the lease's holder
+        try:
+            sha = spool.finish()
+            if sha != digest:
+                raise ApiError("checksum-mismatch", f"body hashes to {sha}, X-Content-SHA256 says {digest}")
             meta, norm, content = _validate(ctx, lease_id, spool, wid)
+        except BaseException:
+            spool.discard()
+            raise
+    with spool:  # deleted unless kept below
         with ctx.db.read_session() as s:
             replayed = crud.replay_of(s, content=content, lease_id=lease_id)
         if replayed is not None:
