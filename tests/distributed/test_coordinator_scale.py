@@ -117,6 +117,17 @@ def test_checkpoint_round_trip_with_pieces(tmp_path):
         np.testing.assert_array_equal(state_tensors[k], v)
     again, state2 = checkpoints.write(store, model, shard_bytes=40_000)
     assert again == manifest and state2 == state  # the same model: the same names
+    from vkblas.distributed.coordinator.config import RunSpec
+
+    spec = RunSpec(algorithm="diloco", limit=600, shard_samples=250, epochs=1, batch_size=64)
+    loaded = checkpoints.read(store, spec, manifest, state)  # a restart: weights, momentum and version back
+    assert loaded.version == model.version == 1 and checkpoints.StoredWeights(store, manifest).shapes == model.shapes
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(loaded.state_dict()[k], v)
+    bad = manifest.shards[1].sha256  # a damaged piece: refused, not loaded
+    store.path(bad).write_bytes(store.path(bad).read_bytes()[:-4] + b"\0\0\0\1")
+    with pytest.raises(OSError, match="damaged"):
+        checkpoints.read(store, spec, manifest, state)
 
 
 # ------------------------------------------------------------------------------------------------ downloads
@@ -303,6 +314,27 @@ def test_parts_cannot_add_up_past_the_upload_limit(diloco: InProcess, monkeypatc
                "x-content-sha256": "0" * 64}  # fmt: skip
     r = diloco.tc.put(f"/v1/leases/{lid}/result", content=json.dumps({"parts": shas}).encode(), headers=headers)
     assert _error(r) == "too-large"
+
+
+def test_spools_left_by_a_crash_are_collected(tmp_path):
+    """An upload cut off by ``kill -9`` leaves its spool file in the store's directory: the GC deletes it once it
+    is older than the grace time, and never a spool still being written, nor a stored file."""
+    import os
+
+    store = Store(tmp_path)
+    kept = store.put(b"a stored file")
+    with store.spool() as live:
+        live.write(b"being written")
+        dead = store.spool()
+        dead.write(b"cut off")
+        dead.finish()
+        old = time.time() - 1000
+        os.utime(dead.path, (old, old))
+        assert store.stale_temporaries(time.time() - 120) == 1
+        assert not dead.path.exists() and live.path.exists() and store.has(kept)
+        sha = live.keep()
+    assert sha == hashlib.sha256(b"being written").hexdigest() and store.get(sha) == b"being written"
+    assert not list(store.blobs.glob(".tmp-*"))
 
 
 # ------------------------------------------------------------------------------------------------ a GPT run

@@ -53,6 +53,7 @@ MAX_PER_PASS = 64  # async: at most this many updates per checkpoint, so version
 GC_EVERY_S = 30.0
 EXPIRE_EVERY_S = 1.0  # leasing expires leases too; this pass is for when nobody asks
 GC_GRACE_S = 120.0  # a superseded blob stays this long (a worker may still be downloading it)
+SPOOL_GRACE_S = 3600.0  # a spool file untouched this long was left by a crash (a live upload writes to it)
 HISTORY_EVERY_S = 2.0  # the dashboard's curves of throughput and workers online
 
 
@@ -417,7 +418,7 @@ class Applier:
                 keep.add(cp.state_sha256)
                 keep.update(ref.sha256 for ref in ModelManifest.model_validate_json(cp.manifest).shards)
             keep.update(s.scalars(select(Update.payload_sha256).where(Update.status == "recorded")))
-        removed = self.store.stale_temporaries(now - GC_GRACE_S)  # spools of uploads cut off by a crash
+        removed = self.store.stale_temporaries(now - SPOOL_GRACE_S)  # spools of uploads cut off by a crash
         for sha in self.store.all():
             if sha in keep:
                 continue
