@@ -240,7 +240,8 @@ def _rounds(url: str, workers: list[BenchWorker], rounds: int, phases: Phases) -
 
     for r in range(rounds):
         phases.measure(f"round {r}: serving shards (downloads)", lambda: each("fetch"))
-        each("compute")  # the workers' side: the coordinator idles
+        for w in workers:  # the workers' side, one after another (a 1.2B model's update is 5 GB a worker)
+            w.compute()
         phases.measure(f"round {r}: uploads received + validated", lambda: each("upload"))
         phases.measure(f"round {r}: validate, apply, checkpoint", lambda r=r: applied(r + 1), makes_momentum=True)
 
