@@ -25,7 +25,7 @@ int8`` and two workers (threads of this process, each with the real client and m
     PYTHONPATH=src python benchmarks/coordinator_scale.py                        # CPU machine, ~2-4 min
     PYTHONPATH=src python benchmarks/coordinator_scale.py --preset h200          # real inner steps on vulkan:0
     python3 benchmarks/coordinator_scale.py --preset h200 --model gpt-1.2b --compute synthetic --rounds 1
-                                                                                 # 4.9 GB model, ~5-6 min
+                                                    # 4.9 GB model: ~5-6 min estimated, ~50 GB RAM, ~30 GB disk
 """
 
 from __future__ import annotations
