@@ -13,7 +13,7 @@ from ..algorithms import GlobalModel
 from ..codec import CodecError, PayloadFile, payload_chunks
 from ..nets import initial_params
 from ..protocol import ModelManifest, ShardRef
-from ..shards import MAX_SHARD_BYTES, MODEL_FORMAT, MODEL_SHARD_BYTES, PIECE, _piece, iter_model_shards
+from ..shards import MAX_SHARD_BYTES, MODEL_FORMAT, MODEL_SHARD_BYTES, PIECE, iter_model_shards, piece_of
 from .config import RunSpec
 from .store import Store
 
@@ -69,7 +69,7 @@ class StoredWeights(Mapping[str, np.ndarray]):
                         self._where[key], self.shapes[key] = [(ref.sha256, key, 0, math.prod(shape))], shape
                         continue
                     try:
-                        name, start, whole = _piece(key)
+                        name, start, whole = piece_of(key)
                     except ValueError as e:
                         raise CodecError(str(e)) from None
                     if len(shape) != 1 or start + shape[0] > math.prod(whole):
