@@ -12,11 +12,20 @@ int8`` and two workers (threads of this process, each with the real client and m
    (outer Nesterov, tensor by tensor from the stored payloads) and checkpoints it. ``--compute synthetic`` (the
    default: what this benchmark measures is the coordinator, not the model's speed) makes the pseudo-gradient from
    random numbers in no time; ``--compute real --device vulkan:0`` trains the unit's inner steps on the device.
-   Reported per round: wall time (first lease to the next version), each worker's download and upload bytes, and
-   the coordinator's peak RSS beside the model's size (the one-extra-copy bound in the real server).
+   Reported per round: wall time (first lease to the next version), each worker's download and upload bytes.
+3. **The coordinator's memory by phase**: the rounds go in lockstep (every worker downloads, then every worker
+   uploads at once, then the round is applied), and the coordinator's peak RSS is taken per phase (its high-water
+   mark reset through ``/proc/PID/clear_refs`` at each phase's start): ready (startup's peak, and the RSS once
+   ready), serving shards (the broadcast, each round's downloads), uploads received and validated, and the round's
+   validation, apply and checkpoint (one pass of the applier, not separable from outside: the in-process test
+   tests/distributed/test_coordinator_scale.py splits it). Each peak is given above the steady state, the RSS when
+   ready plus the outer optimizer's momentum (one model of float32: the optimizer's state, made by round 0's
+   apply), in copies of the model: the issue's bound is one.
 
     PYTHONPATH=src python benchmarks/coordinator_scale.py                        # CPU machine, ~2-4 min
     PYTHONPATH=src python benchmarks/coordinator_scale.py --preset h200          # real inner steps on vulkan:0
+    python3 benchmarks/coordinator_scale.py --preset h200 --model gpt-1.2b --compute synthetic --rounds 1
+                                                    # 4.9 GB model: ~5-6 min estimated, ~50 GB RAM, ~30 GB disk
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ from vkblas.distributed.worker.compute import Result  # noqa: E402
 from vkblas.distributed.worker.errors import UnreachableError  # noqa: E402
 
 MB = 1e6
+MiB = 1 << 20
 DEVICE_LOCK = threading.Lock()
 
 
@@ -58,6 +68,32 @@ def _kib(pid: int, key: str) -> int:
         if line.startswith(key + ":"):
             return int(line.split()[1])
     return 0
+
+
+class Phases:
+    """The coordinator's peak RSS per phase: its high-water mark (VmHWM) reset when a phase starts, read when it
+    ends (Linux: ``/proc/PID/clear_refs``)."""
+
+    def __init__(self, pid: int, model_bytes: int) -> None:
+        self.pid, self.model_bytes = pid, model_bytes
+        self.ready = _kib(pid, "VmRSS") * 1024
+        self.rows: list[list[Any]] = [["ready: startup's peak", "-", f"{_kib(pid, 'VmHWM') / 1024:.0f}", "-", "-"],
+                                      ["ready", "-", f"{self.ready / MiB:.0f}", "0", "0.00"]]  # fmt: skip
+        self.copies: dict[str, float] = {}
+        self.momentum = False  # the outer optimizer's state exists (after round 0's apply)
+
+    def measure(self, name: str, fn: Any, *, makes_momentum: bool = False) -> Any:
+        before = _kib(self.pid, "VmRSS") * 1024
+        Path(f"/proc/{self.pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
+        out = fn()
+        peak = _kib(self.pid, "VmHWM") * 1024
+        self.momentum = self.momentum or makes_momentum
+        steady = self.ready + (self.model_bytes if self.momentum else 0)
+        copies = (peak - steady) / self.model_bytes
+        self.copies[name] = max(self.copies.get(name, -1e9), copies)
+        self.rows.append([name, f"{before / MiB:.0f}", f"{peak / MiB:.0f}", f"{(peak - steady) / MiB:.0f}",
+                          f"{copies:.2f}"])  # fmt: skip
+        return out
 
 
 class Cut(httpx.BaseTransport):
@@ -143,36 +179,71 @@ class BenchWorker:
 
             self.trainer = Trainer(self.info, args.device)
         self.log: list[dict[str, Any]] = []
+        self.body: bytes | None = None
 
-    def run(self, rounds: int) -> None:
-        while len(self.log) < rounds:
-            t0 = time.perf_counter()
+    def fetch(self) -> None:
+        """Lease a unit (waiting for the round to open) and download its version and data."""
+        self.t0 = time.perf_counter()
+        while True:
             reply = self.client.lease(wait=10)
             if reply.status == "done":
-                return
-            if reply.lease is None:
-                continue
-            lease = reply.lease
-            sent0, got0 = self.client.meter.sent, self.client.meter.received
-            t1 = time.perf_counter()
-            params = self.models.params(lease.model)
-            x, y = self.data.slice(lease.data)
-            t2 = time.perf_counter()
-            if self.trainer is not None:
-                with DEVICE_LOCK:  # both workers share the one device (vkblas's queue is one thread's at a time)
-                    result = self.trainer(lease, params, x, y)
-            else:
-                update = {k: (self.rng.standard_normal(v.shape, np.float32) * 1e-4) for k, v in params.items()}
-                tensors, meta = encode(update, lease.codec, lease.block)
-                result = Result(tensors, meta, len(y), 1.0, max(time.perf_counter() - t2, 1e-3))
-            t3 = time.perf_counter()
-            got1 = self.client.meter.received
-            info = UploadMeta(lease_id=lease.lease_id, samples=result.samples, compute_s=result.compute_s, loss=1.0)
-            self.client.upload(lease.lease_id, result.payload(info), key=uuid.uuid4().hex)
-            t4 = time.perf_counter()
-            self.log.append(dict(version=lease.base_version, wait_s=t1 - t0, download_s=t2 - t1, compute_s=t3 - t2,
-                                 upload_s=t4 - t3, down=got1 - got0, up=self.client.meter.sent - sent0,
-                                 start=t0, leased=t1))  # fmt: skip
+                raise SystemExit("the run finished before the benchmark's rounds did")
+            if reply.lease is not None:
+                break
+        self.lease = reply.lease
+        self.sent0, self.got0 = self.client.meter.sent, self.client.meter.received
+        self.t1 = time.perf_counter()
+        self.params = self.models.params(self.lease.model)
+        self.x, self.y = self.data.slice(self.lease.data)
+        self.t2 = time.perf_counter()
+
+    def compute(self) -> None:
+        lease, params = self.lease, self.params
+        if self.trainer is not None:
+            with DEVICE_LOCK:  # both workers share the one device (vkblas's queue is one thread's at a time)
+                result = self.trainer(lease, params, self.x, self.y)
+        else:
+            update = {k: (self.rng.standard_normal(v.shape, np.float32) * 1e-4) for k, v in params.items()}
+            tensors, meta = encode(update, lease.codec, lease.block)
+            del update
+            result = Result(tensors, meta, len(self.y), 1.0, max(time.perf_counter() - self.t2, 1e-3))
+        info = UploadMeta(lease_id=lease.lease_id, samples=result.samples, compute_s=result.compute_s, loss=1.0)
+        self.body = result.payload(info)
+        self.params = None  # the worker's copy of the weights: its cache keeps the shards
+        self.t3 = time.perf_counter()
+
+    def upload(self) -> None:
+        got1 = self.client.meter.received
+        self.client.upload(self.lease.lease_id, self.body, key=uuid.uuid4().hex)
+        self.body = None
+        t4 = time.perf_counter()
+        self.log.append(dict(version=self.lease.base_version, wait_s=self.t1 - self.t0, download_s=self.t2 - self.t1,
+                             compute_s=self.t3 - self.t2, upload_s=t4 - self.t3, down=got1 - self.got0,
+                             up=self.client.meter.sent - self.sent0, start=self.t0, leased=self.t1))  # fmt: skip
+
+
+def _rounds(url: str, workers: list[BenchWorker], rounds: int, phases: Phases) -> None:
+    """The rounds in lockstep, each phase measured: every worker downloads, computes, then all upload at once;
+    then the coordinator applies the round (its version moves on)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def each(method: str) -> None:
+        with ThreadPoolExecutor(len(workers)) as pool:
+            list(pool.map(lambda w: getattr(w, method)(), workers))  # raises a worker's failure
+
+    def applied(version: int) -> None:
+        deadline = time.monotonic() + 600
+        while httpx.get(f"{url}/v1/status").json()["version"] < version:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"round {version - 1} was not applied in 600 s")
+            time.sleep(0.1)
+
+    for r in range(rounds):
+        phases.measure(f"round {r}: serving shards (downloads)", lambda: each("fetch"))
+        for w in workers:  # the workers' side, one after another (a 1.2B model's update is 5 GB a worker)
+            w.compute()
+        phases.measure(f"round {r}: uploads received + validated", lambda: each("upload"))
+        phases.measure(f"round {r}: validate, apply, checkpoint", lambda r=r: applied(r + 1), makes_momentum=True)
 
 
 def main() -> int:
@@ -196,7 +267,8 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="vkblas-scale-"))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    samples = args.rounds * args.workers * args.batch_size
+    # more samples than the rounds use: the run does not finish (no final evaluation inside the last round)
+    samples = (args.rounds + 1) * args.workers * args.batch_size
     serve = [sys.executable, "-m", "vkblas", "distributed", "serve", "shakespeare-char", "--model", args.model,
              "--db", str(tmp / "c.db"), "--store", str(tmp / "store"), "--port", str(port), "--algorithm", "diloco",
              "--codec", "int8", "--samples", str(samples), "--batch-size", str(args.batch_size), "--inner-steps", "1",
@@ -225,26 +297,23 @@ def main() -> int:
 
         manifest = ModelManifest.model_validate(httpx.get(f"{url}/v1/models/latest").json())
         model_bytes = sum(r.bytes for r in manifest.shards)
-        rss_ready = _kib(server.pid, "VmRSS") / 1024
+        phases = Phases(server.pid, model_bytes)
         print(f"{args.model}: {model_bytes / MB:.1f} MB in {len(manifest.shards)} shards; coordinator ready in "
-              f"{ready_s:.1f} s (run created, first evaluation done), RSS {rss_ready:.0f} MiB", flush=True)  # fmt: skip
-        rows = broadcast(url, tmp / "store", manifest, tmp, args.fetchers)
+              f"{ready_s:.1f} s (run created, first evaluation done), RSS {phases.ready / MiB:.0f} MiB",
+              flush=True)  # fmt: skip
+        rows = phases.measure(
+            "broadcast: serving shards", lambda: broadcast(url, tmp / "store", manifest, tmp, args.fetchers)
+        )
+        for cache in tmp.glob("cache-*"):  # 4 copies of the model on disk: a 1.2B model's would fill it
+            shutil.rmtree(cache, ignore_errors=True)
         results["broadcast"] = rows
         print_table(f"Broadcast of version 0 ({model_bytes / MB:.1f} MB, {len(manifest.shards)} shards), loopback",
                     ["fetch", "s", "MB received", "MB/s", "outcome"], rows)  # fmt: skip
 
         workers = [BenchWorker(url, f"w{i}", tmp / f"worker{i}", args) for i in range(args.workers)]
-        threads = [threading.Thread(target=w.run, args=(args.rounds,)) for w in workers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        deadline = time.monotonic() + 300
-        while httpx.get(f"{url}/v1/status").json()["version"] < args.rounds and time.monotonic() < deadline:
-            time.sleep(0.2)
+        _rounds(url, workers, args.rounds, phases)
         t_end = time.perf_counter()
         st = httpx.get(f"{url}/v1/status").json()
-        peak = _kib(server.pid, "VmHWM") / 1024
         round_rows = []
         for r in range(args.rounds):
             logs = [e for w in workers for e in w.log if e["version"] == r]
@@ -262,11 +331,18 @@ def main() -> int:
             ["round", "wall s", "download s", "upload s", "MB down/worker", "MB up/worker"],
             round_rows,
         )
+        results["memory"] = phases.rows
+        print_table(
+            f"Coordinator memory by phase (model {model_bytes / MiB:.0f} MiB; steady state: RSS when ready, plus the "
+            "outer momentum once round 0 made it)",
+            ["phase", "RSS before MiB", "peak RSS MiB", "peak above steady MiB", "model copies"],
+            phases.rows,
+        )
+        worst = max(phases.copies, key=phases.copies.get)  # type: ignore[arg-type]
         summary = [
             ["model (fp32 weights)", f"{model_bytes / MB:.1f} MB"],
             ["version reached", st["version"]],
-            ["coordinator RSS ready / peak", f"{rss_ready:.0f} / {peak:.0f} MiB"],
-            ["peak above ready, in model copies", f"{(peak - rss_ready) * (1 << 20) / model_bytes:.2f}"],
+            ["largest peak above steady state", f"{phases.copies[worst]:.2f} model copies ({worst})"],
             ["coordinator CPU s per applied update", f"{st['apply_cpu_s_per_update']:.2f}"],
             ["updates applied / rejected", f"{st['accepted']} / {st['rejected']}"],
         ]

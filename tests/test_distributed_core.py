@@ -29,7 +29,7 @@ from vkblas.distributed import (
     to_payload,
     weighted_mean,
 )
-from vkblas.distributed.codec import SCALE_SUFFIX, CodecError
+from vkblas.distributed.codec import SCALE_SUFFIX, CodecError, LazyUpdate, PayloadFile, RangeDecoder
 
 RNG = np.random.default_rng(0)
 
@@ -392,6 +392,95 @@ def test_from_payload_raises_only_codec_errors_on_corrupted_payloads(noise, at):
     good[at : at + len(noise)] = noise
     try:
         decode(*from_payload(bytes(good)))
+    except CodecError:
+        pass
+
+
+def _file(tmp_path, data: bytes):  # type: ignore[no-untyped-def]
+    path = tmp_path / "payload.safetensors"
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("codec", ["fp32", "fp16", "int8"])
+def test_payload_file_reads_what_from_payload_reads(tmp_path, codec):
+    """A payload read from its file, a tensor or a range at a time: the same tensors, metadata and decoded update
+    as parsing its bytes, and only the values asked for (0-d, zero-size and int8 ranges that cut scale blocks)."""
+    update = {**_update(), "s": np.array(0.5, np.float32), "e": np.zeros((0, 3), np.float32)}
+    tensors, meta = encode(update, codec, 16)
+    data = to_payload(tensors, meta)
+    back, back_meta = from_payload(data)
+    with PayloadFile(_file(tmp_path, data)) as f:
+        assert f.meta == back_meta == meta and sorted(f) == sorted(back) and "a" in f and "zz" not in f
+        for k, v in back.items():
+            assert f.info(k) == (v.dtype, v.shape)
+            np.testing.assert_array_equal(f[k], v)
+            assert f[k].dtype == v.dtype and f[k].shape == v.shape
+        np.testing.assert_array_equal(f.read("a", 3, 40), back["a"][3:40])
+        with pytest.raises(CodecError, match="outside"):
+            f.read("a", 5, 1001)
+        lazy, whole = LazyUpdate(f, f.meta), decode(back, back_meta)
+        for k in whole:
+            np.testing.assert_array_equal(lazy[k], whole[k])
+        ranged, loaded = RangeDecoder(f.get, f.meta, f), RangeDecoder(back.get, back_meta)
+        for name, start, stop in [("a", 0, 1000), ("a", 3, 37), ("a", 17, 18), ("a", 990, 1000), ("b", 5, 21),
+                                  ("s", 0, 1), ("e", 0, 0)]:  # fmt: skip
+            np.testing.assert_array_equal(ranged.values(name, start, stop), loaded.values(name, start, stop))
+            np.testing.assert_array_equal(ranged.values(name, start, stop), whole[name].reshape(-1)[start:stop])
+    with pytest.raises(CodecError, match="above the limit"):
+        PayloadFile(_file(tmp_path, data), max_bytes=100)
+
+
+def _st_header(entries: dict) -> bytes:
+    import json
+    import struct
+
+    head = json.dumps(entries).encode()
+    return struct.pack("<Q", len(head)) + head
+
+
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        (b"12345", "too short"),
+        ((10**9).to_bytes(8, "little") + b"{}", "truncated or above"),
+        (_st_header([1, 2]), "not a JSON object"),  # type: ignore[arg-type]
+        (_st_header({"__metadata__": {"a": 1}}), "metadata must map strings"),
+        (_st_header({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}) + b"\0" * 4, "data bytes"),
+        (_st_header({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}) + b"\0" * 4, "bad shape"),
+        (_st_header({"x": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 0]}}), "bad shape"),
+        (_st_header({"x": {"dtype": "X9", "shape": [1], "data_offsets": [0, 4]}}) + b"\0" * 4, "entry"),
+        (_st_header({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                     "y": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}) + b"\0" * 8, "overlap"),
+        (_st_header({"x": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}) + b"\0" * 8, "gaps"),
+    ],
+)  # fmt: skip
+def test_payload_file_refuses_malformed_files(tmp_path, data, match):
+    with pytest.raises(CodecError, match=match):
+        PayloadFile(_file(tmp_path, data))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(min_size=1, max_size=64), st.integers(min_value=0, max_value=400))
+def test_payload_file_raises_only_codec_errors_and_agrees_with_from_payload(tmp_path_factory, noise, at):
+    """Corrupted payloads: opening, reading and decoding the file raise CodecError only; what both readers accept,
+    they read alike."""
+    good = bytearray(to_payload(*encode(_update(50), "int8", 8)))
+    at = min(at, len(good) - 1)
+    good[at : at + len(noise)] = noise
+    data = bytes(good)
+    try:
+        parsed = from_payload(data)
+    except CodecError:
+        parsed = None
+    try:
+        with PayloadFile(_file(tmp_path_factory.mktemp("p"), data)) as f:
+            tensors = {k: f[k] for k in f}
+            if parsed is not None:
+                assert f.meta == parsed[1] and sorted(tensors) == sorted(parsed[0])
+                for k, v in tensors.items():
+                    np.testing.assert_array_equal(v, parsed[0][k])
+            dict(LazyUpdate(f, f.meta))
     except CodecError:
         pass
 

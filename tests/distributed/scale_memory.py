@@ -52,7 +52,7 @@ def main(root: str) -> None:
 
     def streamed() -> None:
         stored = [store.open_payload(sha) for sha in shas]
-        sources = [RangeDecoder(p.get, p.meta).values for p in stored]
+        sources = [RangeDecoder(p.get, p.meta, p).values for p in stored]  # ranges read from the files
         model.apply_pseudo_gradient(StreamedAggregate(sources, weights, shapes))
         checkpoints.write(store, model)
 

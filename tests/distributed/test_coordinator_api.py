@@ -177,6 +177,7 @@ def test_lease_upload_apply_and_idempotent_retry(coord: InProcess):
         ("samples", "invalid-payload"),
         ("meta", "invalid-payload"),
         ("too-large", "too-large"),
+        ("too-large-chunked", "too-large"),  # no Content-Length: refused as the spooled body grows past the limit
     ],
 )
 def test_bad_uploads_are_4xx_and_never_stored(coord: InProcess, case: str, code: str):
@@ -210,11 +211,15 @@ def test_bad_uploads_are_4xx_and_never_stored(coord: InProcess, case: str, code:
         body = _payload(lease, u, compute_s=-1)
     elif case == "too-large":
         body = b"\0" * (coord.ctx.upload_limit + 1)
+    elif case == "too-large-chunked":
+        chunk = b"\0" * (1 << 16)
+        body, digest = (chunk for _ in range(coord.ctx.upload_limit // len(chunk) + 2)), "0" * 64  # type: ignore[assignment]
     blobs = set(coord.ctx.store.all())
     r = _put(coord, auth, lease, body, digest=digest)
     assert _error(r) == code, r.text
     assert r.json()["error"]["message"]
     assert set(coord.ctx.store.all()) == blobs
+    assert not list(coord.ctx.store.blobs.glob(".tmp-*"))  # the spooled body is gone too
     st = coord.tc.get("/v1/status").json()
     assert st["pending"] == 0 and st["rejected"] == (1 if code == "rejected-update" else 0)
     assert _put(coord, auth, lease, good).status_code == 200  # the lease is still usable

@@ -55,6 +55,9 @@ def tolerance(kind: str, codec: str) -> float:
         raise ValueError(f"no measured tolerance for {kind!r} work in codec {codec!r}") from None
 
 
+_BLOCK = 1 << 20
+
+
 def _sq(v: np.ndarray) -> float:
     """The sum of squares in float64. einsum, not ``v @ v``: a BLAS dot was 100x slower on a busy machine (its
     threads wait for cores), and the validator computes three of these per pair of 2 MB results."""
@@ -71,8 +74,13 @@ def distance(a: Params, b: Params) -> float:
     if a.keys() != b.keys():
         raise ValueError(f"results name different tensors: {sorted(a)} vs {sorted(b)}")
     diff = 0.0
-    for k in a:
-        diff += _sq(np.subtract(a[k], b[k], dtype=np.float64))
+    for k in a:  # a and b may decode each tensor when read (``codec.LazyUpdate``): each is read once here
+        x, y = np.asarray(a[k]).reshape(-1), np.asarray(b[k]).reshape(-1)
+        if x.shape != y.shape:
+            raise ValueError(f"results' {k!r} differ in size: {x.size} vs {y.size}")
+        for i in range(0, x.size, _BLOCK):  # float64 differences a block at a time, not a float64 copy
+            diff += _sq(np.subtract(x[i : i + _BLOCK], y[i : i + _BLOCK], dtype=np.float64))
+        del x, y
     scale = max(norm(a), norm(b))
     return 0.0 if scale == 0 else math.sqrt(diff) / scale
 

@@ -250,11 +250,17 @@ class GlobalModel:
             if arr.shape != tuple(t.shape):
                 raise ValueError(f"parameter {k!r}: state has shape {arr.shape}, the model {tuple(t.shape)}")
             t.copy_(tensor(arr, device="cpu"))
+        self.load_state(state)
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Restore what :meth:`state_dict` holds besides the weights (the version, the optimizer's state), each
+        entry read once: ``state`` may read them from a file one at a time (``codec.PayloadFile``)."""
         self.version = int(state["__version__"]) if "__version__" in state else 0
         self.optimizer.state = {}
-        for key, arr in state.items():
+        for key in state:
             if not key.startswith(_OPT_PREFIX):
                 continue
+            arr = state[key]
             pname, _, field = key[len(_OPT_PREFIX) :].rpartition(".")
             p = self._tensors[pname]
             s = self.optimizer.state.setdefault(p, {})

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
@@ -140,10 +141,14 @@ def decode_one(get: Callable[[str], np.ndarray | None], meta: Mapping[str, str],
 class RangeDecoder:
     """Values ``start .. stop`` of one tensor of an encoded update (flattened in C order), decoded: what a reader
     that must not hold whole float32 tensors (the coordinator applying a round of a large model) decodes, a block
-    at a time. The encoded tensor being read is kept (an int8 one is a quarter of its float32 size)."""
+    at a time. The encoded tensor being read is kept (an int8 one is a quarter of its float32 size), unless
+    ``file`` is the payload's :class:`PayloadFile`: then only the values asked for are read from it (and the
+    tensor's scales, 1/64 of its float32 size with blocks of 256)."""
 
-    def __init__(self, get: Callable[[str], np.ndarray | None], meta: Mapping[str, str]) -> None:
-        self.get, self.codec = get, _codec_of(meta)
+    def __init__(
+        self, get: Callable[[str], np.ndarray | None], meta: Mapping[str, str], file: PayloadFile | None = None
+    ) -> None:
+        self.get, self.codec, self.file = get, _codec_of(meta), file
         self.block = 0
         if self.codec == "int8":
             try:
@@ -153,40 +158,68 @@ class RangeDecoder:
             if not 1 <= self.block <= MAX_BLOCK:
                 raise CodecError(f"int8 block size {self.block} outside [1, {MAX_BLOCK}]")
         self._name: str | None = None
-        self._q = self._scales = np.zeros(0)
+        self._size = 0
+        self._q: np.ndarray | None = None
+        self._scales: np.ndarray | None = None
 
     def _load(self, name: str) -> None:
-        q = self.get(name)
-        if q is None:
-            raise CodecError(f"payload lacks tensor {name!r}")
+        if self.file is not None:  # the header's dtype and shape; the values are read when asked for
+            if name not in self.file:
+                raise CodecError(f"payload lacks tensor {name!r}")
+            dtype, shape = self.file.info(name)
+            q = None
+        else:
+            q = self.get(name)
+            if q is None:
+                raise CodecError(f"payload lacks tensor {name!r}")
+            dtype, shape = q.dtype, q.shape
+        size = math.prod(shape)
         scales = None
         if self.codec in ("fp32", "fp16"):
             want = np.float32 if self.codec == "fp32" else np.float16
-            if q.dtype != want:
-                raise CodecError(f"{name!r}: dtype {q.dtype.name} in a {self.codec} payload")
+            if dtype != want:
+                raise CodecError(f"{name!r}: dtype {dtype.name} in a {self.codec} payload")
         else:
             scales = self.get(name + SCALE_SUFFIX)
             if scales is None:
                 raise CodecError(f"{name!r}: int8 tensor without its scales")
-            nb = -(-q.size // self.block)
-            if q.dtype != np.int8 or scales.dtype != np.float32 or scales.shape != (nb,):
+            nb = -(-size // self.block)
+            if dtype != np.int8 or scales.dtype != np.float32 or scales.shape != (nb,):
                 raise CodecError(
-                    f"{name!r}: expected int8 values and {nb} float32 scales, got {q.dtype.name} {q.shape} and "
+                    f"{name!r}: expected int8 values and {nb} float32 scales, got {dtype.name} {tuple(shape)} and "
                     f"{scales.dtype.name} {scales.shape}"
                 )
             if not np.all((scales >= 0) & (scales <= MAX_SCALE)):  # NaN fails too
                 raise CodecError(f"{name!r}: int8 scales must be finite, >= 0 and <= {MAX_SCALE:.4g}")
-        self._name, self._q, self._scales = name, q.reshape(-1), scales
+        self._name, self._size, self._scales = name, size, scales
+        self._q = None if q is None else q.reshape(-1)
 
     def values(self, name: str, start: int, stop: int) -> np.ndarray:
         if name != self._name:
             self._load(name)
-        if not 0 <= start <= stop <= self._q.size:
-            raise CodecError(f"{name!r}: values [{start}, {stop}) outside its {self._q.size}")
-        out = self._q[start:stop].astype(np.float32)
+        if not 0 <= start <= stop <= self._size:
+            raise CodecError(f"{name!r}: values [{start}, {stop}) outside its {self._size}")
+        q = self.file.read(name, start, stop) if self._q is None else self._q[start:stop]  # type: ignore[union-attr]
+        out = q.astype(np.float32)
         if self._scales is not None:  # q * s, each value with its block's scale (as decode: float32 products)
-            out *= self._scales[np.arange(start, stop) // self.block]
+            _scale(out, self._scales, self.block, start)
         return out
+
+
+def _scale(out: np.ndarray, scales: np.ndarray, block: int, start: int) -> None:
+    """``out[i] *= scales[(start + i) // block]`` in place, without an index or scale array the size of ``out``:
+    the partial block at each end on its own, the whole blocks between as rows of a [blocks, block] view."""
+    stop = start + out.size
+    head = min(stop, -(-start // block) * block)  # the first block boundary at or after start
+    if head > start:
+        out[: head - start] *= scales[start // block]
+    whole = (stop - head) // block
+    if whole:
+        rows = out[head - start : head - start + whole * block].reshape(whole, block)
+        rows *= scales[head // block : head // block + whole, None]
+    tail = head + whole * block
+    if tail < stop:
+        out[tail - start :] *= scales[tail // block]
 
 
 class ErrorFeedback:
@@ -241,6 +274,116 @@ def from_payload(data: bytes, max_bytes: int | None = None, max_header: int = 1 
     except (SafetensorError, ValueError, TypeError, UnicodeDecodeError) as e:
         raise CodecError(f"not a readable safetensors payload ({e})") from e
     return tensors, meta
+
+
+#: safetensors' names of the dtypes a payload file may hold (little-endian, as the format stores them)
+_FILE_DTYPES = {
+    "F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
+    "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1", "BOOL": "?",
+}  # fmt: skip
+
+
+class PayloadFile(Mapping[str, np.ndarray]):
+    """A safetensors file on disk (an upload spooled there, a stored result or shard), read a tensor or a range of
+    values at a time and never whole: ``self[name]`` is one tensor (a copy in memory), :meth:`read` values
+    ``start .. stop`` of one, flattened. Opening checks what :func:`from_payload` checks (size, header, metadata)
+    and the entries' layout (known dtypes, shapes, offsets that tile the data exactly, as safetensors requires);
+    :class:`CodecError` for anything malformed. Close it (or use ``with``) to release the file."""
+
+    def __init__(self, path: str | os.PathLike[str], max_bytes: int | None = None, max_header: int = 1 << 20) -> None:
+        self._fd = os.open(path, os.O_RDONLY)
+        try:
+            self._open(max_bytes, max_header)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, max_bytes: int | None, max_header: int) -> None:
+        size = os.fstat(self._fd).st_size
+        if max_bytes is not None and size > max_bytes:
+            raise CodecError(f"payload of {size} bytes is above the limit of {max_bytes}")
+        if size < 8:
+            raise CodecError(f"payload of {size} bytes is too short for a safetensors header")
+        (header_len,) = struct.unpack("<Q", os.pread(self._fd, 8, 0))
+        if header_len > max_header or 8 + header_len > size:
+            raise CodecError(f"safetensors header of {header_len} bytes is truncated or above {max_header}")
+        try:
+            header = json.loads(os.pread(self._fd, header_len, 8))
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
+            raise CodecError(f"not a readable safetensors payload ({e})") from e
+        if not isinstance(header, dict):
+            raise CodecError("safetensors header is not a JSON object")
+        meta = header.pop("__metadata__", None) or {}
+        if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+            raise CodecError("safetensors metadata must map strings to strings")
+        self.meta: dict[str, str] = meta
+        self._base = 8 + header_len
+        self._entries: dict[str, tuple[np.dtype, tuple[int, ...], int]] = {}
+        spans = []
+        for name, entry in header.items():
+            if not isinstance(entry, dict) or entry.get("dtype") not in _FILE_DTYPES:
+                raise CodecError(f"not a readable safetensors payload (entry {name[:80]!r}: {str(entry)[:80]})")
+            shape, offsets = entry.get("shape"), entry.get("data_offsets")
+            ok = isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)
+            ok = ok and isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
+            dtype = np.dtype(_FILE_DTYPES[entry["dtype"]])
+            if not ok or offsets[1] - offsets[0] != dtype.itemsize * math.prod(shape):
+                raise CodecError(f"not a readable safetensors payload (entry {name[:80]!r}: bad shape or offsets)")
+            self._entries[name] = (dtype, tuple(shape), offsets[0])
+            spans.append((offsets[0], offsets[1]))
+        at = 0
+        for begin, end in sorted(spans):
+            if begin != at:
+                raise CodecError("not a readable safetensors payload (its tensors' offsets overlap or leave gaps)")
+            at = end
+        if self._base + at != size:
+            raise CodecError(f"not a readable safetensors payload ({size - self._base} data bytes, its tensors {at})")
+
+    def info(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
+        """(dtype, shape) of entry ``name``, from the header (nothing read)."""
+        dtype, shape, _ = self._entries[name]
+        return dtype, shape
+
+    def read(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Values ``start .. stop`` of entry ``name``, flattened in C order (only those bytes are read)."""
+        dtype, shape, offset = self._entries[name]
+        if not 0 <= start <= stop <= math.prod(shape):
+            raise CodecError(f"{name!r}: values [{start}, {stop}) outside its {math.prod(shape)}")
+        out = np.empty(stop - start, dtype)
+        view, pos = memoryview(out).cast("B"), self._base + offset + start * dtype.itemsize
+        while view.nbytes:
+            n = os.preadv(self._fd, [view], pos)
+            if n <= 0:
+                raise CodecError(f"{name!r}: the payload file ends early")
+            view, pos = view[n:], pos + n
+        return out
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        dtype, shape, _ = self._entries[name]
+        return self.read(name, 0, math.prod(shape)).reshape(shape)
+
+    def __contains__(self, name: object) -> bool:  # Mapping's default would read the tensor
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> PayloadFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
 
 
 _ST_DTYPES = {np.dtype(k): v for k, v in (

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,7 @@ def initial_params(model: str, dataset: str, seed: int) -> dict[str, np.ndarray]
     return {k: p.detach().numpy() for k, p in build(model, dataset).named_parameters()}
 
 
-def load_params(module: Any, params: dict[str, np.ndarray]) -> None:
+def load_params(module: Any, params: Mapping[str, np.ndarray]) -> None:
     """Copy a run's weights into ``module``; every parameter must be there (tied aliases follow their weight)."""
     names = {k for k, _ in module.named_parameters()}
     if names != set(params):

@@ -70,7 +70,7 @@ def iter_model_shards(
         yield payload_chunks([(k, f32, tuple(shapes[k])) for k in group], get, _MODEL_META)
 
 
-def _piece(key: str) -> tuple[str, int, tuple[int, ...]]:
+def piece_of(key: str) -> tuple[str, int, tuple[int, ...]]:
     """(tensor name, first value, the tensor's shape) of a piece's entry name; ValueError if malformed."""
     name, _, rest = key.rpartition(PIECE)
     start, _, dims = rest.partition(":")
@@ -91,7 +91,7 @@ def parse_model_shard(data: bytes) -> dict[str, np.ndarray]:
     for key, value in tensors.items():
         if PIECE in key:
             try:
-                _, start, shape = _piece(key)
+                _, start, shape = piece_of(key)
             except ValueError as e:
                 raise CodecError(str(e)) from None
             if value.ndim != 1 or start + value.size > math.prod(shape):
@@ -106,7 +106,7 @@ def assemble(entries: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     parts: dict[str, list[tuple[int, tuple[int, ...], np.ndarray]]] = {}
     for key, value in entries.items():
         if PIECE in key:
-            name, start, shape = _piece(key)
+            name, start, shape = piece_of(key)
             parts.setdefault(name, []).append((start, shape, value))
             out.setdefault(name, value)  # a placeholder keeps the order
         else:

@@ -6,19 +6,18 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import numpy as np
 from fastapi import FastAPI
 from sqlalchemy import select
 from starlette.types import Scope
 
 from ...version import __version__
 from ..protocol import MAX_JSON_BODY, PART_BYTES, UPLOAD_SLACK, ModelManifest
-from ..validation import signature_of
 from . import checkpoints, trust
 from .addresses import parse_networks
 from .api import admin, board, files, leases, status, workers
@@ -43,16 +42,18 @@ def _context(settings: ServeSettings) -> Context:
     spec = load_spec(db)
     with db.read_session() as s:
         cp = s.scalars(select(Checkpoint).order_by(Checkpoint.version.desc()).limit(1)).one()
-        params = checkpoints.read_params(store, ModelManifest.model_validate_json(cp.manifest))
-    model_bytes = sum(int(np.asarray(v).nbytes) for v in params.values())
+        # the shapes from the shards' headers: no tensor is read
+        shapes = checkpoints.StoredWeights(store, ModelManifest.model_validate_json(cp.manifest)).shapes
+    values = sum(math.prod(s) for s in shapes.values())
+    model_bytes = 4 * values
     # fp32 is the largest codec; int8 with tiny blocks adds up to 4 bytes of scale per value: twice covers both
     return Context(
         db=db,
         store=store,
         spec=spec,
-        signature=signature_of(params),
+        signature={k: (shape, "float32") for k, shape in shapes.items()},
         upload_limit=2 * model_bytes + UPLOAD_SLACK,
-        flops_per_sample=trust.flops_per_sample(sum(int(np.asarray(v).size) for v in params.values())),
+        flops_per_sample=trust.flops_per_sample(values),
         watch=RunWatch(db),
     )
 
@@ -103,7 +104,15 @@ def create_app(settings: ServeSettings) -> FastAPI:
                 return min(PART_BYTES, ctx.upload_limit)
         return MAX_JSON_BODY
 
-    app.add_middleware(BodyLimit, limit_for=limit_for)
+    def streamed(scope: Scope) -> bool:  # uploads: written to the store's directory as they arrive, never held
+        path = scope.get("path", "")
+        return (
+            scope.get("method") == "PUT"
+            and path.startswith("/v1/leases/")
+            and (path.endswith("/result") or "/parts/" in path)
+        )
+
+    app.add_middleware(BodyLimit, limit_for=limit_for, streamed=streamed)
     # added last, so it runs first: a flood is refused before its body is read
     app.add_middleware(
         RateLimit,

@@ -35,7 +35,7 @@ import numpy as np
 from sqlalchemy import func, select, update
 
 from ..algorithms import GlobalModel, StalenessFilter
-from ..codec import RangeDecoder, decode, from_payload
+from ..codec import LazyUpdate, PayloadFile, RangeDecoder
 from ..protocol import ModelManifest
 from ..robust import StreamedAggregate
 from . import checkpoints, trust
@@ -53,8 +53,8 @@ MAX_PER_PASS = 64  # async: at most this many updates per checkpoint, so version
 GC_EVERY_S = 30.0
 EXPIRE_EVERY_S = 1.0  # leasing expires leases too; this pass is for when nobody asks
 GC_GRACE_S = 120.0  # a superseded blob stays this long (a worker may still be downloading it)
+SPOOL_GRACE_S = 3600.0  # a spool file untouched this long was left by a crash (a live upload writes to it)
 HISTORY_EVERY_S = 2.0  # the dashboard's curves of throughput and workers online
-KEEP_DECODED_BYTES = 256 * 2**20  # validated results handed from the validator to this pass's applying
 
 
 @dataclass
@@ -100,7 +100,7 @@ class Applier:
         self._last_expiry = 0.0
         self._last_history = 0.0
         self.flops_per_sample = 0.0
-        self._decoded: dict[str, dict[str, np.ndarray]] = {}  # payload sha256 -> the validator's decoded result
+        self._open: list[PayloadFile] = []  # the stored results this pass reads, closed at its end
 
     # ------------------------------------------------------------------ leadership
     def _hold(self, now: float) -> bool:
@@ -140,12 +140,13 @@ class Applier:
                 expire_leases(s, now=now)
         if self.model is None:
             self._load()
-        decided = validate(self.db, self.store, self.spec, flops_per_sample=self.flops_per_sample,
-                           decoded=self._decoded, keep_bytes=KEEP_DECODED_BYTES)  # fmt: skip
+        decided = validate(self.db, self.store, self.spec, flops_per_sample=self.flops_per_sample)
         try:
             decided += self._apply_pending(now)
         finally:
-            self._decoded.clear()  # only this pass's: a later pass reads the store (the bytes' hash checked)
+            for stored in self._open:
+                stored.close()
+            self._open.clear()
         if now - self._last_history >= HISTORY_EVERY_S:
             self._last_history = now
             self._record_history(now)
@@ -220,21 +221,22 @@ class Applier:
         )
         return pending if close else []
 
-    def _payload(self, u: Update) -> dict[str, np.ndarray]:
-        kept = self._decoded.pop(u.payload_sha256, None)
-        if kept is not None:
-            return kept
-        tensors, meta = from_payload(self.store.get(u.payload_sha256))
-        return decode(tensors, meta)  # validated at upload; the store's hash check guards the bytes since
+    def _stored(self, u: Update) -> PayloadFile:
+        """A recorded result's stored file (validated at upload; its hash is checked here, so the bytes are those
+        that passed), open until the end of this pass."""
+        stored = self.store.open_payload(u.payload_sha256)
+        self._open.append(stored)
+        return stored
+
+    def _payload(self, u: Update) -> LazyUpdate:
+        """A result decoded a tensor at a time as the optimizer steps through it (async)."""
+        stored = self._stored(u)
+        return LazyUpdate(stored, stored.meta)
 
     def _source(self, u: Update) -> Callable[[str, int, int], np.ndarray]:
-        """A block of one tensor of a result at a time: from the validator's decoded copy if it kept one, else
-        decoded from its stored payload (read lazily, a tensor at a time; the file's hash checked first)."""
-        kept = self._decoded.pop(u.payload_sha256, None)
-        if kept is not None:
-            return lambda name, start, stop: kept[name].reshape(-1)[start:stop]
-        stored = self.store.open_payload(u.payload_sha256)
-        return RangeDecoder(stored.get, stored.meta).values
+        """A block of one tensor of a result at a time, read from its stored file and decoded (sync/diloco)."""
+        stored = self._stored(u)
+        return RangeDecoder(stored.get, stored.meta, stored).values
 
     def _apply_async(self, batch: list[Update], total: int) -> list[Decision]:
         model, out = self.model, []
@@ -344,18 +346,26 @@ class Applier:
         if running:
             self._eval_job.result()  # type: ignore[union-attr]
         self._last_eval = (self.model.version, now)
-        job = (self.model.params(), self.model.version, self.samples_applied, now)
-        self._eval_job = self._eval_pool.submit(self._evaluate, *job)
-        if force:
-            self._eval_job.result()
-
-    def _evaluate(self, params: dict[str, np.ndarray], version: int, samples: int, now: float) -> None:
         try:
             if self._evaluator is None:
                 from .evaluate import Evaluator
 
                 self._evaluator = Evaluator(self.spec, self.data)
-            loss, acc = self._evaluator(params)
+            # the weights copied into the evaluator's model here, a tensor at a time, while no evaluation runs:
+            # its model is the snapshot, so evaluating costs no extra copy of the weights beside the next round
+            self._evaluator.load(self.model.param, self.model.names)
+        except Exception:
+            log.exception("applier: evaluation of version %d failed", self.model.version)
+            return
+        job = (self.model.version, self.samples_applied, now)
+        self._eval_job = self._eval_pool.submit(self._evaluate, *job)
+        if force:
+            self._eval_job.result()
+
+    def _evaluate(self, version: int, samples: int, now: float) -> None:
+        try:
+            assert self._evaluator is not None
+            loss, acc = self._evaluator.run()
             with self.db.session() as s:
                 s.add(Evaluation(version=version, samples=samples, accuracy=acc, loss=loss, created_at=now))
             log.info("applier: version %d test accuracy %.2f%%", version, 100 * acc)
@@ -408,7 +418,7 @@ class Applier:
                 keep.add(cp.state_sha256)
                 keep.update(ref.sha256 for ref in ModelManifest.model_validate_json(cp.manifest).shards)
             keep.update(s.scalars(select(Update.payload_sha256).where(Update.status == "recorded")))
-        removed = 0
+        removed = self.store.stale_temporaries(now - SPOOL_GRACE_S)  # spools of uploads cut off by a crash
         for sha in self.store.all():
             if sha in keep:
                 continue

@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import secrets
+from collections.abc import Mapping
 
 import numpy as np
 from sqlalchemy import exists, func, select, update
@@ -262,7 +263,7 @@ def upload_reply(u: Update, worker: Worker) -> UploadReply:
     return UploadReply(update_id=u.seq, status=status, bytes=u.payload_bytes, credit=worker.credit)  # type: ignore[arg-type]
 
 
-def content_hash(tensors: dict) -> str:
+def content_hash(tensors: Mapping[str, np.ndarray]) -> str:
     """sha256 of an upload's tensors alone (name, dtype, shape, bytes, in name order), not of its metadata."""
     h = hashlib.sha256()
     for name in sorted(tensors):

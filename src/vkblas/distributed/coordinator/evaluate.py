@@ -4,6 +4,8 @@ blocks of the validation split."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
+
 import numpy as np
 
 from ...autograd import no_grad
@@ -15,6 +17,27 @@ from ..text import block_size, is_text, val_blocks
 from .config import RunSpec
 
 TEXT_EVAL_BLOCKS = 16  # blocks of the validation split: a 50M GPT evaluates them in seconds on a CPU
+
+
+class _Weights(Mapping[str, np.ndarray]):
+    """Weights read one at a time when asked for (``get(name)``), never all at once."""
+
+    def __init__(self, get: Callable[[str], np.ndarray], names: list[str]) -> None:
+        self.get, self.names = get, names
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.names:
+            raise KeyError(name)
+        return self.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
 
 
 class Evaluator:
@@ -32,8 +55,17 @@ class Evaluator:
         self.model = build(spec.model, spec.dataset).to("cpu")
         self.loss_fn = nn.CrossEntropyLoss()
 
-    def __call__(self, params: dict[str, np.ndarray]) -> tuple[float, float]:
+    def __call__(self, params: Mapping[str, np.ndarray]) -> tuple[float, float]:
         load_params(self.model, params)
+        return self.run()
+
+    def load(self, get: Callable[[str], np.ndarray], names: list[str]) -> None:
+        """Copy the weights ``get(name)`` gives into this evaluator's model, one tensor at a time (the coordinator
+        reads them from its model: no whole copy beside the two models)."""
+        load_params(self.model, _Weights(get, names))
+
+    def run(self) -> tuple[float, float]:
+        """(mean test loss, test accuracy) of the weights loaded last."""
         if self.text:
             return self._text()
         batches = [

@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-import numpy as np
+from ..codec import PayloadFile
 
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 
@@ -56,23 +56,27 @@ class Store:
     def put_stream(self, chunks: Iterable[bytes | memoryview]) -> tuple[str, int]:
         """Store the concatenation of ``chunks`` without holding it: hashed and written as they come, then renamed
         to its name; returns (sha256, bytes)."""
-        h, n = hashlib.sha256(), 0
-        fd, tmp = tempfile.mkstemp(dir=self.blobs, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                for chunk in chunks:
-                    h.update(chunk)
-                    f.write(chunk)
-                    n += len(chunk) if isinstance(chunk, bytes) else chunk.nbytes
-            sha = h.hexdigest()
-            target = self.path(sha)
-            target.parent.mkdir(exist_ok=True)
-            os.replace(tmp, target)  # the same bytes again: the same name, replaced by identical content
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        return sha, n
+        with self.spool() as spool:
+            for chunk in chunks:
+                spool.write(chunk)
+            return spool.keep(), spool.bytes
+
+    def spool(self) -> Spool:
+        """A new file to write into the store (an upload as it arrives): see :class:`Spool`."""
+        return Spool(self)
+
+    def stale_temporaries(self, older_than: float) -> int:
+        """Delete spool files left by a process that died mid-write (``kill -9``), last written before
+        ``older_than`` (a time); returns how many."""
+        removed = 0
+        for p in self.blobs.glob(".tmp-*"):
+            try:
+                if p.stat().st_mtime < older_than:
+                    p.unlink()
+                    removed += 1
+            except FileNotFoundError:
+                pass
+        return removed
 
     def get(self, sha: str) -> bytes:
         """The bytes named ``sha``, checked against the name (a damaged file raises rather than being used)."""
@@ -90,10 +94,10 @@ class Store:
         if h.hexdigest() != sha:
             raise OSError(f"store file {sha} is damaged (its content hashes differently)")
 
-    def open_payload(self, sha: str) -> StoredPayload:
-        """A stored safetensors file, checked against its name, to read tensor by tensor."""
+    def open_payload(self, sha: str, max_bytes: int | None = None) -> PayloadFile:
+        """A stored safetensors file, checked against its name, to read tensor by tensor (close it after)."""
         self.verify(sha)
-        return StoredPayload(self.path(sha))
+        return PayloadFile(self.path(sha), max_bytes=max_bytes)
 
     def has(self, sha: str) -> bool:
         return self.path(sha).is_file()
@@ -108,16 +112,49 @@ class Store:
         return [p.name for p in self.blobs.glob("*/*") if _SHA.match(p.name)]
 
 
-class StoredPayload:
-    """A safetensors file read one tensor at a time (``get``), never whole: what the applier reads a round's
-    stored uploads with, so a round of large updates holds one tensor of each at a time."""
+class Spool:
+    r"""A file being written into the store's directory, hashed as it is written, never held in memory: an upload's
+    body as it arrives, its parts joined. :meth:`keep` gives it its name (the sha256 of its bytes) by a rename;
+    leaving the ``with`` block without keeping it deletes it. Readable (``path``) once :meth:`finish`\ ed."""
 
-    def __init__(self, path: Path) -> None:
-        from safetensors import safe_open
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        fd, tmp = tempfile.mkstemp(dir=store.blobs, prefix=".tmp-")
+        self.path = Path(tmp)
+        self._file = os.fdopen(fd, "wb")
+        self._hash = hashlib.sha256()
+        self.bytes = 0
+        self._sha: str | None = None
+        self._kept = False
 
-        self._file = safe_open(str(path), framework="numpy")
-        self.meta: dict[str, str] = self._file.metadata() or {}
-        self._keys = set(self._file.keys())
+    def write(self, chunk: bytes | memoryview) -> None:
+        self._hash.update(chunk)
+        self._file.write(chunk)
+        self.bytes += len(chunk) if isinstance(chunk, bytes) else chunk.nbytes
 
-    def get(self, name: str) -> np.ndarray | None:
-        return self._file.get_tensor(name) if name in self._keys else None
+    def finish(self) -> str:
+        """Close the file; return the sha256 of what was written."""
+        if self._sha is None:
+            self._file.close()
+            self._sha = self._hash.hexdigest()
+        return self._sha
+
+    def keep(self) -> str:
+        """Move the file to its name in the store; return that sha256 (already there: the same bytes, replaced)."""
+        sha = self.finish()
+        target = self.store.path(sha)
+        target.parent.mkdir(exist_ok=True)
+        os.replace(self.path, target)
+        self._kept = True
+        return sha
+
+    def discard(self) -> None:
+        if not self._kept:
+            self._file.close()
+            self.path.unlink(missing_ok=True)
+
+    def __enter__(self) -> Spool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.discard()

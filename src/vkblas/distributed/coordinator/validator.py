@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
 from sqlalchemy import select, update
 
 from ..agreement import Verdict, judge, tolerance
-from ..codec import decode, from_payload
+from ..codec import LazyUpdate, PayloadFile
 from . import trust
 from .config import RunSpec
 from .copies import MAX_COPIES
@@ -34,9 +33,11 @@ def run_tolerance(spec: RunSpec) -> float:
     return spec.tolerance if spec.tolerance is not None else tolerance(spec.kind, spec.codec)
 
 
-def _payload(store: Store, u: Update) -> dict[str, np.ndarray]:
-    tensors, meta = from_payload(store.get(u.payload_sha256))
-    return decode(tensors, meta)
+def _payload(store: Store, u: Update) -> tuple[PayloadFile, LazyUpdate]:
+    """A held result, read from its stored file and decoded a tensor at a time when compared: judging a unit holds
+    a tensor or two of its results decoded, never a whole one (the file's hash is checked first)."""
+    stored = store.open_payload(u.payload_sha256)
+    return stored, LazyUpdate(stored, stored.meta)
 
 
 def _distance_to(verdict: Verdict, canonical: int, other: int) -> float | None:
@@ -51,12 +52,8 @@ def validate(
     spec: RunSpec,
     *,
     flops_per_sample: float,
-    decoded: dict[str, dict[str, np.ndarray]] | None = None,
-    keep_bytes: int = 0,
 ) -> int:
-    """One pass; returns how many units it decided (or re-issued). ``decoded``: the canonical results it made
-    ``recorded`` go there (by payload sha256, up to ``keep_bytes`` in all), so the applier that runs next need not
-    read, hash and decode them again."""
+    """One pass; returns how many units it decided (or re-issued)."""
     with db.read_session() as s:
         units = s.scalars(select(Unit.id).where(Unit.status == "checking").order_by(Unit.id).limit(MAX_PER_PASS)).all()
         held = {
@@ -68,8 +65,12 @@ def validate(
     tol = run_tolerance(spec)
     for uid in units:
         results = held[uid]
-        updates = {u.seq: _payload(store, u) for u in results}
-        verdict = judge(list(updates.items()), tol)
+        opened = {u.seq: _payload(store, u) for u in results}
+        try:
+            verdict = judge([(seq, update) for seq, (_, update) in opened.items()], tol)
+        finally:
+            for stored, _ in opened.values():
+                stored.close()
         with db.session() as s:
             unit = s.get(Unit, uid, with_for_update=True)
             if unit is None or unit.status != "checking":
@@ -84,10 +85,6 @@ def validate(
                     unit.quorum, unit.status = unit.quorum + 1, "open"
                 continue
             canonical = verdict.valid[0]
-            if decoded is not None:
-                size = sum(v.nbytes for v in updates[canonical].values())
-                if sum(v.nbytes for d in decoded.values() for v in d.values()) + size <= keep_bytes:
-                    decoded[by_seq[canonical].payload_sha256] = updates[canonical]
             for seq, u in by_seq.items():
                 status = "recorded" if seq == canonical else "duplicate" if seq in verdict.valid else "invalid"
                 dist = _distance_to(verdict, canonical, seq)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi import Request
 
@@ -12,6 +13,8 @@ from ..config import RunSpec
 from ..db import Database
 from ..store import Store
 from .watch import RunWatch
+
+VALIDATE_AT_ONCE = 2
 
 
 @dataclass
@@ -23,6 +26,8 @@ class Context:
     upload_limit: int  # bytes
     flops_per_sample: float  # credit's FLOP estimate
     watch: RunWatch  # wakes long-polling lease requests when the run moves
+    #: uploads validated at once (each holds one decoded tensor of its update); the others wait, on disk
+    validating: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(VALIDATE_AT_ONCE))
 
     @staticmethod
     def of(request: Request) -> Context:

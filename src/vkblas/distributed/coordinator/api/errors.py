@@ -43,11 +43,20 @@ def install(app: FastAPI) -> None:
 
 class BodyLimit:
     """ASGI middleware: a request body larger than ``limit_for(scope)`` bytes is refused with 413 before the app
-    sees it; otherwise the whole body is read here and replayed to the app in one message."""
+    sees it; otherwise the whole body is read here and replayed to the app in one message. Routes for which
+    ``streamed(scope)`` holds (uploads, which write their body to a file as it arrives) get it as it comes instead,
+    counted: a ``Content-Length`` above the limit is refused before they run, a chunked body that grows past it
+    fails their read with ``too-large`` (413)."""
 
-    def __init__(self, app: ASGIApp, limit_for: Callable[[Scope], int] | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        limit_for: Callable[[Scope], int] | None = None,
+        streamed: Callable[[Scope], bool] | None = None,
+    ) -> None:
         self.app = app
         self.limit_for = limit_for or (lambda scope: MAX_JSON_BODY)
+        self.streamed = streamed or (lambda scope: False)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -57,6 +66,9 @@ class BodyLimit:
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > limit):
             await self._too_large(scope, receive, send, limit, length.decode("latin-1")[:20])
+            return
+        if self.streamed(scope):
+            await self.app(scope, self._counted(receive, limit), send)
             return
         chunks, size = [], 0
         while True:
@@ -82,6 +94,20 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    @staticmethod
+    def _counted(receive: Receive, limit: int) -> Receive:
+        size = 0
+
+        async def counted() -> Message:
+            nonlocal size
+            message = await receive()
+            size += len(message.get("body", b""))
+            if size > limit:
+                raise ApiError("too-large", f"request body of more than {limit} bytes is above this endpoint's limit")
+            return message
+
+        return counted
 
     @staticmethod
     async def _too_large(scope: Scope, receive: Receive, send: Send, limit: int, got: str) -> None:

@@ -3,11 +3,16 @@ can only be touched by the worker that holds it.
 
 An upload is validated completely before anything is stored: size (by the body limit), checksum, idempotency key,
 safetensors structure, metadata, codec, and then the decoded update against the model's signature (names, shapes,
-dtype, finiteness, norm). Only then is its payload put into the store and the update recorded."""
+dtype, finiteness, norm). Only then is its payload put into the store and the update recorded.
+
+Memory: an upload's body (or its parts, joined) is written to a file in the store's directory as it arrives and
+validated from there a tensor at a time, ``Context.validating`` uploads at once; nothing holds a whole upload in
+memory, so the coordinator's memory does not grow with the number or size of uploads in flight."""
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
 import time
@@ -18,10 +23,11 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from starlette.concurrency import run_in_threadpool
 
-from ...codec import CodecError, LazyUpdate, from_payload
+from ...codec import CodecError, LazyUpdate, PayloadFile
 from ...protocol import (
     KEY_PATTERN,
     MAX_LEASE_WAIT,
+    MAX_PARTS,
     PARTS_CONTENT_TYPE,
     SHA256_PATTERN,
     UPLOAD_META_KEY,
@@ -36,11 +42,13 @@ from ...protocol import (
 from ...validation import RejectedUpdateError, check_update
 from .. import accounts, crud
 from ..errors import ApiError
-from ..store import sha256_hex
+from ..store import Spool
 from .auth import authorization
 from .deps import Context, now
 
 router = APIRouter(prefix="/v1/leases", tags=["leases"])
+JOIN_BLOCK = 256 << 10  # parts are joined through a buffer of this size
+MANIFEST_BYTES = 80 * MAX_PARTS + 1024  # a parts manifest: at most MAX_PARTS names of 64 hex digits, quoted
 LeaseId = Path(pattern=r"^[0-9a-f]{32}$", description="a lease id from POST /v1/leases")
 
 
@@ -98,12 +106,18 @@ async def upload(
     x_content_sha256: str = Header(pattern=r"^[0-9a-f]{64}$", description="sha256 of the body, hex"),
     auth: str | None = Depends(authorization),
 ) -> UploadReply:
-    body = await request.body()  # already bounded by the BodyLimit middleware
     ctx = Context.of(request)
-    payload: bytes | Callable[[], bytes] = body
+    payload: Spool | Callable[[], Spool]
     if request.headers.get("content-type", "").split(";")[0].strip() == PARTS_CONTENT_TYPE:
-        payload = functools.partial(_assemble, ctx, body)  # after the idempotency and lease checks
-    return await run_in_threadpool(_upload, ctx, lease_id, idempotency_key, x_content_sha256, payload, auth)
+        manifest = await _small_body(request, MANIFEST_BYTES)
+        payload = functools.partial(_assemble, ctx, manifest)  # after the idempotency and lease checks
+    else:
+        payload = await _spooled(request, ctx)  # bounded by the BodyLimit middleware, on disk, not in memory
+    try:
+        return await run_in_threadpool(_upload, ctx, lease_id, idempotency_key, x_content_sha256, payload, auth)
+    finally:
+        if isinstance(payload, Spool):
+            payload.discard()  # kept (moved into the store) if recorded; else deleted
 
 
 @router.put(
@@ -118,25 +132,50 @@ async def upload_part(
     sha256: str = Path(pattern=SHA256_PATTERN, description="sha256 of the body, hex"),
     auth: str | None = Depends(authorization),
 ) -> PartReply:
-    body = await request.body()  # bounded by the BodyLimit middleware (PART_BYTES)
-    return await run_in_threadpool(_upload_part, Context.of(request), lease_id, sha256, body, auth)
+    ctx = Context.of(request)
+    await run_in_threadpool(_part_allowed, ctx, lease_id, auth)  # strangers store nothing, not even for a while
+    with await _spooled(request, ctx) as spool:  # bounded by the BodyLimit middleware (PART_BYTES)
+        got = spool.finish()
+        if got != sha256:
+            raise ApiError("checksum-mismatch", f"part hashes to {got}, its URL names {sha256}")
+        # an unreferenced file: what the result names is assembled from it; the GC removes it after its grace time
+        spool.keep()
+        return PartReply(sha256=sha256, bytes=spool.bytes)
 
 
-def _upload_part(ctx: Context, lease_id: str, sha: str, body: bytes, auth: str | None) -> PartReply:
+async def _spooled(request: Request, ctx: Context) -> Spool:
+    """The request's body written to a file in the store's directory as it arrives (hashed on the way)."""
+    spool = ctx.store.spool()
+    try:
+        async for chunk in request.stream():
+            spool.write(chunk)
+        spool.finish()
+    except BaseException:
+        spool.discard()
+        raise
+    return spool
+
+
+async def _small_body(request: Request, limit: int) -> bytes:
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError("too-large", f"a parts manifest of more than {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _part_allowed(ctx: Context, lease_id: str, auth: str | None) -> None:
     with ctx.db.read_session() as s:
         worker = accounts.authenticate(s, authorization=auth, spec=ctx.spec)
-        crud.own_lease(s, worker=worker, lease_id=lease_id, now=now(), lock=False)  # strangers store nothing
-    got = sha256_hex(body)
-    if got != sha:
-        raise ApiError("checksum-mismatch", f"part hashes to {got}, its URL names {sha}")
-    # an unreferenced file: what the result names is assembled from it; the GC removes it after its grace time
-    ctx.store.put(body, sha)
-    return PartReply(sha256=sha, bytes=len(body))
+        crud.own_lease(s, worker=worker, lease_id=lease_id, now=now(), lock=False)
 
 
-def _assemble(ctx: Context, body: bytes) -> bytes:
-    """The payload a parts manifest names: its parts, each checked against its name, in order, bounded by the
-    upload limit; the usual checks (checksum, structure, update) follow on the whole."""
+def _assemble(ctx: Context, body: bytes) -> Spool:
+    """The payload a parts manifest names: its parts, each checked against its name, joined in order into a new
+    file (a block at a time), bounded by the upload limit; the usual checks (checksum, structure, update) follow
+    on the whole."""
     try:
         parts = UploadParts.model_validate_json(body).parts
     except ValidationError as e:
@@ -150,14 +189,28 @@ def _assemble(ctx: Context, body: bytes) -> bytes:
     sizes = [ctx.store.path(p).stat().st_size for p in parts]
     if sum(sizes) > ctx.upload_limit:
         raise ApiError("too-large", f"the parts add up to {sum(sizes)} bytes, above the limit of {ctx.upload_limit}")
+    spool = ctx.store.spool()
     try:
-        return b"".join(ctx.store.get(p) for p in parts)
+        for p in parts:
+            h = hashlib.sha256()
+            with open(ctx.store.path(p), "rb") as f:
+                for block in iter(lambda f=f: f.read(JOIN_BLOCK), b""):
+                    h.update(block)
+                    spool.write(block)
+            if h.hexdigest() != p:
+                raise OSError(f"store file {p} is damaged (its content hashes differently)")
+        spool.finish()
     except FileNotFoundError:  # collected meanwhile
+        spool.discard()
         raise ApiError("missing-parts", "a part was collected while the result was assembled: send it again") from None
+    except BaseException:
+        spool.discard()
+        raise
+    return spool
 
 
 def _upload(
-    ctx: Context, lease_id: str, key: str, digest: str, payload: bytes | Callable[[], bytes], auth: str | None
+    ctx: Context, lease_id: str, key: str, digest: str, payload: Spool | Callable[[], Spool], auth: str | None
 ) -> UploadReply:
     with ctx.db.read_session() as s:
         worker = accounts.authenticate(s, authorization=auth, spec=ctx.spec)
@@ -168,26 +221,39 @@ def _upload(
                 raise ApiError("idempotency-conflict", f"idempotency key {key} was used for another upload")
             return crud.upload_reply(previous, worker)
         samples = crud.own_lease(s, worker=worker, lease_id=lease_id, now=now(), lock=False).samples
-    body = payload() if callable(payload) else payload  # parts: read only for the lease's holder
-    sha = sha256_hex(body)
-    if sha != digest:
-        raise ApiError("checksum-mismatch", f"body hashes to {sha}, X-Content-SHA256 says {digest}")
-    meta, update, norm, content = _validate(ctx, lease_id, body, wid)
-    with ctx.db.read_session() as s:
-        replayed = crud.replay_of(s, content=content, lease_id=lease_id)
-    if replayed is not None:
-        with ctx.db.session() as s:
-            crud.count_rejected(s, worker_id=wid)
-        raise ApiError("replayed-upload", f"these tensors were already uploaded for another unit (update {replayed})")
-    if meta.samples != samples:
-        raise ApiError("invalid-payload", f"the upload reports {meta.samples} samples; lease {lease_id} has {samples}")
-    # the file first: a crash before the commit leaves an orphan for the GC, never a row without its payload
-    ctx.store.put(body, sha)
+    # a bounded number at once (each joins its parts through a buffer, then holds one tensor of its update
+    # decoded), whatever the number of uploads in flight: the others wait on disk
+    with ctx.validating:
+        spool = payload() if callable(payload) else payload  # parts: read only for the lease's holder
+        try:
+            sha = spool.finish()
+            if sha != digest:
+                raise ApiError("checksum-mismatch", f"body hashes to {sha}, X-Content-SHA256 says {digest}")
+            meta, norm, content = _validate(ctx, lease_id, spool, wid)
+        except BaseException:
+            spool.discard()
+            raise
+    with spool:  # deleted unless kept below
+        with ctx.db.read_session() as s:
+            replayed = crud.replay_of(s, content=content, lease_id=lease_id)
+        if replayed is not None:
+            with ctx.db.session() as s:
+                crud.count_rejected(s, worker_id=wid)
+            raise ApiError(
+                "replayed-upload", f"these tensors were already uploaded for another unit (update {replayed})"
+            )
+        if meta.samples != samples:
+            raise ApiError(
+                "invalid-payload", f"the upload reports {meta.samples} samples; lease {lease_id} has {samples}"
+            )
+        # the file first: a crash before the commit leaves an orphan for the GC, never a row without its payload
+        spool.keep()
+        nbytes = spool.bytes
     try:
         with ctx.db.session() as s:
             worker = accounts.authenticate(s, authorization=auth, spec=ctx.spec)
             u = crud.record_upload(
-                s, worker=worker, lease_id=lease_id, key=key, sha=sha, nbytes=len(body), meta=meta, norm=norm,
+                s, worker=worker, lease_id=lease_id, key=key, sha=sha, nbytes=nbytes, meta=meta, norm=norm,
                 content=content, spec=ctx.spec, flops_per_sample=ctx.flops_per_sample, now=now(),
             )  # fmt: skip
             return crud.upload_reply(u, worker)
@@ -200,26 +266,33 @@ def _upload(
             return crud.upload_reply(previous, worker)
 
 
-def _validate(ctx: Context, lease_id: str, body: bytes, worker_id: int) -> tuple[UploadMeta, LazyUpdate, float, str]:
+def _validate(ctx: Context, lease_id: str, spool: Spool, worker_id: int) -> tuple[UploadMeta, float, str]:
+    """The spooled upload's checks, read from its file a tensor at a time: structure, metadata and codec, then the
+    decoded update against the model's signature; returns (its metadata, its norm, the hash of its tensors)."""
     try:
-        tensors, meta = from_payload(body, max_bytes=ctx.upload_limit)
-        if meta.get("codec") != ctx.spec.codec:
-            raise CodecError(f"payload codec {meta.get('codec')!r}; this run's is {ctx.spec.codec!r}")
-        info = UploadMeta.model_validate(json.loads(meta.pop(UPLOAD_META_KEY, "null")))
-        update = LazyUpdate(tensors, meta)  # decoded tensor by tensor as the check reads it: one at a time
-    except (CodecError, ValidationError, ValueError, TypeError, RecursionError) as e:  # RecursionError: nested JSON
+        tensors = PayloadFile(spool.path, max_bytes=ctx.upload_limit)
+    except CodecError as e:
         raise ApiError("invalid-payload", f"unreadable upload: {_short(e)}") from e
-    if info.lease_id != lease_id:
-        raise ApiError("invalid-payload", f"payload names lease {info.lease_id!r}, the URL {lease_id!r}")
-    try:
-        norm = check_update(update, ctx.signature, max_norm=ctx.spec.max_norm, what="upload")
-    except RejectedUpdateError as e:
-        with ctx.db.session() as s:
-            crud.count_rejected(s, worker_id=worker_id)
-        raise ApiError("rejected-update", str(e)) from e
-    except CodecError as e:  # a tensor that does not decode (its scales), met as the check reads it
-        raise ApiError("invalid-payload", f"unreadable upload: {_short(e)}") from e
-    return info, update, norm, crud.content_hash(tensors)
+    with tensors:
+        meta = dict(tensors.meta)
+        try:
+            if meta.get("codec") != ctx.spec.codec:
+                raise CodecError(f"payload codec {meta.get('codec')!r}; this run's is {ctx.spec.codec!r}")
+            info = UploadMeta.model_validate(json.loads(meta.pop(UPLOAD_META_KEY, "null")))
+            update = LazyUpdate(tensors, meta)  # decoded tensor by tensor as the check reads it: one at a time
+        except (CodecError, ValidationError, ValueError, TypeError, RecursionError) as e:  # RecursionError: JSON
+            raise ApiError("invalid-payload", f"unreadable upload: {_short(e)}") from e
+        if info.lease_id != lease_id:
+            raise ApiError("invalid-payload", f"payload names lease {info.lease_id!r}, the URL {lease_id!r}")
+        try:
+            norm = check_update(update, ctx.signature, max_norm=ctx.spec.max_norm, what="upload")
+        except RejectedUpdateError as e:
+            with ctx.db.session() as s:
+                crud.count_rejected(s, worker_id=worker_id)
+            raise ApiError("rejected-update", str(e)) from e
+        except CodecError as e:  # a tensor that does not decode (its scales), met as the check reads it
+            raise ApiError("invalid-payload", f"unreadable upload: {_short(e)}") from e
+        return info, norm, crud.content_hash(tensors)
 
 
 def _short(e: Exception) -> str:
