@@ -282,6 +282,49 @@ def test_crash_between_apply_and_checkpoint_replays_exactly_once(coord: InProces
     assert versions == [1, 2, 3]
 
 
+def test_async_state_every_interval_and_kill_replays_to_the_same_weights(coord: InProcess, caplog):
+    """async publishes each version's weights and writes the optimizer state only every checkpoint_seconds: a
+    ``kill -9`` in between (no release) loses nothing: the next applier replays the applied updates from the newest
+    state to the newest published version, to the very same weights, records the state there and goes on."""
+    import time
+
+    from vkblas.distributed.coordinator.models import Checkpoint
+
+    caplog.set_level("INFO", logger="vkblas.coordinator")
+    auth = coord.register()
+    first = coord.applier(evaluate=False, checkpoint_seconds=3600)
+    for _ in range(3):
+        _record(coord, auth, 1)
+        assert first.step() == 1
+    with coord.ctx.db.read_session() as s:
+        states = dict(s.execute(select(Checkpoint.version, Checkpoint.state_sha256)).all())
+    assert sorted(states) == [0, 1, 2, 3] and states[0] is not None
+    assert [states[v] for v in (1, 2, 3)] == [None, None, None]  # published, weights alone
+    assert first.gc(time.time() + 1e6) >= 0  # the payloads after the newest state survive any collection
+    expected = {k: v.copy() for k, v in first.model.params().items()}
+    # kill -9 of the first: no release; its leader lease runs out and the second takes over
+    second = coord.applier(evaluate=False, checkpoint_seconds=3600)
+    later = time.time() + 60
+    assert second.step(now=later) == 0 and second.model is not None
+    assert second.model.version == 3 and second.samples_applied == 192
+    assert "replayed 3 updates to version 3" in caplog.text and "differs" not in caplog.text
+    for k, v in second.model.params().items():
+        np.testing.assert_array_equal(v, expected[k], err_msg=k)
+    with coord.ctx.db.read_session() as s:
+        assert s.get(Checkpoint, 3).state_sha256 is not None  # a restart after this one replays nothing
+    _record(coord, auth, 1)
+    assert second.step(now=later + 0.1) == 1
+    st = coord.tc.get("/v1/status").json()
+    with coord.ctx.db.read_session() as s:
+        assert s.scalars(select(Update.applied_version).order_by(Update.seq)).all() == [1, 2, 3, 4]
+        samples = sum(s.scalars(select(Update.samples)))
+        assert s.get(Checkpoint, 4).state_sha256 is None
+    assert (st["version"], st["accepted"], st["pending"], st["samples_applied"]) == (4, 4, 0, samples)
+    second.release()  # a clean stop records the state of what it published
+    with coord.ctx.db.read_session() as s:
+        assert s.get(Checkpoint, 4).state_sha256 is not None
+
+
 def test_one_applier_at_a_time_and_takeover(coord: InProcess):
     auth = coord.register()
     _record(coord, auth, 1)

@@ -12,7 +12,18 @@ import numpy as np
 
 from ..dtypes import BYTES, DType, float64
 from . import elementwise as ew
-from .base import PCG_INC, PCG_MUL, PCG_OUT, Backend, Scalar, Storage, View, dropout_threshold, window_output_size
+from .base import (
+    PCG_INC,
+    PCG_MUL,
+    PCG_OUT,
+    Backend,
+    Scalar,
+    Storage,
+    View,
+    dropout_threshold,
+    host_thread_cap,
+    window_output_size,
+)
 
 
 class _ArrayPool:
@@ -106,9 +117,12 @@ def cpu_threads() -> int:
 
 def _parallel(run: Callable[[slice], object], n: int, size: int) -> None:
     """``run(chunk)`` over slices covering ``range(n)`` (the leading axis of arrays of ``size`` elements), on
-    ``cpu_threads()`` threads where the work is big enough; the caller's thread takes the first chunk."""
+    ``cpu_threads()`` threads (at most a :func:`thread_cap`) where the work is big enough; the caller's thread
+    takes the first chunk."""
     global _executor
-    parts = min(cpu_threads(), n) if size >= PARALLEL_MIN else 1
+    cap = host_thread_cap()
+    threads = cpu_threads() if cap is None else min(cap, cpu_threads())
+    parts = min(threads, n) if size >= PARALLEL_MIN else 1
     if parts <= 1:
         run(slice(None))
         return

@@ -1,12 +1,19 @@
 """The coordinator's evaluation of the model on the test split, as ``vkblas train`` evaluates (same loss, same
 data, ``training.loop.evaluate``), on the ``cpu`` device; for a GPT, the mean loss and next-token accuracy on fixed
-blocks of the validation split."""
+blocks of the validation split.
+
+It runs beside the serving threads on the same machine as the workers often do, so it is kept small: on at most
+``threads`` BLAS threads and cpu-backend threads (numpy's BLAS would otherwise take every core, and OpenBLAS's
+threads spin after each product), and the applier runs it at a bounded share of the wall time."""
 
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 
 from ...autograd import no_grad
+from ...backend.base import thread_cap
 from ...creation import tensor
 from ...training.fit import EVAL_BATCH, load_dataset
 from ...training.loop import evaluate
@@ -15,13 +22,29 @@ from ..text import block_size, is_text, val_blocks
 from .config import RunSpec
 
 TEXT_EVAL_BLOCKS = 16  # blocks of the validation split: a 50M GPT evaluates them in seconds on a CPU
+EVAL_THREADS = 2
+log = logging.getLogger("vkblas.coordinator")
+
+
+def limit_blas_threads(n: int) -> object | None:
+    """Cap this process's BLAS threads at ``n`` (threadpoolctl; the coordinator's only BLAS work is its
+    evaluation). Returns the limiter to keep, or None if threadpoolctl is not installed (then BLAS uses them all)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        log.warning("threadpoolctl is not installed: the evaluation's BLAS uses every core (pip install threadpoolctl)")
+        return None
+    return threadpool_limits(limits=n, user_api="blas")
 
 
 class Evaluator:
     """Call with the model's weights; returns (mean test loss, test accuracy)."""
 
-    def __init__(self, spec: RunSpec, data: str | None) -> None:
+    def __init__(self, spec: RunSpec, data: str | None, threads: int = EVAL_THREADS) -> None:
         from ... import nn
+
+        self.threads = threads
+        self._limits = limit_blas_threads(threads)
 
         self.text = is_text(spec.dataset)
         if self.text:
@@ -33,6 +56,10 @@ class Evaluator:
         self.loss_fn = nn.CrossEntropyLoss()
 
     def __call__(self, params: dict[str, np.ndarray]) -> tuple[float, float]:
+        with thread_cap(self.threads):
+            return self._evaluate(params)
+
+    def _evaluate(self, params: dict[str, np.ndarray]) -> tuple[float, float]:
         load_params(self.model, params)
         if self.text:
             return self._text()
