@@ -325,6 +325,43 @@ def test_async_state_every_interval_and_kill_replays_to_the_same_weights(coord: 
         assert s.get(Checkpoint, 4).state_sha256 is not None
 
 
+def test_evaluation_keeps_to_its_threads_and_share_of_the_time(coord: InProcess, monkeypatch):
+    """The evaluation runs every eval_seconds, but a slow one spaces the next out to eval_share of the wall time;
+    while it runs, BLAS and the cpu backend keep to eval_threads (and BLAS gets its threads back after)."""
+    import time
+
+    from threadpoolctl import threadpool_info
+
+    from vkblas.backend.base import host_thread_cap
+    from vkblas.distributed.coordinator import evaluate
+
+    seen: list[tuple[int | None, list[int]]] = []
+    inner = evaluate.Evaluator._evaluate
+
+    def spy(self, params):  # type: ignore[no-untyped-def]
+        seen.append((host_thread_cap(), [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]))
+        return inner(self, params)
+
+    monkeypatch.setattr(evaluate.Evaluator, "_evaluate", spy)
+    blas_before = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    auth = coord.register()
+    applier = coord.applier(eval_threads=1, eval_share=0.1)
+    t0 = time.time()
+    applier.step(now=t0)  # loads the model and evaluates version 0
+    applier._eval_job.result()
+    assert seen == [(1, [1] * len(blas_before))]
+    assert [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"] == blas_before
+    applier._eval_cost = 5.0  # as if it had taken 5 s: at most every 50 s, though eval_seconds is 10
+    _record(coord, auth, 1)
+    assert applier.step(now=t0 + coord.spec.eval_seconds + 1) == 1
+    assert applier._eval_job is None or applier._eval_job.done()
+    assert applier._last_eval[0] == 0  # version 1 is not evaluated yet
+    applier.step(now=t0 + 51)
+    applier._eval_job.result()
+    assert applier._last_eval[0] == 1 and len(seen) == 2
+    applier.release()
+
+
 def test_one_applier_at_a_time_and_takeover(coord: InProcess):
     auth = coord.register()
     _record(coord, auth, 1)

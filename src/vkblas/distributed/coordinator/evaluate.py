@@ -9,6 +9,7 @@ threads spin after each product), and the applier runs it at a bounded share of 
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 
 import numpy as np
 
@@ -26,15 +27,15 @@ EVAL_THREADS = 2
 log = logging.getLogger("vkblas.coordinator")
 
 
-def limit_blas_threads(n: int) -> object | None:
-    """Cap this process's BLAS threads at ``n`` (threadpoolctl; the coordinator's only BLAS work is its
-    evaluation). Returns the limiter to keep, or None if threadpoolctl is not installed (then BLAS uses them all)."""
+def blas_limiter() -> object | None:
+    """threadpoolctl's controller of this process's BLAS libraries, or None if threadpoolctl is not installed
+    (then the evaluation's BLAS uses every core)."""
     try:
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import ThreadpoolController
     except ImportError:
         log.warning("threadpoolctl is not installed: the evaluation's BLAS uses every core (pip install threadpoolctl)")
         return None
-    return threadpool_limits(limits=n, user_api="blas")
+    return ThreadpoolController()
 
 
 class Evaluator:
@@ -44,7 +45,7 @@ class Evaluator:
         from ... import nn
 
         self.threads = threads
-        self._limits = limit_blas_threads(threads)
+        self._blas = blas_limiter()
 
         self.text = is_text(spec.dataset)
         if self.text:
@@ -56,7 +57,9 @@ class Evaluator:
         self.loss_fn = nn.CrossEntropyLoss()
 
     def __call__(self, params: dict[str, np.ndarray]) -> tuple[float, float]:
-        with thread_cap(self.threads):
+        # BLAS threads are the process's: capped while this runs (the coordinator's only BLAS work), then restored
+        blas = self._blas.limit(limits=self.threads, user_api="blas") if self._blas is not None else nullcontext()
+        with blas, thread_cap(self.threads):
             return self._evaluate(params)
 
     def _evaluate(self, params: dict[str, np.ndarray]) -> tuple[float, float]:
