@@ -20,11 +20,12 @@ loads the latest checkpoint and finds the updates it had not yet included still 
 
 ``async`` publishes every pass's version with its weights alone (what workers download) and writes the optimizer
 state (the file a restart loads) at most every ``checkpoint_seconds``, at the end of the run and when the process
-stops: an update is one batch's gradient, and writing the state three times the model's size for each one was most
-of the coordinator's work per update. A restart then loads the newest version that has its state and *replays* the
-updates applied after it from their stored payloads (they are kept until a state covers them), in sequence order,
-to the newest published version: the same rule, the same order, the same versions and learning rates, so the same
-weights (checked against the published shards) — and records the state there before it goes on.
+stops: an update is one batch's gradient, and writing the state (twice the model's size) with each one was a large
+part of the coordinator's work per update. A restart then loads the newest version that has its state and
+*replays* the updates applied after it from their stored payloads (kept until a state covers them), in the order
+they were applied (by the version each made), to the newest published version: the same rule, order, versions and
+learning rates give the same weights (checked against the published shards); it records the state there and goes
+on.
 """
 
 from __future__ import annotations
@@ -204,12 +205,13 @@ class Applier:
             manifest = ModelManifest.model_validate_json(cp.manifest)
             self.last_seq, self.samples_applied = cp.last_seq, cp.samples_applied
             pending = s.scalar(select(func.count()).select_from(Update).where(Update.status == "recorded"))
-            # applied after the newest state, in versions published with their weights alone: replayed below
+            # the updates that made the versions after the newest state (published with their weights alone), in
+            # the order they were applied (by the version each made: a held update is applied after later seqs)
             redo = list(
                 s.scalars(
                     select(Update)
-                    .where(Update.status == "applied", Update.seq > cp.last_seq, Update.seq <= latest.last_seq)
-                    .order_by(Update.seq)
+                    .where(Update.status == "applied", Update.applied_version > cp.version)
+                    .order_by(Update.applied_version, Update.seq)
                 )
             )
             total = s.get(Run, RUN_ID).samples_total  # type: ignore[union-attr]
@@ -521,7 +523,7 @@ class Applier:
                     keep.add(cp.state_sha256)
                 keep.update(ref.sha256 for ref in ModelManifest.model_validate_json(cp.manifest).shards)
             keep.update(s.scalars(select(Update.payload_sha256).where(Update.status == "recorded")))
-            keep.update(s.scalars(select(Update.payload_sha256).where(Update.seq > base.last_seq)))
+            keep.update(s.scalars(select(Update.payload_sha256).where(Update.applied_version > base.version)))
         removed = 0
         for sha in self.store.all():
             if sha in keep:
