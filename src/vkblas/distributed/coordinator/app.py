@@ -75,7 +75,9 @@ def create_app(settings: ServeSettings) -> FastAPI:
                 checkpoint_seconds=settings.checkpoint_seconds,
                 eval_threads=settings.eval_threads,
                 eval_share=settings.eval_share,
+                on_publish=ctx.watch.poke_threadsafe,
             )
+            ctx.on_record = applier.poke
             thread = threading.Thread(
                 target=applier.run, args=(stop, settings.tick_seconds), name="applier", daemon=True
             )

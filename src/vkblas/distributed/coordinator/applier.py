@@ -96,6 +96,7 @@ class Applier:
         checkpoint_seconds: float = CHECKPOINT_SECONDS,
         eval_threads: int = 2,
         eval_share: float = EVAL_SHARE,
+        on_publish: Callable[[], None] | None = None,
     ) -> None:
         if checkpoint_seconds < 0 or not 0 < eval_share <= 1 or eval_threads < 1:
             raise ValueError(
@@ -116,6 +117,8 @@ class Applier:
         self._state_version = -1  # the newest version whose optimizer state is in the store (a restart's base)
         self._state_at = 0.0
         self._eval_cost = 0.0  # wall seconds the last evaluation took
+        self.on_publish = on_publish  # told after each committed version (wakes this process's held lease requests)
+        self._wake = threading.Event()
         self._evaluator = None
         self._eval_pool = ThreadPoolExecutor(1, thread_name_prefix="evaluate")
         self._eval_job: Future | None = None
@@ -182,6 +185,10 @@ class Applier:
             self.gc(now)
         return decided
 
+    def poke(self) -> None:
+        """Run the next pass now (an update was recorded in this process), not at the next tick."""
+        self._wake.set()
+
     def run(self, stop: threading.Event, tick: float) -> None:
         while not stop.is_set():
             try:
@@ -191,7 +198,8 @@ class Applier:
                 self.model, busy = None, 0
                 stop.wait(1.0)
             if not busy:
-                stop.wait(tick)
+                self._wake.wait(tick)  # a tick, or less when poked (stop is seen within a tick)
+                self._wake.clear()
 
     def _load(self) -> None:
         with self.db.read_session() as s:
@@ -431,6 +439,8 @@ class Applier:
         self.published = model.version
         if full:
             self._state_version, self._state_at = model.version, now
+        if stepped and self.on_publish is not None:
+            self.on_publish()
 
     # ------------------------------------------------------------------ evaluation, end, garbage
     def _maybe_evaluate(self, now: float, force: bool = False) -> None:

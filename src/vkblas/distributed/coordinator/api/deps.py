@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from fastapi import Request
 
@@ -23,6 +24,8 @@ class Context:
     upload_limit: int  # bytes
     flops_per_sample: float  # credit's FLOP estimate
     watch: RunWatch  # wakes long-polling lease requests when the run moves
+    #: called when this process records an update: wakes its applier now rather than at its next tick
+    on_record: Callable[[], None] = field(default=lambda: None)
 
     @staticmethod
     def of(request: Request) -> Context:
