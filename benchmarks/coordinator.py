@@ -130,7 +130,12 @@ class Run:
         """Poll until the run finishes, reaches accuracy ``stop_at`` or the time cap; a timeline of
         (seconds, bytes sent by workers, bytes received, test accuracy)."""
         # the clock starts when every worker is in and a unit is out: a worker still importing is not scaling
+        deadline = time.monotonic() + 180
         while (st := self.status())["samples_leased"] == 0 or len(st["workers"]) < self.n:
+            dead = [p for p in self.workers if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                logs = "\n".join((self.tmp / f"w{i}.log").read_text()[-1500:] for i in range(self.n))
+                raise RuntimeError(f"{len(st['workers'])} of {self.n} workers joined: {logs}")
             time.sleep(0.05)
         t0, cpu0, timeline, killed = time.monotonic(), cpu_seconds(self.server.pid), [], False
         applied0, accepted0 = st["samples_applied"], st["accepted"]
