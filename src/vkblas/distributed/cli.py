@@ -139,29 +139,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
     ).split()
     from pydantic import ValidationError
 
+    net = (
+        "tls_cert tls_key rate_per_address burst_per_address rate_per_token burst_per_token admin_token_file "
+        "checkpoint_seconds eval_threads eval_share"
+    ).split()
     try:
         if args.model is None:
             args.model = "gpt-char" if args.dataset in VOCAB else "mlp"
         spec = RunSpec(dataset=args.dataset, **{k: getattr(args, k) for k in names})
+        settings = ServeSettings(
+            db=args.db,
+            store=args.store,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            data=args.data,
+            trusted_proxies=args.trusted_proxy,
+            **{k: getattr(args, k) for k in net},
+        )
     except ValidationError as e:  # one line naming the option, as argparse's own errors do
         bad = "; ".join(
             f"--{'-'.join(str(p) for p in err['loc']).replace('_', '-')}: {err['msg']}" for err in e.errors()
         )
         raise ValueError(bad) from None
-    net = (
-        "tls_cert tls_key rate_per_address burst_per_address rate_per_token burst_per_token admin_token_file "
-        "checkpoint_seconds eval_threads eval_share"
-    ).split()
-    settings = ServeSettings(
-        db=args.db,
-        store=args.store,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        data=args.data,
-        trusted_proxies=args.trusted_proxy,
-        **{k: getattr(args, k) for k in net},
-    )
     return serve(settings, spec)
 
 
