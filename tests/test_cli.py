@@ -81,6 +81,24 @@ def test_runtime_errors_are_one_line_exit_1(
     assert code == 1 and err.count("\n") == 1 and "not a readable safetensors checkpoint" in err
 
 
+@pytest.mark.parametrize(
+    "flag, value, says",
+    [
+        ("--eval-share", "2", "--eval-share: Input should be less than or equal to 1"),
+        ("--checkpoint-seconds", "-1", "--checkpoint-seconds: Input should be greater than or equal to 0"),
+        ("--max-staleness", "-1", "--max-staleness:"),
+    ],
+)
+def test_serve_options_out_of_range_are_one_line_exit_1(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flag: str, value: str, says: str
+) -> None:
+    code, _, err = run(
+        capsys, "distributed", "serve", "mnist", "--db", str(tmp_path / "c.db"), "--store", str(tmp_path), flag, value
+    )
+    assert code == 1 and err.count("\n") == 1 and says in err, err
+    assert not (tmp_path / "c.db").exists()  # refused before anything was made
+
+
 def test_bench_gemm_dispatch(capsys: pytest.CaptureFixture[str]) -> None:
     try:
         import vkblas.bench.gemm  # noqa: F401

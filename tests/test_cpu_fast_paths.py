@@ -308,3 +308,40 @@ def test_threaded_elementwise_with_overlapping_operands(monkeypatch: pytest.Monk
     # out = elements 1..n, the operand elements 0..n-1: each chunk's input is the previous chunk's output
     be.elementwise("add", View(storage, (n,), (1,), 1), [View(storage, (n,), (1,), 0), 1.0])
     np.testing.assert_array_equal(be.to_numpy(View.of(storage, (n + 1,)))[1:], base[:-1] + 1)
+
+
+def test_thread_cap_bounds_the_split_of_one_thread_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``thread_cap(n)``: the calling thread's loops are split into at most ``n`` chunks, other threads keep theirs;
+    the cap is restored on exit (also nested, also after an error)."""
+    import threading
+
+    from vkblas.backend.base import host_thread_cap, thread_cap
+
+    monkeypatch.setattr(cpu, "_threads", 4)
+    size = cpu.PARALLEL_MIN
+
+    def chunks() -> int:
+        seen: list[slice] = []
+        cpu._parallel(seen.append, 64, size)
+        return len(seen)
+
+    assert chunks() == 4
+    with thread_cap(2):
+        assert chunks() == 2 and host_thread_cap() == 2
+        other: list[int] = []
+        t = threading.Thread(target=lambda: other.append(chunks()))
+        t.start()
+        t.join()
+        assert other == [4]  # another thread is not capped
+        with thread_cap(1):
+            assert chunks() == 1
+        assert chunks() == 2
+        with pytest.raises(RuntimeError), thread_cap(1):
+            raise RuntimeError("inside")
+        assert host_thread_cap() == 2
+    assert host_thread_cap() is None and chunks() == 4
+    with thread_cap(8):
+        assert chunks() == 4  # a cap above the backend's threads does not add threads
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="thread_cap"), thread_cap(bad):  # type: ignore[arg-type]
+            pass

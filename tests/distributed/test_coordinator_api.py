@@ -287,6 +287,86 @@ def test_crash_between_apply_and_checkpoint_replays_exactly_once(coord: InProces
     assert versions == [1, 2, 3]
 
 
+def test_async_state_every_interval_and_kill_replays_to_the_same_weights(coord: InProcess, caplog):
+    """async publishes each version's weights and writes the optimizer state only every checkpoint_seconds: a
+    ``kill -9`` in between (no release) loses nothing: the next applier replays the applied updates from the newest
+    state to the newest published version, to the very same weights, records the state there and goes on."""
+    import time
+
+    from vkblas.distributed.coordinator.models import Checkpoint
+
+    caplog.set_level("INFO", logger="vkblas.coordinator")
+    auth = coord.register()
+    first = coord.applier(evaluate=False, checkpoint_seconds=3600)
+    for _ in range(3):
+        _record(coord, auth, 1)
+        assert first.step() == 1
+    with coord.ctx.db.read_session() as s:
+        states = dict(s.execute(select(Checkpoint.version, Checkpoint.state_sha256)).all())
+    assert sorted(states) == [0, 1, 2, 3] and states[0] is not None
+    assert [states[v] for v in (1, 2, 3)] == [None, None, None]  # published, weights alone
+    assert first.gc(time.time() + 1e6) >= 0  # the payloads after the newest state survive any collection
+    expected = {k: v.copy() for k, v in first.model.params().items()}
+    # kill -9 of the first: no release; its leader lease runs out and the second takes over
+    second = coord.applier(evaluate=False, checkpoint_seconds=3600)
+    later = time.time() + 60
+    assert second.step(now=later) == 0 and second.model is not None
+    assert second.model.version == 3 and second.samples_applied == 192
+    assert "replayed 3 updates to version 3" in caplog.text and "differs" not in caplog.text
+    for k, v in second.model.params().items():
+        np.testing.assert_array_equal(v, expected[k], err_msg=k)
+    with coord.ctx.db.read_session() as s:
+        assert s.get(Checkpoint, 3).state_sha256 is not None  # a restart after this one replays nothing
+    _record(coord, auth, 1)
+    assert second.step(now=later + 0.1) == 1
+    st = coord.tc.get("/v1/status").json()
+    with coord.ctx.db.read_session() as s:
+        assert s.scalars(select(Update.applied_version).order_by(Update.seq)).all() == [1, 2, 3, 4]
+        samples = sum(s.scalars(select(Update.samples)))
+        assert s.get(Checkpoint, 4).state_sha256 is None
+    assert (st["version"], st["accepted"], st["pending"], st["samples_applied"]) == (4, 4, 0, samples)
+    second.release()  # a clean stop records the state of what it published
+    with coord.ctx.db.read_session() as s:
+        assert s.get(Checkpoint, 4).state_sha256 is not None
+
+
+def test_evaluation_keeps_to_its_threads_and_share_of_the_time(coord: InProcess, monkeypatch):
+    """The evaluation runs every eval_seconds, but a slow one spaces the next out to eval_share of the wall time;
+    while it runs, BLAS and the cpu backend keep to eval_threads (and BLAS gets its threads back after)."""
+    import time
+
+    from threadpoolctl import threadpool_info
+
+    from vkblas.backend.base import host_thread_cap
+    from vkblas.distributed.coordinator import evaluate
+
+    seen: list[tuple[int | None, list[int]]] = []
+    inner = evaluate.Evaluator._evaluate
+
+    def spy(self, params):  # type: ignore[no-untyped-def]
+        seen.append((host_thread_cap(), [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]))
+        return inner(self, params)
+
+    monkeypatch.setattr(evaluate.Evaluator, "_evaluate", spy)
+    blas_before = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    auth = coord.register()
+    applier = coord.applier(eval_threads=1, eval_share=0.1)
+    t0 = time.time()
+    applier.step(now=t0)  # loads the model and evaluates version 0
+    applier._eval_job.result()
+    assert seen == [(1, [1] * len(blas_before))]
+    assert [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"] == blas_before
+    applier._eval_cost = 5.0  # as if it had taken 5 s: at most every 50 s, though eval_seconds is 10
+    _record(coord, auth, 1)
+    assert applier.step(now=t0 + coord.spec.eval_seconds + 1) == 1
+    assert applier._eval_job is None or applier._eval_job.done()
+    assert applier._last_eval[0] == 0  # version 1 is not evaluated yet
+    applier.step(now=t0 + 51)
+    applier._eval_job.result()
+    assert applier._last_eval[0] == 1 and len(seen) == 2
+    applier.release()
+
+
 def test_one_applier_at_a_time_and_takeover(coord: InProcess):
     auth = coord.register()
     _record(coord, auth, 1)

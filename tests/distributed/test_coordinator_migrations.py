@@ -81,3 +81,41 @@ def test_upgrade_from_0001_with_data_in_and_back(db_url: str):
         assert "users" not in inspect(db.engine).get_table_names()
     finally:
         db.dispose()
+
+
+def test_weights_only_versions_go_back_to_their_state_on_downgrade(db_url: str):
+    """0003 -> 0002: the versions published without a state file are deleted, the run goes back to the newest one
+    with a state, and the updates applied after it are recorded again (the older code replays what is recorded)."""
+    db = Database(normalise_db_url(db_url))
+    try:
+        migrate(db, "0001")  # the rows in the first schema's columns (as above), three applied updates
+        with db.engine.begin() as conn:
+            conn.execute(text(
+                "INSERT INTO runs VALUES ('run', 'uid', '{}', '[]', 'running', 1.0, 1000, 192, 0, 0, 192, 3, 1.0, 192,"
+                " 0.5, 3)"))  # fmt: skip
+            conn.execute(text(
+                "INSERT INTO workers (id, name, device, token_hash, created_at, last_seen, rate, samples_per_s, wall_s,"
+                " idle_s, bytes_sent, bytes_received, units_done, credit, accepted, stale, rejected) VALUES"
+                " (1, 'alice', 'cpu', 'h', 1.0, 2.0, '{}', 10.0, 5.0, 1.0, 100, 200, 3, 192, 3, 0, 0)"))  # fmt: skip
+            for seq in (1, 2, 3):
+                conn.execute(text(f"INSERT INTO units VALUES ({seq}, 0, 0, 42, {64 * seq}, 64, 'done', 1)"))
+                conn.execute(text(f"INSERT INTO leases VALUES ('l{seq}', {seq}, 1, {seq - 1}, 64, 1.0, 31.0, 'done')"))
+                conn.execute(text(
+                    "INSERT INTO updates (seq, lease_id, worker_id, idempotency_key, payload_sha256, payload_bytes,"
+                    " base_version, samples, compute_s, loss, norm, created_at, status, applied_version, staleness)"
+                    f" VALUES ({seq}, 'l{seq}', 1, 'key{seq}0000', 'sha{seq}', 10, {seq - 1}, 64, 0.1, 2.3, 1.5, 1.5,"
+                    f" 'applied', {seq}, 0)"))  # fmt: skip
+        migrate(db)
+        with db.engine.begin() as conn:
+            for v, state in ((0, "'s0'"), (1, "'s1'"), (2, "NULL"), (3, "NULL")):
+                conn.execute(text(f"INSERT INTO checkpoints VALUES ({v}, '{{}}', {state}, {v}, {64 * v}, 1.0)"))
+        downgrade(db, "0002")
+        with db.engine.connect() as conn:
+            assert conn.execute(text("SELECT version FROM checkpoints ORDER BY version")).scalars().all() == [0, 1]
+            assert tuple(conn.execute(text("SELECT version, samples_applied FROM runs")).one()) == (1, 64)
+            rows = conn.execute(text("SELECT seq, status, applied_version FROM updates ORDER BY seq")).all()
+            assert [tuple(r) for r in rows] == [(1, "applied", 1), (2, "recorded", None), (3, "recorded", None)]
+        migrate(db)
+        assert current_revision(db) == HEAD
+    finally:
+        db.dispose()

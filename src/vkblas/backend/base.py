@@ -61,9 +61,10 @@ device, the shapes and the dtypes involved; they never fall back to another devi
 from __future__ import annotations
 
 import math
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -492,6 +493,29 @@ def window_output_size(
             )
         out.append((n + 2 * p - span) // s + 1)
     return out[0], out[1]
+
+
+_host_cap = threading.local()
+
+
+@contextmanager
+def thread_cap(n: int) -> Iterator[None]:
+    """Within this block, the calling thread's ops split their host loops over at most ``n`` threads (a background
+    job, such as the coordinator's evaluation, that must not take the cores other work runs on). Backends that do
+    not split work over host threads ignore it."""
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"thread_cap needs an int n >= 1, got {n!r}")
+    previous = getattr(_host_cap, "n", None)
+    _host_cap.n = n
+    try:
+        yield
+    finally:
+        _host_cap.n = previous
+
+
+def host_thread_cap() -> int | None:
+    """The calling thread's :func:`thread_cap`, or None outside one."""
+    return getattr(_host_cap, "n", None)
 
 
 REDUCE_OPS = ("sum", "prod", "max", "min", "argmax", "argmin")

@@ -22,6 +22,7 @@ from .base import (
     Storage,
     View,
     dropout_threshold,
+    host_thread_cap,
     window_output_size,
 )
 
@@ -117,9 +118,12 @@ def cpu_threads() -> int:
 
 def _parallel(run: Callable[[slice], object], n: int, size: int) -> None:
     """``run(chunk)`` over slices covering ``range(n)`` (the leading axis of arrays of ``size`` elements), on
-    ``cpu_threads()`` threads where the work is big enough; the caller's thread takes the first chunk."""
+    ``cpu_threads()`` threads (at most a :func:`thread_cap`) where the work is big enough; the caller's thread
+    takes the first chunk."""
     global _executor
-    parts = min(cpu_threads(), n) if size >= PARALLEL_MIN else 1
+    cap = host_thread_cap()
+    threads = cpu_threads() if cap is None else min(cap, cpu_threads())
+    parts = min(threads, n) if size >= PARALLEL_MIN else 1
     if parts <= 1:
         run(slice(None))
         return

@@ -82,6 +82,11 @@ def add_commands(sub: Any, positive_int: Any, positive_float: Any, device: Any) 
     serve.add_argument("--port", type=int, default=8470)
     serve.add_argument("--workers", type=positive_int, default=1, help="uvicorn worker processes (PostgreSQL)")
     serve.add_argument("--data", default=None, metavar="DIR", help="the dataset's directory (as for vkblas train)")
+    serve.add_argument("--checkpoint-seconds", type=float, default=5.0,
+                       help="async: optimizer state at most this often (a restart replays the rest)")  # fmt: skip
+    serve.add_argument("--eval-threads", type=positive_int, default=2, help="threads of the test-set evaluation")
+    serve.add_argument("--eval-share", type=positive_float, default=0.1,
+                       help="the most of the wall time the evaluation may take (0-1)")  # fmt: skip
     serve.set_defaults(func=cmd_serve)
 
     join = cmds.add_parser("join", help="donate this machine's device to a run (outbound HTTP only)")
@@ -134,26 +139,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
     ).split()
     from pydantic import ValidationError
 
+    net = (
+        "tls_cert tls_key rate_per_address burst_per_address rate_per_token burst_per_token admin_token_file "
+        "checkpoint_seconds eval_threads eval_share"
+    ).split()
     try:
         if args.model is None:
             args.model = "gpt-char" if args.dataset in VOCAB else "mlp"
         spec = RunSpec(dataset=args.dataset, **{k: getattr(args, k) for k in names})
+        settings = ServeSettings(
+            db=args.db,
+            store=args.store,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            data=args.data,
+            trusted_proxies=args.trusted_proxy,
+            **{k: getattr(args, k) for k in net},
+        )
     except ValidationError as e:  # one line naming the option, as argparse's own errors do
         bad = "; ".join(
             f"--{'-'.join(str(p) for p in err['loc']).replace('_', '-')}: {err['msg']}" for err in e.errors()
         )
         raise ValueError(bad) from None
-    net = "tls_cert tls_key rate_per_address burst_per_address rate_per_token burst_per_token admin_token_file".split()
-    settings = ServeSettings(
-        db=args.db,
-        store=args.store,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        data=args.data,
-        trusted_proxies=args.trusted_proxy,
-        **{k: getattr(args, k) for k in net},
-    )
     return serve(settings, spec)
 
 

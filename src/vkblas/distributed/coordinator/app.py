@@ -68,8 +68,17 @@ def create_app(settings: ServeSettings) -> FastAPI:
         stop, thread = threading.Event(), None
         if settings.applier:
             applier = Applier(
-                ctx.db, ctx.store, ctx.spec, data=settings.data, keep_checkpoints=settings.keep_checkpoints
+                ctx.db,
+                ctx.store,
+                ctx.spec,
+                data=settings.data,
+                keep_checkpoints=settings.keep_checkpoints,
+                checkpoint_seconds=settings.checkpoint_seconds,
+                eval_threads=settings.eval_threads,
+                eval_share=settings.eval_share,
+                on_publish=ctx.watch.poke_threadsafe,
             )
+            ctx.on_record = applier.poke
             thread = threading.Thread(
                 target=applier.run, args=(stop, settings.tick_seconds), name="applier", daemon=True
             )

@@ -17,6 +17,15 @@ renews every pass; when its holder dies, another takes over after ``LEADER_TTL_S
 An update is therefore applied in exactly one committed checkpoint. After a crash (``kill -9``) the next applier
 loads the latest checkpoint and finds the updates it had not yet included still *recorded*: it applies them then
 (the replay). Nothing recorded is lost, nothing is applied twice.
+
+``async`` publishes every pass's version with its weights alone (what workers download) and writes the optimizer
+state (the file a restart loads) at most every ``checkpoint_seconds``, at the end of the run and when the process
+stops: an update is one batch's gradient, and writing the state (twice the model's size) with each one was a large
+part of the coordinator's work per update. A restart then loads the newest version that has its state and
+*replays* the updates applied after it from their stored payloads (kept until a state covers them), in the order
+they were applied (by the version each made), to the newest published version: the same rule, order, versions and
+learning rates give the same weights (checked against the published shards); it records the state there and goes
+on.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import groupby
 
 import numpy as np
 from sqlalchemy import func, select, update
@@ -55,6 +65,8 @@ EXPIRE_EVERY_S = 1.0  # leasing expires leases too; this pass is for when nobody
 GC_GRACE_S = 120.0  # a superseded blob stays this long (a worker may still be downloading it)
 SPOOL_GRACE_S = 3600.0  # a spool file untouched this long was left by a crash (a live upload writes to it)
 HISTORY_EVERY_S = 2.0  # the dashboard's curves of throughput and workers online
+CHECKPOINT_SECONDS = 5.0  # async: the optimizer state at most this often (a restart replays the updates since)
+EVAL_SHARE = 0.1  # the most of the wall time the evaluation may take (it shares the machine with the serving)
 
 
 @dataclass
@@ -81,7 +93,16 @@ class Applier:
         keep_checkpoints: int = 3,
         leader_ttl: float = LEADER_TTL_S,
         evaluate: bool = True,
+        checkpoint_seconds: float = CHECKPOINT_SECONDS,
+        eval_threads: int = 2,
+        eval_share: float = EVAL_SHARE,
+        on_publish: Callable[[], None] | None = None,
     ) -> None:
+        if checkpoint_seconds < 0 or not 0 < eval_share <= 1 or eval_threads < 1:
+            raise ValueError(
+                f"checkpoint_seconds must be >= 0 (got {checkpoint_seconds}), eval_share in (0, 1] (got {eval_share}),"
+                f" eval_threads >= 1 (got {eval_threads})"
+            )
         self.db, self.store, self.spec = db, store, spec
         self.data, self.keep, self.leader_ttl = data, keep_checkpoints, leader_ttl
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
@@ -92,6 +113,12 @@ class Applier:
         self.samples_applied = 0
         self.filter = StalenessFilter(spec.staleness_bound)
         self.evaluate_enabled = evaluate
+        self.checkpoint_seconds, self.eval_threads, self.eval_share = checkpoint_seconds, eval_threads, eval_share
+        self._state_version = -1  # the newest version whose optimizer state is in the store (a restart's base)
+        self._state_at = 0.0
+        self._eval_cost = 0.0  # wall seconds the last evaluation took
+        self.on_publish = on_publish  # told after each committed version (wakes this process's held lease requests)
+        self._wake = threading.Event()
         self._evaluator = None
         self._eval_pool = ThreadPoolExecutor(1, thread_name_prefix="evaluate")
         self._eval_job: Future | None = None
@@ -121,8 +148,10 @@ class Applier:
         return True
 
     def release(self) -> None:
-        """Stop: wait for an evaluation under way, and give up the leader lease (another process takes over at once)."""
+        """Stop: wait for an evaluation under way, record the state of the published version (a restart then has
+        nothing to replay), and give up the leader lease (another process takes over at once)."""
         self._eval_pool.shutdown(wait=True)
+        self._save_state(time.time())
         with self.db.session() as s:
             s.execute(update(Leader).where(Leader.name == LEADER, Leader.holder == self.holder).values(expires_at=0.0))
 
@@ -157,6 +186,10 @@ class Applier:
             self.gc(now)
         return decided
 
+    def poke(self) -> None:
+        """Run the next pass now (an update was recorded in this process), not at the next tick."""
+        self._wake.set()
+
     def run(self, stop: threading.Event, tick: float) -> None:
         while not stop.is_set():
             try:
@@ -166,18 +199,89 @@ class Applier:
                 self.model, busy = None, 0
                 stop.wait(1.0)
             if not busy:
-                stop.wait(tick)
+                self._wake.wait(tick)  # a tick, or less when poked (stop is seen within a tick)
+                self._wake.clear()
 
     def _load(self) -> None:
         with self.db.read_session() as s:
-            cp = s.scalars(select(Checkpoint).order_by(Checkpoint.version.desc()).limit(1)).one()
+            latest = s.scalars(select(Checkpoint).order_by(Checkpoint.version.desc()).limit(1)).one()
+            cp = s.scalars(
+                select(Checkpoint)
+                .where(Checkpoint.state_sha256.is_not(None))
+                .order_by(Checkpoint.version.desc())
+                .limit(1)
+            ).one()
             manifest = ModelManifest.model_validate_json(cp.manifest)
             self.last_seq, self.samples_applied = cp.last_seq, cp.samples_applied
             pending = s.scalar(select(func.count()).select_from(Update).where(Update.status == "recorded"))
-        self.model = checkpoints.read(self.store, self.spec, manifest, cp.state_sha256)
+            # the updates that made the versions after the newest state (published with their weights alone), in
+            # the order they were applied (by the version each made: a held update is applied after later seqs)
+            redo = list(
+                s.scalars(
+                    select(Update)
+                    .where(Update.status == "applied", Update.applied_version > cp.version)
+                    .order_by(Update.applied_version, Update.seq)
+                )
+            )
+            total = s.get(Run, RUN_ID).samples_total  # type: ignore[union-attr]
+            latest_version, latest_manifest = latest.version, latest.manifest
+        self.model = checkpoints.read(self.store, self.spec, manifest, cp.state_sha256)  # type: ignore[arg-type]
         self.flops_per_sample = trust.flops_per_sample(sum(v.size for v in self.model.params().values()))
-        self.published = self.model.version
+        self.published = self._state_version = self.model.version
+        self._state_at = time.time()
+        if redo:
+            self._replay(redo, total, latest_version, ModelManifest.model_validate_json(latest_manifest))
         log.info("applier: loaded version %d (%d recorded updates to apply)", self.model.version, pending)
+
+    def _replay(self, redo: list[Update], total: int, version: int, manifest: ModelManifest) -> None:
+        """Re-apply the updates of the versions published after the newest state (see the module docstring),
+        check the result against the newest published version, and record its state."""
+        model = self.model
+        assert model is not None
+        for _, group in groupby(redo, key=lambda u: u.applied_version):
+            batch = list(group)
+            decided = (
+                self._apply_async(batch, total) if self.spec.algorithm == "async" else self._apply_round(batch, total)
+            )
+            wrong = [
+                d
+                for d, u in zip(decided, batch, strict=True)
+                if d.status != "applied" or d.version != u.applied_version
+            ]
+            if wrong:
+                raise RuntimeError(f"replay: update {wrong[0].seq} does not re-apply to the version it made")
+        if model.version != version:
+            raise RuntimeError(f"replay reached version {model.version}, the newest published is {version}")
+        published = checkpoints.read_params(self.store, manifest)
+        again = None
+        if any(not np.array_equal(published[k], v) for k, v in model.params().items()):
+            # the same rule on the same inputs: only a changed numpy could round otherwise. The replayed weights
+            # are the truth from here; workers fetch the new shards (content-addressed) with their next lease
+            log.warning("applier: replayed version %d differs in its last bits from the published one", version)
+            again = checkpoints.write_weights(self.store, model)
+        self.published = model.version
+        self._save_state(time.time(), manifest=again)
+        log.info("applier: replayed %d updates to version %d", len(redo), version)
+
+    def _save_state(self, now: float, manifest: ModelManifest | None = None) -> None:
+        """Record the optimizer state of the published version, if it has none yet (fenced by the leader lease)."""
+        model = self.model
+        if model is None or self._state_version == self.published or model.version != self.published:
+            return
+        state_sha = checkpoints.write_state(self.store, model)
+        values: dict[str, object] = {"state_sha256": state_sha}
+        if manifest is not None:
+            values["manifest"] = manifest.model_dump_json()
+        with self.db.session() as s:
+            lead = s.execute(
+                update(Leader)
+                .where(Leader.name == LEADER, Leader.holder == self.holder)
+                .values(expires_at=now + self.leader_ttl)
+            )
+            if lead.rowcount != 1:
+                return  # another process leads: it replays from the state it finds
+            s.execute(update(Checkpoint).where(Checkpoint.version == model.version).values(**values))
+        self._state_version, self._state_at = model.version, now
 
     # ------------------------------------------------------------------ deciding and applying
     def _apply_pending(self, now: float) -> int:
@@ -283,8 +387,11 @@ class Applier:
         assert model is not None
         applied = [d for d in decisions if d.status == "applied"]
         stepped = model.version != self.published  # all dropped: no new version, only the decisions to commit
+        # rounds are few and large: each has its state; async's state is written at most every checkpoint_seconds
+        full = stepped and (self.spec.algorithm != "async" or now - self._state_at >= self.checkpoint_seconds)
         if stepped:
-            manifest, state_sha = checkpoints.write(self.store, model)
+            manifest = checkpoints.write_weights(self.store, model)
+            state_sha = checkpoints.write_state(self.store, model) if full else None
         try:
             with self.db.session() as s:
                 lead = s.execute(
@@ -332,6 +439,10 @@ class Applier:
             return
         self.last_seq = max(d.seq for d in decisions)
         self.published = model.version
+        if full:
+            self._state_version, self._state_at = model.version, now
+        if stepped and self.on_publish is not None:
+            self.on_publish()
 
     # ------------------------------------------------------------------ evaluation, end, garbage
     def _maybe_evaluate(self, now: float, force: bool = False) -> None:
@@ -341,7 +452,9 @@ class Applier:
             return
         running = self._eval_job is not None and not self._eval_job.done()
         version, when = self._last_eval
-        if not force and (running or version == self.model.version or now - when < self.spec.eval_seconds):
+        # every eval_seconds, but no more than eval_share of the time: a slow evaluation spaces the next ones out
+        every = max(self.spec.eval_seconds, self._eval_cost / self.eval_share)
+        if not force and (running or version == self.model.version or now - when < every):
             return
         if running:
             self._eval_job.result()  # type: ignore[union-attr]
@@ -350,7 +463,7 @@ class Applier:
             if self._evaluator is None:
                 from .evaluate import Evaluator
 
-                self._evaluator = Evaluator(self.spec, self.data)
+                self._evaluator = Evaluator(self.spec, self.data, threads=self.eval_threads)
             # the weights copied into the evaluator's model here, a tensor at a time, while no evaluation runs:
             # its model is the snapshot, so evaluating costs no extra copy of the weights beside the next round
             self._evaluator.load(self.model.param, self.model.names)
@@ -365,7 +478,9 @@ class Applier:
     def _evaluate(self, version: int, samples: int, now: float) -> None:
         try:
             assert self._evaluator is not None
+            t0 = time.perf_counter()
             loss, acc = self._evaluator.run()
+            self._eval_cost = time.perf_counter() - t0
             with self.db.session() as s:
                 s.add(Evaluation(version=version, samples=samples, accuracy=acc, loss=loss, created_at=now))
             log.info("applier: version %d test accuracy %.2f%%", version, 100 * acc)
@@ -383,6 +498,7 @@ class Applier:
         if unfinished or pending:
             return
         self._maybe_evaluate(now, force=self._last_eval[0] != self.model.version)  # type: ignore[union-attr]
+        self._save_state(now)
         with self.db.session() as s:
             s.execute(update(Run).where(Run.id == RUN_ID).values(state="finished"))
         log.info("applier: the run is finished")
@@ -414,10 +530,20 @@ class Applier:
             versions.update(
                 s.scalars(select(Unit.base_version).where(Unit.status != "done", Unit.base_version.is_not(None)))
             )
+            # the newest state (a restart's base) and the payloads of every update after it (its replay)
+            base = s.scalars(
+                select(Checkpoint)
+                .where(Checkpoint.state_sha256.is_not(None))
+                .order_by(Checkpoint.version.desc())
+                .limit(1)
+            ).one()
+            versions.add(base.version)
             for cp in s.scalars(select(Checkpoint).where(Checkpoint.version.in_(versions))):
-                keep.add(cp.state_sha256)
+                if cp.state_sha256 is not None:
+                    keep.add(cp.state_sha256)
                 keep.update(ref.sha256 for ref in ModelManifest.model_validate_json(cp.manifest).shards)
             keep.update(s.scalars(select(Update.payload_sha256).where(Update.status == "recorded")))
+            keep.update(s.scalars(select(Update.payload_sha256).where(Update.applied_version > base.version)))
         removed = self.store.stale_temporaries(now - SPOOL_GRACE_S)  # spools of uploads cut off by a crash
         for sha in self.store.all():
             if sha in keep:

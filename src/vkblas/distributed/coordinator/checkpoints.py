@@ -1,6 +1,8 @@
 """Model versions in the store: the global model (``algorithms.GlobalModel``) written as shards of its weight
 tensors (what workers download) plus one file of everything else in its ``state_dict`` (optimizer state, version),
-and read back by a (re)starting applier."""
+and read back by a (re)starting applier. A version may be published with its weights alone (``async`` writes the
+state file at most every ``checkpoint_seconds``); a restart loads the newest version that has a state file and
+replays the updates applied since (see :mod:`.applier`)."""
 
 from __future__ import annotations
 
@@ -37,13 +39,23 @@ def new_model(spec: RunSpec, params: Mapping[str, np.ndarray] | None = None) -> 
 def write(store: Store, model: GlobalModel, shard_bytes: int = MODEL_SHARD_BYTES) -> tuple[ModelManifest, str]:
     """Store the model; return (its manifest, the sha256 of its state file). Streamed: one weight shard's bytes at
     a time, and the state file tensor by tensor, so writing holds no copy of the whole model."""
+    return write_weights(store, model, shard_bytes), write_state(store, model)
+
+
+def write_weights(store: Store, model: GlobalModel, shard_bytes: int = MODEL_SHARD_BYTES) -> ModelManifest:
+    """Store the weight shards alone (what workers download): a version published without its optimizer state."""
     shards = []
     for i, chunks in enumerate(iter_model_shards(model.shapes, model.param, shard_bytes)):
         sha, nbytes = store.put_stream(chunks)
         shards.append(ShardRef(name=f"model-{i:04d}", sha256=sha, bytes=nbytes))
+    return ModelManifest(version=model.version, shards=shards)
+
+
+def write_state(store: Store, model: GlobalModel) -> str:
+    """Store everything but the weights (version, optimizer state); return the file's sha256."""
     entries, get = model.state_entries()
     state_sha, _ = store.put_stream(payload_chunks(entries, get, {"format": STATE_FORMAT}))
-    return ModelManifest(version=model.version, shards=shards), state_sha
+    return state_sha
 
 
 class StoredWeights(Mapping[str, np.ndarray]):

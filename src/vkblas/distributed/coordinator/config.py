@@ -141,6 +141,12 @@ class ServeSettings(BaseModel):
     applier: bool = True  # run the applier loop (tests of the bare API turn it off)
     keep_checkpoints: int = Field(default=3, ge=1, le=1000)
     tick_seconds: float = Field(default=0.05, gt=0, le=10)
+    #: async: the optimizer state is written at most this often (every version's weights are published at once;
+    #: a restart replays the updates applied since the newest state). 0: with every version
+    checkpoint_seconds: float = Field(default=5.0, ge=0, le=3600)
+    #: the test-set evaluation: its BLAS and cpu-backend threads, and the most of the wall time it may take
+    eval_threads: int = Field(default=2, ge=1, le=256)
+    eval_share: float = Field(default=0.1, gt=0, le=1)
     #: HTTPS: uvicorn's TLS, with these PEM files (or terminate TLS at a reverse proxy: docs/PROTOCOL.md)
     tls_cert: str | None = None
     tls_key: str | None = None

@@ -1,14 +1,21 @@
 """The coordinator's evaluation of the model on the test split, as ``vkblas train`` evaluates (same loss, same
 data, ``training.loop.evaluate``), on the ``cpu`` device; for a GPT, the mean loss and next-token accuracy on fixed
-blocks of the validation split."""
+blocks of the validation split.
+
+It runs beside the serving threads on the same machine as the workers often do, so it is kept small: on at most
+``threads`` BLAS threads and cpu-backend threads (numpy's BLAS would otherwise take every core, and OpenBLAS's
+threads spin after each product), and the applier runs it at a bounded share of the wall time."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import nullcontext
 
 import numpy as np
 
 from ...autograd import no_grad
+from ...backend.base import thread_cap
 from ...creation import tensor
 from ...training.fit import EVAL_BATCH, load_dataset
 from ...training.loop import evaluate
@@ -17,6 +24,19 @@ from ..text import block_size, is_text, val_blocks
 from .config import RunSpec
 
 TEXT_EVAL_BLOCKS = 16  # blocks of the validation split: a 50M GPT evaluates them in seconds on a CPU
+EVAL_THREADS = 2
+log = logging.getLogger("vkblas.coordinator")
+
+
+def blas_limiter() -> object | None:
+    """threadpoolctl's controller of this process's BLAS libraries, or None if threadpoolctl is not installed
+    (then the evaluation's BLAS uses every core)."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        log.warning("threadpoolctl is not installed: the evaluation's BLAS uses every core (pip install threadpoolctl)")
+        return None
+    return ThreadpoolController()
 
 
 class _Weights(Mapping[str, np.ndarray]):
@@ -43,8 +63,11 @@ class _Weights(Mapping[str, np.ndarray]):
 class Evaluator:
     """Call with the model's weights; returns (mean test loss, test accuracy)."""
 
-    def __init__(self, spec: RunSpec, data: str | None) -> None:
+    def __init__(self, spec: RunSpec, data: str | None, threads: int = EVAL_THREADS) -> None:
         from ... import nn
+
+        self.threads = threads
+        self._blas = blas_limiter()
 
         self.text = is_text(spec.dataset)
         if self.text:
@@ -65,7 +88,13 @@ class Evaluator:
         load_params(self.model, _Weights(get, names))
 
     def run(self) -> tuple[float, float]:
-        """(mean test loss, test accuracy) of the weights loaded last."""
+        """(mean test loss, test accuracy) of the weights loaded last, on at most ``threads`` threads."""
+        # BLAS threads are the process's: capped while this runs (the coordinator's only BLAS work), then restored
+        blas = self._blas.limit(limits=self.threads, user_api="blas") if self._blas is not None else nullcontext()
+        with blas, thread_cap(self.threads):
+            return self._run()
+
+    def _run(self) -> tuple[float, float]:
         if self.text:
             return self._text()
         batches = [

@@ -180,13 +180,14 @@ class Update(Base):
 
 class Checkpoint(Base):
     """A model version in the store: its weight shards (what workers download) and its full state (weights and
-    optimizer, what a restarted applier loads), and the last update sequence number it includes."""
+    optimizer, what a restarted applier loads; none for a version published with its weights alone, see
+    :mod:`.applier`), and the last update sequence number it includes."""
 
     __tablename__ = "checkpoints"
 
     version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     manifest: Mapped[str] = mapped_column(Text)  # ModelManifest as JSON
-    state_sha256: Mapped[str] = mapped_column(String(64))
+    state_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     last_seq: Mapped[int] = mapped_column(Integer)
     samples_applied: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[float] = mapped_column(Float)

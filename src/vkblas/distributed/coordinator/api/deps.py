@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fastapi import Request
@@ -28,6 +29,8 @@ class Context:
     watch: RunWatch  # wakes long-polling lease requests when the run moves
     #: uploads validated at once (each holds one decoded tensor of its update); the others wait, on disk
     validating: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(VALIDATE_AT_ONCE))
+    #: called when this process records an update: wakes its applier now rather than at its next tick
+    on_record: Callable[[], None] = field(default=lambda: None)
 
     @staticmethod
     def of(request: Request) -> Context:

@@ -86,8 +86,13 @@ def heartbeat(
 
 
 @router.post("/{lease_id}/return", status_code=204, summary="Give a unit back, unfinished (worker token)")
-def give_back(request: Request, lease_id: str = LeaseId, auth: str | None = Depends(authorization)) -> None:
+async def give_back(request: Request, lease_id: str = LeaseId, auth: str | None = Depends(authorization)) -> None:
     ctx = Context.of(request)
+    await run_in_threadpool(_give_back, ctx, lease_id, auth)
+    ctx.watch.poke()  # its unit is open again: a held lease request may take it now
+
+
+def _give_back(ctx: Context, lease_id: str, auth: str | None) -> None:
     with ctx.db.session() as s:
         worker = accounts.authenticate(s, authorization=auth)
         crud.return_lease(s, worker=worker, lease_id=lease_id, now=now())
@@ -114,10 +119,15 @@ async def upload(
     else:
         payload = await _spooled(request, ctx)  # bounded by the BodyLimit middleware, on disk, not in memory
     try:
-        return await run_in_threadpool(_upload, ctx, lease_id, idempotency_key, x_content_sha256, payload, auth)
+        reply = await run_in_threadpool(_upload, ctx, lease_id, idempotency_key, x_content_sha256, payload, auth)
     finally:
         if isinstance(payload, Spool):
             payload.discard()  # kept (moved into the store) if recorded; else deleted
+    # the lease is done: its worker's next lease request (held, as it had two) may go on now, not at the watch's
+    # next read of the database; and this process's applier applies the update without waiting for its tick
+    ctx.on_record()
+    ctx.watch.poke()
+    return reply
 
 
 @router.put(

@@ -26,6 +26,7 @@ class RunWatch:
         self._changed = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._last: tuple | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def _read(self) -> tuple:
         with self.db.read_session() as s:
@@ -33,7 +34,7 @@ class RunWatch:
             opened = s.scalar(select(func.count()).select_from(Unit).where(Unit.status == "open"))
             return (run.version, run.state, run.samples_leased, opened) if run is not None else ()
 
-    async def _loop(self) -> None:
+    async def _watch(self) -> None:
         while True:
             try:
                 now = await asyncio.to_thread(self._read)
@@ -45,9 +46,15 @@ class RunWatch:
             await asyncio.sleep(self.every)
 
     def poke(self) -> None:
-        """Wake every waiter."""
+        """Wake every waiter (from the event loop's thread)."""
         self._changed.set()
         self._changed = asyncio.Event()
+
+    def poke_threadsafe(self) -> None:
+        """:meth:`poke` from another thread (the applier's, when it publishes a version)."""
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed (shutting down): nobody waits any more
+                self._loop.call_soon_threadsafe(self.poke)
 
     async def wait(self, timeout: float) -> None:
         """Until the run changes or ``timeout`` seconds pass."""
@@ -56,7 +63,8 @@ class RunWatch:
             await asyncio.wait_for(event.wait(), timeout)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
+        self._loop = asyncio.get_running_loop()
+        self._task = self._loop.create_task(self._watch())
 
     async def stop(self) -> None:
         if self._task is not None:
