@@ -341,13 +341,13 @@ def test_evaluation_keeps_to_its_threads_and_share_of_the_time(coord: InProcess,
     from vkblas.distributed.coordinator import evaluate
 
     seen: list[tuple[int | None, list[int]]] = []
-    inner = evaluate.Evaluator._evaluate
+    inner = evaluate.Evaluator._run
 
-    def spy(self, params):  # type: ignore[no-untyped-def]
+    def spy(self):  # type: ignore[no-untyped-def]
         seen.append((host_thread_cap(), [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]))
-        return inner(self, params)
+        return inner(self)
 
-    monkeypatch.setattr(evaluate.Evaluator, "_evaluate", spy)
+    monkeypatch.setattr(evaluate.Evaluator, "_run", spy)
     blas_before = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
     auth = coord.register()
     applier = coord.applier(eval_threads=1, eval_share=0.1)
