@@ -120,6 +120,8 @@ class Graph:
         dispatch, so use the figures as shares; the work really runs, as in :meth:`replay`."""
         if self._rec is None or self._capturing:
             raise RuntimeError("profile() needs a finished capture (use `with vkblas.graphs.capture(graph): ...`)")
+        if _current is not None:
+            raise RuntimeError("profile() inside a graph capture is not supported")
         assert self._backend is not None
         for hook in self._hooks:
             hook()

@@ -166,7 +166,10 @@ def _windows(
 def machine_memory_bytes() -> int:
     """RAM plus swap: no allocation above it can ever be backed. Linux with ``vm.overcommit_memory=1`` grants any
     ``malloc``, and the first write to a 16 TiB array then eats memory until the OOM killer ends the process."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows): numpy's own allocation failure decides
+        return sys.maxsize
     try:
         with open("/proc/meminfo") as f:
             swap = next((int(line.split()[1]) * 1024 for line in f if line.startswith("SwapTotal:")), 0)

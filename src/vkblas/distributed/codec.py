@@ -291,6 +291,7 @@ class PayloadFile(Mapping[str, np.ndarray]):
     :class:`CodecError` for anything malformed. Close it (or use ``with``) to release the file."""
 
     def __init__(self, path: str | os.PathLike[str], max_bytes: int | None = None, max_header: int = 1 << 20) -> None:
+        self._fd = -1  # __del__ has nothing to close if the open below fails
         self._fd = os.open(path, os.O_RDONLY)
         try:
             self._open(max_bytes, max_header)

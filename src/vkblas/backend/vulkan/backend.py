@@ -275,8 +275,11 @@ class VulkanBackend(Backend):
     def capture_profile(self, capture: Capture) -> list[Any]:
         from .profile import profile  # a tool, not the hot path
 
+        rec = self._recording(capture)
         labels = {k.handle: k.label for k in self.dev._kernels.values()}
-        return profile(self.rt, self._recording(capture), labels)
+        rows = profile(self.rt, rec, labels)
+        self.checks.after_replay(rec)  # its device checks (indices, targets) are looked at, as after a replay
+        return rows
 
     def _recording(self, capture: Capture) -> Recording:
         if not isinstance(capture, Recording):

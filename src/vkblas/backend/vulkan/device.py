@@ -110,7 +110,9 @@ class Kernel:
 
 
 def _caller_label(depth: int = 2) -> str:
-    """``module.function op`` of the plan builder that compiles a kernel (paid once per kernel, at compile time)."""
+    """``module.function op`` of the plan builder that compiles a kernel (paid once per kernel, at compile time).
+    Kernels are cached by source, so ops that generate the same WGSL share the label of the first to compile it;
+    where a helper compiles for its caller (``foreach.kernel``, attention's ``build`` closure) the label names it."""
     frame = sys._getframe(depth)
     module = frame.f_globals.get("__name__", "?").rsplit(".", 1)[-1]
     loc = frame.f_locals

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -226,7 +227,7 @@ class Applier:
             total = s.get(Run, RUN_ID).samples_total  # type: ignore[union-attr]
             latest_version, latest_manifest = latest.version, latest.manifest
         self.model = checkpoints.read(self.store, self.spec, manifest, cp.state_sha256)  # type: ignore[arg-type]
-        self.flops_per_sample = trust.flops_per_sample(sum(v.size for v in self.model.params().values()))
+        self.flops_per_sample = trust.flops_per_sample(sum(math.prod(v) for v in self.model.shapes.values()))
         self.published = self._state_version = self.model.version
         self._state_at = time.time()
         if redo:
@@ -240,9 +241,16 @@ class Applier:
         assert model is not None
         for _, group in groupby(redo, key=lambda u: u.applied_version):
             batch = list(group)
-            decided = (
-                self._apply_async(batch, total) if self.spec.algorithm == "async" else self._apply_round(batch, total)
-            )
+            try:
+                decided = (
+                    self._apply_async(batch, total)
+                    if self.spec.algorithm == "async"
+                    else self._apply_round(batch, total)
+                )
+            finally:  # each version's payload files closed at once: a replay may re-apply thousands of updates
+                for stored in self._open:
+                    stored.close()
+                self._open.clear()
             wrong = [
                 d
                 for d, u in zip(decided, batch, strict=True)
@@ -252,9 +260,9 @@ class Applier:
                 raise RuntimeError(f"replay: update {wrong[0].seq} does not re-apply to the version it made")
         if model.version != version:
             raise RuntimeError(f"replay reached version {model.version}, the newest published is {version}")
-        published = checkpoints.read_params(self.store, manifest)
+        published = checkpoints.StoredWeights(self.store, manifest)  # compared a tensor at a time: no whole copy
         again = None
-        if any(not np.array_equal(published[k], v) for k, v in model.params().items()):
+        if any(not np.array_equal(published[k], model.param(k)) for k in model.names):
             # the same rule on the same inputs: only a changed numpy could round otherwise. The replayed weights
             # are the truth from here; workers fetch the new shards (content-addressed) with their next lease
             log.warning("applier: replayed version %d differs in its last bits from the published one", version)
@@ -497,6 +505,8 @@ class Applier:
             pending = s.scalar(select(func.count()).select_from(Update).where(Update.status.in_(("recorded", "held"))))
         if unfinished or pending:
             return
+        if self._eval_job is not None:  # an evaluation still running (perhaps the final version's) lands first
+            self._eval_job.result()
         self._maybe_evaluate(now, force=self._last_eval[0] != self.model.version)  # type: ignore[union-attr]
         self._save_state(now)
         with self.db.session() as s:

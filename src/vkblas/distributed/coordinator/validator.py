@@ -65,8 +65,10 @@ def validate(
     tol = run_tolerance(spec)
     for uid in units:
         results = held[uid]
-        opened = {u.seq: _payload(store, u) for u in results}
+        opened: dict[int, tuple[PayloadFile, LazyUpdate]] = {}
         try:
+            for u in results:  # inside the try: the ones opened are closed if a later one fails to open
+                opened[u.seq] = _payload(store, u)
             verdict = judge([(seq, update) for seq, (_, update) in opened.items()], tol)
         finally:
             for stored, _ in opened.values():

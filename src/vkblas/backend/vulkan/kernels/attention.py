@@ -50,8 +50,8 @@ LN2 = 0.6931471805599453
 _LOWEST = "-3.0e38"
 # (rows per workgroup, keys per tile), most preferred first: the per-row kernels
 _TILES = ((64, 32), (64, 16), (32, 32), (32, 16), (64, 8), (32, 8), (16, 16), (16, 8))
-# (own rows, streamed rows per tile[, own rows, streamed rows per invocation: 4, 4 where left out]) of the
-# register-blocked kernels, most preferred first
+# (own rows BR, streamed rows per tile BC[, TM own rows and TN streamed rows per invocation: 4, 4 where left out])
+# of the register-blocked kernels, most preferred first
 BLOCK_TILES: tuple[tuple[int, ...], ...] = ((64, 64), (64, 32), (32, 64), (32, 32), (32, 16), (16, 32), (16, 16))
 #: the kernel designs in order of preference; an adapter that cannot fit a design's smallest tile in its workgroup
 #: memory gets the next one (tests and benchmarks narrow it to compare the two)

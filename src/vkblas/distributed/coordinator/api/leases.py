@@ -207,8 +207,9 @@ def _assemble(ctx: Context, body: bytes) -> Spool:
                 for block in iter(lambda f=f: f.read(JOIN_BLOCK), b""):
                     h.update(block)
                     spool.write(block)
-            if h.hexdigest() != p:
-                raise OSError(f"store file {p} is damaged (its content hashes differently)")
+            if h.hexdigest() != p:  # a store damaged on disk: the part is dropped and asked for again
+                ctx.store.path(p).unlink(missing_ok=True)
+                raise ApiError("missing-parts", f"stored part {p} was damaged on disk and is dropped: send it again")
         spool.finish()
     except FileNotFoundError:  # collected meanwhile
         spool.discard()

@@ -24,11 +24,14 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     # the older code loads the newest version and needs its state file: the run goes back to the newest full
-    # checkpoint, and the updates applied after it are recorded again, to be replayed from there
+    # checkpoint, and the updates applied after it are recorded again, to be applied from there (by the version
+    # they made, not by seq: an update held for validation is applied after later seqs); the older applier takes
+    # every recorded update, whatever its seq
     full = "(SELECT MAX(version) FROM checkpoints WHERE state_sha256 IS NOT NULL)"
     op.execute(
         "UPDATE updates SET status = 'recorded', applied_version = NULL, staleness = NULL"
-        f" WHERE status IN ('applied', 'stale') AND seq > (SELECT last_seq FROM checkpoints WHERE version = {full})"
+        f" WHERE (status = 'applied' AND applied_version > {full})"
+        f" OR (status = 'stale' AND seq > (SELECT last_seq FROM checkpoints WHERE version = {full}))"
     )
     op.execute(
         f"UPDATE runs SET version = {full},"
