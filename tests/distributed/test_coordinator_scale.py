@@ -301,6 +301,26 @@ def test_hostile_parts_are_4xx_and_nothing_is_stored(diloco: InProcess):
     assert client.upload(lid, body, key=uuid.uuid4().hex).status == "recorded"
 
 
+def test_a_part_damaged_on_disk_is_dropped_and_asked_for_again(diloco: InProcess):
+    """A stored part whose bytes no longer hash to its name (a disk fault) is a 4xx naming it, never a 500, and is
+    deleted, so that sending it again stores it afresh and the result goes through."""
+    auth = diloco.register()
+    lease = _lease(diloco, auth)
+    lid, part = lease["lease_id"], b"p" * 1000
+    sha = hashlib.sha256(part).hexdigest()
+    assert diloco.tc.put(f"/v1/leases/{lid}/parts/{sha}", content=part, headers=auth).status_code == 200
+    diloco.ctx.store.path(sha).write_bytes(b"q" * 1000)  # damaged where it lies
+    headers = {**auth, "idempotency-key": uuid.uuid4().hex, "content-type": PARTS_CONTENT_TYPE,
+               "x-content-sha256": sha}  # fmt: skip
+    r = diloco.tc.put(f"/v1/leases/{lid}/result", content=json.dumps({"parts": [sha]}).encode(), headers=headers)
+    assert _error(r) == "missing-parts" and sha in r.json()["error"]["message"]
+    assert not diloco.ctx.store.path(sha).exists()
+    body = _int8_payload(diloco, lease)
+    client = diloco.client()
+    client.token, client.part_bytes = auth["authorization"].split()[1], 50_000
+    assert client.upload(lid, body, key=uuid.uuid4().hex).status == "recorded"
+
+
 def test_parts_cannot_add_up_past_the_upload_limit(diloco: InProcess, monkeypatch):
     auth = diloco.register()
     lid = _lease(diloco, auth)["lease_id"]
