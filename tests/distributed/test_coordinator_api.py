@@ -468,3 +468,51 @@ def test_restart_with_other_options_is_refused(coord: InProcess):
     other = RunSpec(**{**coord.spec.model_dump(), "lr": 0.5, "epochs": 2})
     with pytest.raises(ValueError, match=r"other options .*epochs: 1 vs 2.*lr: None vs 0.5"):
         prepare(coord.settings, other)
+
+
+def test_a_burst_of_uploads_leaves_threads_for_the_other_routes(coord: InProcess, monkeypatch):
+    """Uploads run on a thread limiter of their own: with every validation slot taken and more uploads waiting,
+    the sync routes (status, heartbeats, leases) still get a thread of the default pool (here cut to 2, the
+    number of validations at once, so that the waiting uploads would take all of it)."""
+    import threading
+
+    import anyio.to_thread
+
+    from vkblas.distributed.coordinator.api import leases
+
+    release, inside = threading.Event(), threading.Semaphore(0)
+    real = leases._validate
+
+    def slow(*a, **kw):  # type: ignore[no-untyped-def]
+        inside.release()
+        release.wait(30)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(leases, "_validate", slow)
+    coord.tc.portal.call(lambda: setattr(anyio.to_thread.current_default_thread_limiter(), "total_tokens", 2))
+    jobs = []
+    for i in range(3):
+        auth = coord.register(f"w{i}")
+        lease = _lease(coord, auth)
+        jobs.append((auth, lease, _payload(lease, _update(coord))))
+    replies: list = [None] * 3
+
+    def send(i: int) -> None:
+        replies[i] = _put(coord, *jobs[i])
+
+    senders = [threading.Thread(target=send, args=(i,)) for i in range(3)]
+    try:
+        for t in senders:
+            t.start()
+        assert inside.acquire(timeout=20) and inside.acquire(timeout=20)  # both validation slots are taken
+        got: list = []
+        asker = threading.Thread(target=lambda: got.append(coord.tc.get("/v1/status")))
+        asker.start()
+        asker.join(timeout=10)
+        assert got and got[0].status_code == 200, "the status route found no thread while uploads waited"
+    finally:
+        release.set()
+        for t in senders:
+            t.join(timeout=30)
+        coord.tc.portal.call(lambda: setattr(anyio.to_thread.current_default_thread_limiter(), "total_tokens", 40))
+    assert [r.status_code for r in replies] == [200, 200, 200], [r.text for r in replies]

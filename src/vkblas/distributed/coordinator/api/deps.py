@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import anyio
 from fastapi import Request
 
 from ...validation import Signature
@@ -16,6 +17,9 @@ from ..store import Store
 from .watch import RunWatch
 
 VALIDATE_AT_ONCE = 2
+#: threads the upload route may hold at once (the validating ones and a few doing their lease checks): the rest of
+#: the uploads wait in the event loop, so a burst of them never takes the threads heartbeats and leases need
+UPLOAD_THREADS = VALIDATE_AT_ONCE + 2
 
 
 @dataclass
@@ -29,6 +33,8 @@ class Context:
     watch: RunWatch  # wakes long-polling lease requests when the run moves
     #: uploads validated at once (each holds one decoded tensor of its update); the others wait, on disk
     validating: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(VALIDATE_AT_ONCE))
+    #: the upload route's own threads (a limiter apart from the default one the other sync routes share)
+    upload_threads: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(UPLOAD_THREADS))
     #: called when this process records an update: wakes its applier now rather than at its next tick
     on_record: Callable[[], None] = field(default=lambda: None)
 

@@ -18,6 +18,7 @@ import re
 import time
 from collections.abc import Callable
 
+import anyio.to_thread
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
@@ -119,7 +120,8 @@ async def upload(
     else:
         payload = await _spooled(request, ctx)  # bounded by the BodyLimit middleware, on disk, not in memory
     try:
-        reply = await run_in_threadpool(_upload, ctx, lease_id, idempotency_key, x_content_sha256, payload, auth)
+        call = functools.partial(_upload, ctx, lease_id, idempotency_key, x_content_sha256, payload, auth)
+        reply = await anyio.to_thread.run_sync(call, limiter=ctx.upload_threads)
     finally:
         if isinstance(payload, Spool):
             payload.discard()  # kept (moved into the store) if recorded; else deleted
