@@ -216,9 +216,9 @@ class InProcess:
             "trust_after": 0,
         }
         opts.update(spec)
-        self.settings = ServeSettings(
-            db=db, store=str(tmp / "store"), applier=False, data=str(DATA), **(settings or {})
-        )
+        # no applier thread unless a test asks for one (``settings={"applier": True}``)
+        self.settings = ServeSettings(**{"db": db, "store": str(tmp / "store"), "applier": False, "data": str(DATA),
+                                         **(settings or {})})  # fmt: skip
         self.spec = RunSpec(**opts)  # type: ignore[arg-type]
         prepare(self.settings, self.spec)
         self.app = create_app(self.settings)

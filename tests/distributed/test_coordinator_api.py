@@ -516,3 +516,30 @@ def test_a_burst_of_uploads_leaves_threads_for_the_other_routes(coord: InProcess
             t.join(timeout=30)
         coord.tc.portal.call(lambda: setattr(anyio.to_thread.current_default_thread_limiter(), "total_tokens", 40))
     assert [r.status_code for r in replies] == [200, 200, 200], [r.text for r in replies]
+
+
+def test_shutdown_leaves_a_pass_still_running_alone(db_url: str, tmp_path, monkeypatch):
+    """Shutdown waits for the applier's pass; if the pass is still stepping the model after the wait, the state is
+    not recorded underneath it (it could be half-stepped): release() only runs once the thread has ended."""
+    import threading
+
+    from vkblas.distributed.coordinator import app as app_module
+    from vkblas.distributed.coordinator.applier import Applier
+
+    in_pass, leave, released = threading.Event(), threading.Event(), []
+
+    def stuck(self, now=None):  # type: ignore[no-untyped-def]
+        in_pass.set()
+        leave.wait(30)
+        return 0
+
+    monkeypatch.setattr(Applier, "step", stuck)
+    monkeypatch.setattr(Applier, "release", lambda self: released.append(self))
+    monkeypatch.setattr(app_module, "APPLIER_STOP_S", 0.2)
+    c = InProcess(db_url, tmp_path, settings={"applier": True, "tick_seconds": 0.05})
+    try:
+        assert in_pass.wait(20)
+    finally:
+        c.close()
+        leave.set()
+    assert released == []

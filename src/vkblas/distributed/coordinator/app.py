@@ -34,6 +34,8 @@ from .runs import load_spec
 from .store import Store
 
 SETTINGS_ENV = "VKBLAS_COORDINATOR_SETTINGS"
+#: how long shutdown waits for the applier's pass in progress before leaving it be
+APPLIER_STOP_S = 30.0
 log = logging.getLogger("vkblas.coordinator")
 
 
@@ -89,8 +91,14 @@ def create_app(settings: ServeSettings) -> FastAPI:
             await ctx.watch.stop()
             stop.set()
             if thread is not None:
-                thread.join(timeout=30)
-                applier.release()
+                thread.join(timeout=APPLIER_STOP_S)
+                if thread.is_alive():
+                    # its pass is still stepping the model: recording that state now could store a half-stepped
+                    # optimizer state, so nothing is recorded; its leader lease runs out and a restart replays
+                    log.warning("applier: its pass is still running after %.0f s; its state is not recorded now "
+                                "(a restart replays from the newest state)", APPLIER_STOP_S)  # fmt: skip
+                else:
+                    applier.release()
             ctx.db.dispose()
 
     app = FastAPI(
