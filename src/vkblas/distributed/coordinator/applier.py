@@ -41,6 +41,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import groupby
+from typing import Any
 
 import numpy as np
 from sqlalchemy import func, select, update
@@ -147,6 +148,13 @@ class Applier:
                 return False
         self._lead_until = now + self.leader_ttl
         return True
+
+    def _renew_lead(self, s: Any, now: float) -> bool:
+        """In the transaction ``s`` that commits this process's work: extend its leader lease, or find it lost
+        (the fence: a process that lost the lead commits nothing)."""
+        mine = update(Leader).where(Leader.name == LEADER, Leader.holder == self.holder)
+        lead = s.execute(mine.values(expires_at=now + self.leader_ttl))
+        return lead.rowcount == 1
 
     def release(self) -> None:
         """Stop: wait for an evaluation under way, record the state of the published version (a restart then has
@@ -281,12 +289,7 @@ class Applier:
         if manifest is not None:
             values["manifest"] = manifest.model_dump_json()
         with self.db.session() as s:
-            lead = s.execute(
-                update(Leader)
-                .where(Leader.name == LEADER, Leader.holder == self.holder)
-                .values(expires_at=now + self.leader_ttl)
-            )
-            if lead.rowcount != 1:
+            if not self._renew_lead(s, now):
                 return  # another process leads: it replays from the state it finds
             s.execute(update(Checkpoint).where(Checkpoint.version == model.version).values(**values))
         self._state_version, self._state_at = model.version, now
@@ -402,12 +405,7 @@ class Applier:
             state_sha = checkpoints.write_state(self.store, model) if full else None
         try:
             with self.db.session() as s:
-                lead = s.execute(
-                    update(Leader)
-                    .where(Leader.name == LEADER, Leader.holder == self.holder)
-                    .values(expires_at=now + self.leader_ttl)
-                )
-                if lead.rowcount != 1:
+                if not self._renew_lead(s, now):
                     raise _LostLeadError()
                 run = s.get(Run, RUN_ID, with_for_update=True)
                 assert run is not None
