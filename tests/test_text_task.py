@@ -111,6 +111,40 @@ def test_train_eval_sample(capsys: pytest.CaptureFixture[str], tmp_path: Path, d
 
 
 @needs_text
+@pytest.mark.parametrize("save", ["best", "last"])
+def test_checkpoint_keeps_the_best_or_the_last_weights(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, device: str, save: str
+) -> None:
+    # a learning rate far too high: the validation loss rises after its first fall, so best and last differ
+    argv = [
+        "train",
+        "shakespeare-char",
+        *TINY,
+        "--lr",
+        "0.3",
+        "--iters",
+        "24",
+        "--eval-interval",
+        "3",
+        "--dropout",
+        "0",
+    ]
+    out = tmp_path / save
+    assert main([*argv, "--device", device, "--out", str(out), "--save", save]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    evals = metrics["evals"]
+    best = min(evals, key=lambda e: e["val_loss"])
+    assert best["iter"] != evals[-1]["iter"]  # the run does overfit/diverge: the two modes are distinguishable
+    kept = best if save == "best" else evals[-1]
+    assert (metrics["iter"], metrics["val_loss"]) == (kept["iter"], kept["val_loss"])
+    assert metrics["final_val_loss"] == evals[-1]["val_loss"]
+    assert f"step {kept['iter']}: train loss" in capsys.readouterr().out
+    assert main(["eval", str(out / "model.safetensors"), "--device", device, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["val_loss"] == pytest.approx(kept["val_loss"], rel=1e-5)
+    assert not list(out.glob("*.part"))
+
+
+@needs_text
 def test_train_with_fp16_mixed_precision(capsys: pytest.CaptureFixture[str], tmp_path: Path, device: str) -> None:
     out = tmp_path / "gpt"
     argv = ["train", "shakespeare-char", *TINY, "--dropout", "0", "--device", device, "--out", str(out)]

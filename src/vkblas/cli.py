@@ -153,6 +153,7 @@ def _train_text(args: argparse.Namespace) -> int:
         "n_embd": args.n_embd,
         "dropout": args.dropout,
         "amp": args.amp,
+        "save": args.save,
     }
     cfg = TextTrainConfig(
         dataset=args.dataset,
@@ -375,6 +376,13 @@ def build_parser() -> argparse.ArgumentParser:
     gpt.add_argument("--n-head", type=_positive_int, default=None, help="attention heads (6)")
     gpt.add_argument("--n-embd", type=_positive_int, default=None, help="embedding width (384)")
     gpt.add_argument("--dropout", type=float, default=None, help="dropout probability (0.2)")
+    gpt.add_argument(
+        "--save",
+        choices=["best", "last"],
+        default=None,
+        help="the checkpoint: the weights of the evaluation with the lowest validation loss (default, as nanoGPT's "
+        "shakespeare_char config: the model overfits), or the last ones",
+    )
     gpt.add_argument(
         "--amp",
         choices=["float16"],

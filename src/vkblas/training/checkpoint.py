@@ -22,8 +22,15 @@ FORMAT = "vkblas-checkpoint-1"
 
 
 def save(model: Any, path: str | os.PathLike[str], info: dict[str, Any]) -> None:
-    """Write ``model.state_dict()`` to ``path``; ``info`` (JSON-serialisable) goes into the metadata."""
-    io.save(model.state_dict(), path, metadata={"format": FORMAT, "info": json.dumps(info)})
+    """Write ``model.state_dict()`` to ``path``; ``info`` (JSON-serialisable) goes into the metadata. Atomic: the
+    file is written beside ``path`` and renamed over it, so a run stopped mid-write keeps the previous checkpoint."""
+    part = f"{os.fspath(path)}.part"
+    try:
+        io.save(model.state_dict(), part, metadata={"format": FORMAT, "info": json.dumps(info)})
+        os.replace(part, path)
+    finally:
+        if os.path.exists(part):
+            os.remove(part)
 
 
 def read_info(path: str | os.PathLike[str]) -> dict[str, Any]:

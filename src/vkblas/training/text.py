@@ -3,7 +3,10 @@
 on the matrices, a linear warm-up then a cosine decay of the learning rate, gradient clipping, and an estimate of
 the training and validation loss every ``eval_interval`` iterations (``eval_iters`` batches of each split; the same
 batches at every evaluation, so the curves compare like with like). Writes the checkpoint (``model.safetensors``,
-with the model configuration and the vocabulary in its metadata), ``metrics.json`` and ``curves.png``.
+with the model configuration and the vocabulary in its metadata), ``metrics.json`` and ``curves.png``. As nanoGPT's
+shakespeare_char config (``always_save_checkpoint = False``: the model overfits this small corpus), the checkpoint
+holds the weights of the evaluation with the lowest validation loss (``save="best"``, the default), written at that
+evaluation; ``save="last"`` keeps the weights the run ends with.
 
 On a Vulkan device the training step runs as a captured graph (``vkblas.graphs``) after one eager warm-up step.
 
@@ -43,6 +46,7 @@ TEXT_DATASETS = {"shakespeare-char": ShakespeareChar}
 TEXT_MODELS = ("gpt",)
 AMP_DTYPES = ("float16",)
 PRECISION = {None: "float32", "float16": "fp16 mixed precision"}
+SAVE_MODES = ("best", "last")
 
 
 @dataclass
@@ -75,8 +79,11 @@ class TextTrainConfig:
     progress: bool = True
     graph: bool = True
     amp: str | None = None  # "float16": fp16 mixed precision (autocast + GradScaler); None: float32
+    save: str = "best"  # the checkpoint: the weights of the lowest validation loss, or "last": the final ones
 
     def __post_init__(self) -> None:
+        if self.save not in SAVE_MODES:
+            raise ValueError(f"save must be one of {', '.join(SAVE_MODES)}, got {self.save!r}")
         if self.amp is not None and self.amp not in AMP_DTYPES:
             raise ValueError(f"amp must be one of {', '.join(AMP_DTYPES)} or None (float32), got {self.amp!r}")
         if self.dataset not in TEXT_DATASETS:
@@ -231,6 +238,25 @@ def run_iterations(
     yield {**_eval_record(model, corpus, cfg, device, cfg.iters, seconds), **step.scaling()}
 
 
+def _checkpoint_info(
+    cfg: TextTrainConfig, model_cfg: GPTConfig, corpus: ShakespeareChar, dev: str, model: GPT, record: dict[str, Any]
+) -> dict[str, Any]:
+    """The metadata of a checkpoint of the weights as they are at the evaluation ``record``."""
+    return {
+        "config": dataclasses.asdict(cfg),
+        "task": "text",
+        "model_config": dataclasses.asdict(model_cfg),
+        "vocab": corpus.vocab.chars,
+        "device": dev,
+        "vkblas": __version__,
+        "iter": record["iter"],
+        "train_loss": record["train_loss"],
+        "val_loss": record["val_loss"],
+        "parameters": model.get_num_params(),
+        "precision": PRECISION[cfg.amp],
+    }
+
+
 def fit_text(cfg: TextTrainConfig) -> dict[str, Any]:
     """Train as configured; write ``model.safetensors``, ``metrics.json`` and ``curves.png`` into ``cfg.out``."""
     dev = resolve_device(cfg.device)
@@ -244,29 +270,26 @@ def fit_text(cfg: TextTrainConfig) -> dict[str, Any]:
     optimizer = model.configure_optimizers(
         cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), **({"capturable": True} if graph else {})
     )
-    history = []
+    history: list[dict[str, Any]] = []
+    info: dict[str, Any] = {}
     for record in run_iterations(model, optimizer, cfg, corpus, dev):
         history.append(record)
         scale = f" (fp16 mixed precision: loss scale {record['loss_scale']:g})" if cfg.amp else ""
+        last = record["iter"] == cfg.iters
+        keep = record["val_loss"] < info["val_loss"] if info else True
+        if (cfg.save == "best" and keep) or (cfg.save == "last" and last):
+            info = _checkpoint_info(cfg, model_cfg, corpus, dev, model, record)
+            checkpoint.save(model, out / "model.safetensors", info)
+        saved = " (saved)" if info.get("iter") == record["iter"] else ""
         tqdm.write(
-            f"step {record['iter']}: train loss {record['train_loss']:.4f}, val loss {record['val_loss']:.4f}{scale}"
+            f"step {record['iter']}: train loss {record['train_loss']:.4f}, val loss {record['val_loss']:.4f}"
+            f"{scale}{saved}"
         )
-    info = {
-        "config": dataclasses.asdict(cfg),
-        "task": "text",
-        "model_config": dataclasses.asdict(model_cfg),
-        "vocab": corpus.vocab.chars,
-        "device": dev,
-        "vkblas": __version__,
-        "train_loss": history[-1]["train_loss"],
-        "val_loss": history[-1]["val_loss"],
-        "parameters": model.get_num_params(),
-        "precision": PRECISION[cfg.amp],
-    }
-    checkpoint.save(model, out / "model.safetensors", info)
     train_seconds = history[-1]["seconds"]
     metrics = {
         **info,
+        "final_train_loss": history[-1]["train_loss"],
+        "final_val_loss": history[-1]["val_loss"],
         "evals": history,
         "train_seconds": train_seconds,
         "tokens_per_s": cfg.iters * cfg.batch_size * cfg.block_size / train_seconds if train_seconds else None,
