@@ -22,6 +22,7 @@ scaling); samples/s and coordinator CPU per update count what was applied from t
 
 ``--preset h200`` is issue 11's figures on the H200 machine in one bounded command: full MNIST, 5 epochs a run
 capped at ``--time-cap 30`` s (a capped run's samples/s is still a rate; its accuracy is the model's at the cap),
+DiLoCo units of up to 500 inner steps (so ``--unit-seconds`` sizes them, not the cap),
 in three stages: diloco and async with 1, 2, 3 cpu workers of 4 BLAS threads; diloco on ``vulkan:0`` alone and
 ``vulkan:0`` + one cpu worker; the dropout pair with 4 cpu workers of 3 threads. Ten runs of at most 30 s plus each
 one's start-up (~10 s): under 7 minutes. Flags given with it (``--epochs``, ``--time-cap``, ...) override its
@@ -53,7 +54,9 @@ REPO = Path(__file__).resolve().parents[1]
 #: --preset NAME: (the flags' values, then the stages: a section with the values it overrides)
 PRESETS: dict[str, tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]] = {
     "h200": (
-        {"epochs": 5, "time_cap": 30.0, "limit": 0},
+        # H up to 500 (DiLoCo's): the units' length is then --unit-seconds of each worker's speed; with the cap
+        # of 20-50 a fast cpu worker's MNIST unit was ~0.25-0.6 s and the round barrier dominated
+        {"epochs": 5, "time_cap": 30.0, "limit": 0, "inner_steps": 500},
         [
             ("scaling", {"algorithms": "diloco,async", "workers": "1,2,3", "devices": "cpu", "threads": 4}),
             ("scaling", {"algorithms": "diloco", "workers": "1,2", "devices": "vulkan:0,cpu", "threads": 4}),
@@ -190,7 +193,8 @@ def scaling(args: argparse.Namespace, results: dict[str, Any]) -> None:
     for algorithm in args.algorithms:
         base = None
         for n in args.workers:
-            r = Run(args, run_args(args, "--algorithm", algorithm), n)
+            extra = ["--inner-steps", str(args.inner_steps)] if algorithm == "diloco" and args.inner_steps else []
+            r = Run(args, run_args(args, "--algorithm", algorithm, *extra), n)
             try:
                 st = r.follow()
             finally:
@@ -226,7 +230,7 @@ def dropout(args: argparse.Namespace, results: dict[str, Any]) -> None:
 
 
 def traffic(args: argparse.Namespace, results: dict[str, Any]) -> None:
-    diloco = ["--algorithm", "diloco", "--inner-steps", str(args.inner_steps)]
+    diloco = ["--algorithm", "diloco", "--inner-steps", str(args.inner_steps or 20)]
     cases = [("sync fp32 (per step)", ["--algorithm", "sync"]), ("diloco fp32", diloco),
              ("diloco int8", [*diloco, "--codec", "int8"])]  # fmt: skip
     rows = []
@@ -268,7 +272,8 @@ def main() -> int:
     p.add_argument("--traffic-epochs", type=int, default=3, help="the most epochs of a traffic run")
     p.add_argument("--unit-seconds", type=float, default=2.0)
     p.add_argument("--eval-seconds", type=float, default=2.0)
-    p.add_argument("--inner-steps", type=int, default=20)
+    p.add_argument("--inner-steps", type=int, default=None,
+                   help="DiLoCo's H, the most inner steps of a unit (default: serve's 50; traffic: 20)")  # fmt: skip
     p.add_argument("--traffic-workers", type=int, default=4)
     p.add_argument("--target", type=float, default=0.95, help="test accuracy of the traffic section (0-1)")
     p.add_argument("--uplink-mbit", type=float, default=20.0)
