@@ -22,7 +22,7 @@ scaling); samples/s and coordinator CPU per update count what was applied from t
 
 ``--preset h200`` is issue 11's figures on the H200 machine in one bounded command: full MNIST, 5 epochs a run
 capped at ``--time-cap 30`` s (a capped run's samples/s is still a rate; its accuracy is the model's at the cap),
-DiLoCo units of up to 500 inner steps (so ``--unit-seconds`` sizes them, not the cap),
+DiLoCo units of up to 500 inner steps in data shards of 60 000 (so ``--unit-seconds`` sizes them, not a cap),
 in three stages: diloco and async with 1, 2, 3 cpu workers of 4 BLAS threads; diloco on ``vulkan:0`` alone and
 ``vulkan:0`` + one cpu worker; the dropout pair with 4 cpu workers of 3 threads. Ten runs of at most 30 s plus each
 one's start-up (~10 s): under 7 minutes. Flags given with it (``--epochs``, ``--time-cap``, ...) override its
@@ -56,7 +56,8 @@ PRESETS: dict[str, tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]] = {
     "h200": (
         # H up to 500 (DiLoCo's): the units' length is then --unit-seconds of each worker's speed; with the cap
         # of 20-50 a fast cpu worker's MNIST unit was ~0.25-0.6 s and the round barrier dominated
-        {"epochs": 5, "time_cap": 30.0, "limit": 0, "inner_steps": 500},
+        # and shards of the whole training set, since a unit never spans two (10 000 samples: < 1 s of a cpu worker)
+        {"epochs": 5, "time_cap": 30.0, "limit": 0, "inner_steps": 500, "shard_samples": 60_000},
         [
             ("scaling", {"algorithms": "diloco,async", "workers": "1,2,3", "devices": "cpu", "threads": 4}),
             ("scaling", {"algorithms": "diloco", "workers": "1,2", "devices": "vulkan:0,cpu", "threads": 4}),
@@ -180,7 +181,10 @@ def run_args(args: argparse.Namespace, *extra: str, epochs: int | None = None) -
     base = ["--epochs", str(epochs or args.epochs), "--eval-seconds", str(args.eval_seconds), "--unit-seconds",
             str(args.unit_seconds)]  # fmt: skip
     if args.limit:
-        base += ["--limit", str(args.limit), "--shard-samples", str(min(10_000, args.limit))]
+        base += ["--limit", str(args.limit)]
+    shard = args.shard_samples or (min(10_000, args.limit) if args.limit else 0)
+    if shard:
+        base += ["--shard-samples", str(shard)]
     if not args.public:
         # equal workers of one organiser on loopback: no redundant copies (a lone worker's first results would
         # wait for a second worker to check them) and no rate limits (every worker has the address 127.0.0.1)
@@ -274,6 +278,8 @@ def main() -> int:
     p.add_argument("--eval-seconds", type=float, default=2.0)
     p.add_argument("--inner-steps", type=int, default=None,
                    help="DiLoCo's H, the most inner steps of a unit (default: serve's 50; traffic: 20)")  # fmt: skip
+    p.add_argument("--shard-samples", type=int, default=None,
+                   help="samples per data shard: a unit never spans two (default: serve's 10 000)")  # fmt: skip
     p.add_argument("--traffic-workers", type=int, default=4)
     p.add_argument("--target", type=float, default=0.95, help="test accuracy of the traffic section (0-1)")
     p.add_argument("--uplink-mbit", type=float, default=20.0)

@@ -9,7 +9,7 @@ import pytest
 
 from vkblas.distributed.codec import CodecError, from_payload
 from vkblas.distributed.coordinator.config import RunSpec, normalise_db_url
-from vkblas.distributed.coordinator.crud import unit_samples
+from vkblas.distributed.coordinator.crud import even_take, unit_samples
 from vkblas.distributed.shards import (
     assemble,
     build_shards,
@@ -110,6 +110,19 @@ def test_unit_sizes_follow_speed_within_their_caps():
     assert unit_samples(d, 100.0) == 96  # 3 whole inner steps
     assert unit_samples(d, 1e6) == 320  # at most inner_steps
     assert unit_samples(d, 1.0) == 32
+
+
+def test_diloco_units_share_a_shard_out_evenly():
+    assert even_take(28_032, 60_000, 128) == 20_096  # three even pieces, not 28k + 28k + a 4k runt
+    assert even_take(28_032, 60_000 - 20_096, 128) == 19_968 and even_take(28_032, 19_936, 128) == 19_936
+    assert even_take(256, 1000, 128) == 256  # 4 pieces of 250, rounded up to whole batches
+    assert even_take(5000, 3000, 128) == 3000  # the remainder is smaller than a unit: all of it
+    for wanted in (128, 1280, 7_000, 28_032):  # every shard is cut into units of at most `wanted`, no runts
+        remainder, sizes = 60_000, []
+        while remainder:
+            sizes.append(even_take(wanted, remainder, 128))
+            remainder -= sizes[-1]
+        assert max(sizes) <= max(wanted, 128) and min(sizes) >= min(max(sizes) - 128, wanted / 2), (wanted, sizes)
 
 
 def test_run_spec_and_db_urls():

@@ -69,15 +69,33 @@ def unit_samples(spec: RunSpec, rate: float | None) -> int:
     return batch_for_time(rate, spec.unit_seconds, minimum=min(MIN_GRADIENT_SAMPLES, b), maximum=b)
 
 
+def even_take(wanted: int, remainder: int, multiple: int) -> int:
+    """How much of a shard's ``remainder`` a DiLoCo unit that wants ``wanted`` samples takes: the remainder cut
+    into equal pieces of at most ``wanted`` (rounded up to whole batches of ``multiple``), not ``wanted`` followed
+    by a runt. A unit never spans two shards, so taking ``wanted`` each time left a short last unit per shard (a
+    28k-sample unit twice from a 60k shard, then 4k): a round in which that worker waited at the barrier for the
+    others' full units."""
+    if remainder <= wanted:
+        return remainder
+    pieces = -(-remainder // wanted)
+    piece = -(-remainder // pieces)
+    return min(remainder, -(-piece // multiple) * multiple)
+
+
 def _carve(s: Session, run: Run, spec: RunSpec, n: int) -> Unit | None:
-    """The next ``n`` samples of the data order (fewer at a shard's end or the run's end) as a new unit."""
+    """The next ``n`` samples of the data order (fewer at a shard's end or the run's end) as a new unit; DiLoCo's
+    units share a shard's remainder out evenly (:func:`even_take`)."""
     left = run.samples_total - run.samples_leased
     if left <= 0:
         return None
     shards = data_manifest(run)
     order = shard_order(spec.seed, run.cursor_epoch, len(shards))
     shard = order[run.cursor_pos]
-    take = min(n, shards[shard].samples - run.cursor_offset, left)
+    remainder = shards[shard].samples - run.cursor_offset
+    if spec.algorithm == "diloco":  # a gradient unit (one batch) keeps its size: it is the optimiser's batch
+        take = min(even_take(n, remainder, spec.batch_size), left)
+    else:
+        take = min(n, remainder, left)
     unit = Unit(
         epoch=run.cursor_epoch,
         shard=shard,
