@@ -155,6 +155,10 @@ class Node:
     def name_(self) -> str:
         return self.name
 
+    def next_nodes(self) -> tuple[Node, ...]:
+        """The nodes this one's gradient flows into (a freed node: none)."""
+        return tuple(t.grad_fn for t in self.inputs or () if t is not None and t.grad_fn is not None)
+
     def check_saved(self) -> None:
         for i, (s, v) in enumerate(zip(self.saved, self._versions, strict=True)):
             if v is not None and s._version != v:
