@@ -57,6 +57,7 @@ CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
     ("linear inputs", ("mm",)),
     ("embedding", ("embedding", "gather", "index")),
     ("cross-entropy", ("nll", "crossentropy")),
+    ("checkpointed blocks' inputs", ("checkpoint",)),
 ]
 OTHER = "other (adds, views, copies)"
 PHASES = ("forward", "backward", "optimizer step")
@@ -79,21 +80,26 @@ def model_config(cfg: dict[str, int]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- vkblas
 def _tensors_in(obj: Any, tensor_type: type, depth: int = 0) -> Iterator[Any]:
-    """The tensors ``obj`` refers to: itself, inside tuples, lists and dicts, and in a function's closure."""
+    """The tensors ``obj`` refers to: itself, inside tuples, lists, dicts and objects' attributes, and in a
+    function's closure (a checkpoint's rule holds its arguments that way)."""
     if isinstance(obj, tensor_type):
         yield obj
-    elif depth < 4 and isinstance(obj, (tuple, list)):
+    elif depth >= 6 or isinstance(obj, (str, bytes, int, float, type)):
+        return
+    elif isinstance(obj, (tuple, list)):
         for o in obj:
             yield from _tensors_in(o, tensor_type, depth + 1)
-    elif depth < 4 and isinstance(obj, dict):
+    elif isinstance(obj, dict):
         for o in obj.values():
             yield from _tensors_in(o, tensor_type, depth + 1)
-    elif depth < 4 and isinstance(obj, types.FunctionType):
+    elif isinstance(obj, types.FunctionType):
         for cell in obj.__closure__ or ():
             try:
                 yield from _tensors_in(cell.cell_contents, tensor_type, depth + 1)
             except ValueError:  # an empty cell
                 continue
+    elif hasattr(obj, "__dict__") and not isinstance(obj, types.ModuleType):
+        yield from _tensors_in(vars(obj), tensor_type, depth + 1)
 
 
 def vkblas_graph_bytes(root: Any, exclude: set[int]) -> dict[str, int]:
@@ -263,11 +269,15 @@ def run_torch(cfg: dict[str, int], checkpointing: bool) -> dict[str, Any]:
     model(x, y)[1].backward()  # the warm-up step: AdamW's state
     opt.step()
     opt.zero_grad(set_to_none=True)
-    (cuda_step if dev == "cuda" else cpu_step)(model, opt, x, y, exclude, res)
+    (cuda_step if dev == "cuda" else cpu_step)(model, opt, x, y, exclude, res, checkpointing)
+    if checkpointing:  # reading a checkpointed node's saved tensors recomputes them: only the hooks' total counts
+        res["graph"] = {"total (saved_tensors_hooks)": res["hooks"]}
     return res
 
 
-def cuda_step(model: Any, opt: Any, x: Any, y: Any, exclude: set[int], res: dict[str, Any]) -> None:
+def cuda_step(
+    model: Any, opt: Any, x: Any, y: Any, exclude: set[int], res: dict[str, Any], checkpointing: bool
+) -> None:
     import torch
 
     torch.cuda.synchronize()
@@ -276,7 +286,7 @@ def cuda_step(model: Any, opt: Any, x: Any, y: Any, exclude: set[int], res: dict
     (logits, loss), res["hooks"] = saved_by_hooks(lambda: model(x, y), exclude)
     res["forward"] = torch.cuda.max_memory_allocated() - base
     res["live after forward"] = torch.cuda.memory_allocated() - base
-    res["graph"] = torch_graph_bytes(loss, exclude)
+    res["graph"] = {} if checkpointing else torch_graph_bytes(loss, exclude)
     for phase, fn in (("backward", loss.backward), ("optimizer step", opt.step)):
         torch.cuda.reset_peak_memory_stats()
         fn()
@@ -284,14 +294,14 @@ def cuda_step(model: Any, opt: Any, x: Any, y: Any, exclude: set[int], res: dict
         res[phase] = torch.cuda.max_memory_allocated() - base
 
 
-def cpu_step(model: Any, opt: Any, x: Any, y: Any, exclude: set[int], res: dict[str, Any]) -> None:
+def cpu_step(model: Any, opt: Any, x: Any, y: Any, exclude: set[int], res: dict[str, Any], checkpointing: bool) -> None:
     import torch
 
     mem = CpuAllocations()
     with mem.prof:
         with mem.phase("forward"):
             (logits, loss), res["hooks"] = saved_by_hooks(lambda: model(x, y), exclude)
-        res["graph"] = torch_graph_bytes(loss, exclude)
+        res["graph"] = {} if checkpointing else torch_graph_bytes(loss, exclude)
         with mem.phase("backward"):
             loss.backward()
         with mem.phase("optimizer step"):

@@ -49,3 +49,27 @@ def test_cross_entropy_of_class_indices_makes_no_copy_of_the_logits(device: str)
     assert peak < 0.1 * x.numel() * 4, peak
     _, peak = peak_above(device, loss.backward)
     assert peak <= 1.2 * x.numel() * 4, peak  # the logits' gradient, and no more
+
+
+def test_a_node_keeps_only_what_its_rule_saves(device: str) -> None:
+    """An add saves nothing, so its input is freed with the last reference outside the graph (a residual
+    branch's output in a transformer block); the gradient still reaches the leaf through the recorded edge."""
+    w = randn(device, 128, 128, grad=True)
+    before = allocated(device)
+    a = w + 1.0
+    b = a + 1.0
+    del a
+    assert allocated(device) - before == b.numel() * 4
+    b.sum().backward()
+    assert np.all(w.grad.numpy() == 1)
+
+
+def test_an_in_place_op_after_a_use_leaves_that_uses_gradient_alone(device: str) -> None:
+    """``z = y + 1`` took y before ``y.mul_(3)``: z's gradient flows into y's history as it was then (PyTorch's
+    edges), not through the multiplication recorded later (which once read y.grad_fn at backward time)."""
+    x = randn(device, 5, grad=True)
+    y = x * 2.0
+    z = y + 1.0
+    y.mul_(3.0)
+    (z.sum() + y.sum()).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.full(5, 8.0, np.float32))  # 2 from z, 6 from y
