@@ -12,6 +12,7 @@ import numpy as np
 
 import vkblas as vb
 import vkblas.nn.functional as F
+from vkblas.models import GPT, GPTConfig
 
 
 def stats(device: str) -> Any:
@@ -73,3 +74,26 @@ def test_an_in_place_op_after_a_use_leaves_that_uses_gradient_alone(device: str)
     y.mul_(3.0)
     (z.sum() + y.sum()).backward()
     np.testing.assert_array_equal(x.grad.numpy(), np.full(5, 8.0, np.float32))  # 2 from z, 6 from y
+
+
+def test_a_gpts_forward_keeps_what_pytorchs_does_per_layer() -> None:
+    """After forward, a GPT holds per layer what PyTorch's nanoGPT saves (16 tensors of (B*T, C) floats: both
+    layer norms' inputs and outputs, q/k/v, the attention's output, the MLP's 4C input and GELU output) plus one:
+    vkblas's attention writes its output (B, H, T, hs) and the block's ``transpose(1, 2).contiguous()`` copies it
+    (PyTorch's kernel writes (B, T, H, hs), so the copy is a view there). Then ln_f's input and output, the logits
+    (the caller's, which cross-entropy saves) and per-row statistics. Before nodes held edges instead of inputs, each
+    block also kept its two residual branches' outputs alive (19 per layer)."""
+    cfg = GPTConfig(n_layer=2, n_head=4, n_embd=64, block_size=32, vocab_size=256, dropout=0.0, bias=False)
+    vb.manual_seed(0)
+    model = GPT(cfg).to("cpu")
+    tokens = np.random.default_rng(0).integers(0, cfg.vocab_size, (2, cfg.block_size + 1))
+    x, y = vb.tensor(tokens[:, :-1], device="cpu"), vb.tensor(tokens[:, 1:], device="cpu")
+    before = allocated("cpu")
+    logits, loss = model(x, y)
+    held = allocated("cpu") - before
+    per_tensor = x.numel() * cfg.n_embd * 4
+    # per row: each layer norm's mean and rstd, each attention's log-sum-exp per head; and a few small tensors
+    # (the loss's per-row pairs, the targets, the dropout state)
+    rows_stats = x.numel() * 4 * (2 * (2 * cfg.n_layer + 1) + cfg.n_head * cfg.n_layer) + 2048
+    expected = (17 * cfg.n_layer + 2) * per_tensor + logits.numel() * 4
+    assert expected <= held <= expected + rows_stats, (held, expected, per_tensor)
