@@ -142,5 +142,20 @@ def test_memory_statistics_need_a_vulkan_device(monkeypatch: pytest.MonkeyPatch)
         accelerator.memory_allocated()
     with pytest.raises(ValueError, match="memory statistics are kept for the Vulkan backend's pool only"):
         accelerator.max_memory_allocated("cpu")
-    with pytest.raises(vkblas.UnsupportedError, match="cpu: this backend keeps no memory statistics"):
-        vkblas.backend.get("cpu").memory_stats()
+
+
+def test_cpu_backend_counts_the_bytes_its_storages_hold() -> None:
+    """The cpu backend's own statistics (``vkblas.accelerator`` is Vulkan's only, as torch.accelerator has no
+    cpu): bytes of live storages, unrounded, and the peak since the reset."""
+    cpu = vkblas.backend.get("cpu")
+    start = cpu.memory_stats()["allocated"]
+    cpu.reset_peak_memory_stats()
+    a = vkblas.zeros(1000, device="cpu")
+    b = vkblas.zeros(500, dtype=vkblas.float64, device="cpu")
+    assert cpu.memory_stats()["allocated"] == start + 8000
+    del a, b
+    stats = cpu.memory_stats()
+    assert stats["allocated"] == start and stats["peak_allocated"] == start + 8000
+    assert stats["reserved"] >= stats["allocated"]
+    cpu.reset_peak_memory_stats()
+    assert cpu.memory_stats()["peak_allocated"] == start

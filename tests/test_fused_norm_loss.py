@@ -358,16 +358,18 @@ def _gpt_step(tokens: np.ndarray) -> tuple[int, int]:
 @requires_vulkan
 @pytest.mark.vulkan
 def test_fusion_lowers_a_gpt_steps_peak_memory_and_dispatches(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Expected saving at the peak (the loss's backward): the composition holds log_softmax's output and its
-    gradient beside the logits' gradient (three (B*T, V) float32 buffers), the fused node the logits and their
-    gradient (two); the layer norms' saved centred inputs (2 layers x 2 + 1 of (B*T, C)) are small beside that."""
+    """Expected saving at the peak (the loss's backward): the composition holds the logits (the caller's),
+    log_softmax's output and its gradient and the logits' gradient (four (B*T, V) float32 buffers), the fused node
+    the logits and their gradient (two); the layer norms' saved centred inputs (2 layers x 2 + 1 of (B*T, C)) are
+    small beside that. (Until the fused forward stopped computing an unused log_softmax, its two temporaries made
+    the fused step's peak, and the saving was one buffer.)"""
     tokens = np.random.default_rng(0).integers(0, GPT["vocab_size"], (BATCH, GPT["block_size"] + 1))
     fused_peak, fused_dispatches = _gpt_step(tokens)
     _compose(monkeypatch)
     composed_peak, composed_dispatches = _gpt_step(tokens)
     logits_bytes = BATCH * GPT["block_size"] * GPT["vocab_size"] * 4
     saving = composed_peak - fused_peak
-    assert 0.8 * logits_bytes <= saving <= 1.6 * logits_bytes, (composed_peak, fused_peak, logits_bytes)
+    assert 1.5 * logits_bytes <= saving <= 2.2 * logits_bytes, (composed_peak, fused_peak, logits_bytes)
     assert fused_dispatches < composed_dispatches - 20, (fused_dispatches, composed_dispatches)
 
 

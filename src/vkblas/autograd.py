@@ -1,9 +1,12 @@
 """Reverse-mode autograd: a define-by-run tape of :class:`Node` objects, walked iteratively.
 
-An op whose inputs require grad records a Node holding its inputs, the tensors its backward rule needs (``saved``)
-and the rule itself. ``backward()`` orders the graph with an iterative depth-first search (deep graphs must not hit
-Python's recursion limit), runs each rule once with the summed incoming gradient, undoes broadcasting in exactly one
-place (:func:`_sum_to_shape`), and accumulates into ``.grad`` of leaves. Rules are written with Tensor ops, so
+An op whose inputs require grad records a Node holding an :class:`Edge` per input (where its gradient goes), the
+tensors its backward rule needs (``saved``) and the rule itself. As in PyTorch, a node keeps only what its rule
+needs: an input it does not save is not kept alive by the graph (a residual branch's output, say, is freed once the
+add that consumes it has run), so a forward's memory is the saved tensors and nothing more. ``backward()`` orders
+the graph with an iterative depth-first search (deep graphs must not hit Python's recursion limit), runs each rule
+once with the summed incoming gradient, undoes broadcasting in exactly one place (:func:`_sum_to_shape`), and
+accumulates into ``.grad`` of leaves. Rules are written with Tensor ops, so
 autograd lives above the backends and is written once.
 
 The engine imports nothing of vkblas: it only calls methods of the tensors it is given (``Tensor.backward`` hands
@@ -15,8 +18,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from .tensor import Tensor
@@ -134,6 +138,31 @@ def next_seq() -> int:
     return next(_seq)
 
 
+class Edge(NamedTuple):
+    """Where an input's gradient goes, fixed when the op is recorded (PyTorch's ``next_edges``): the node that made
+    the input, or the leaf to accumulate into; with the input's shape and dtype (to undo broadcasting and casts).
+    A non-leaf input is only weakly referenced (for ``retain_grad``), so the graph does not keep it alive."""
+
+    node: Node | None
+    leaf: Tensor | None
+    shape: tuple[int, ...]
+    dtype: Any
+    ref: weakref.ref[Tensor] | None
+
+
+_new_tuple = tuple.__new__  # several times faster than a NamedTuple's own __new__, on every recorded op
+
+
+def edge(t: Tensor | None) -> Edge | None:
+    """The edge to ``t``'s gradient, or None where ``t`` takes no gradient."""
+    if t is None or not t.requires_grad:
+        return None
+    fn, view = t.grad_fn, t._view
+    if fn is None:
+        return _new_tuple(Edge, (None, t, view.shape, view.storage.dtype, None))
+    return _new_tuple(Edge, (fn, None, view.shape, view.storage.dtype, weakref.ref(t)))
+
+
 class Node:
     """One recorded op. ``needs[i]`` says whether input i wants a gradient, so rules can skip work."""
 
@@ -141,8 +170,10 @@ class Node:
 
     def __init__(self, name: str, inputs: Sequence[Tensor | None], rule: Rule, saved: Sequence[Any] = (), **extra: Any):
         self.name = name
-        self.inputs: tuple[Tensor | None, ...] | None = tuple(inputs)
-        self.needs = tuple(t is not None and t.requires_grad for t in self.inputs)
+        #: one edge per input (None: no gradient goes there); None once backward has freed the node
+        edges = tuple([edge(t) for t in inputs])  # (list comprehensions: faster than generators here)
+        self.inputs: tuple[Edge | None, ...] | None = edges
+        self.needs = tuple([e is not None for e in edges])
         self.rule: Rule | None = rule
         self.saved = tuple(saved)
         self._versions = tuple(getattr(s, "_version", None) for s in self.saved)
@@ -154,6 +185,10 @@ class Node:
 
     def name_(self) -> str:
         return self.name
+
+    def next_nodes(self) -> tuple[Node, ...]:
+        """The nodes this one's gradient flows into (a freed node: none)."""
+        return tuple(e.node for e in self.inputs or () if e is not None and e.node is not None)
 
     def check_saved(self) -> None:
         for i, (s, v) in enumerate(zip(self.saved, self._versions, strict=True)):
@@ -188,14 +223,13 @@ def _topo_order(root: Node) -> list[Node]:
     """Nodes reachable from root, each after every node that consumes it (iterative post-order DFS)."""
     order: list[Node] = []
     visited: set[int] = {id(root)}
-    stack: list[tuple[Node, Iterator[Tensor | None]]] = [(root, iter(root.inputs or ()))]
+    stack: list[tuple[Node, Iterator[Node]]] = [(root, iter(root.next_nodes()))]
     while stack:
         node, it = stack[-1]
-        for t in it:
-            child = t.grad_fn if t is not None else None
-            if child is not None and id(child) not in visited:
+        for child in it:
+            if id(child) not in visited:
                 visited.add(id(child))
-                stack.append((child, iter(child.inputs or ())))
+                stack.append((child, iter(child.next_nodes())))
                 break
         else:
             stack.pop()
@@ -251,18 +285,19 @@ def backward(tensor: Tensor, gradient: Tensor, retain_graph: bool = False) -> No
             node.check_saved()
             assert node.rule is not None
             in_grads = node.rule(node, g)
-            for t, need, gi in zip(node.inputs, node.needs, in_grads, strict=True):
-                if not need or gi is None or t is None:
+            for e, gi in zip(node.inputs, in_grads, strict=True):
+                if e is None or gi is None:
                     continue
-                gi = _sum_to_shape(gi, t.shape)
-                if gi.dtype != t.dtype:
-                    gi = gi.to(t.dtype)
-                if t.grad_fn is None:
-                    t._accumulate_grad(gi, owned(gi))
+                gi = _sum_to_shape(gi, e.shape)
+                if gi.dtype != e.dtype:
+                    gi = gi.to(e.dtype)
+                if e.node is None:
+                    e.leaf._accumulate_grad(gi, owned(gi))  # type: ignore[union-attr]
                 else:
-                    if t._retains_grad:
+                    t = e.ref()  # type: ignore[misc]
+                    if t is not None and t._retains_grad:
                         t._accumulate_grad(gi)
-                    key = id(t.grad_fn)
+                    key = id(e.node)
                     grads[key] = grads[key] + gi if key in grads else gi
             if not retain_graph:
                 node.inputs, node.rule, node.saved = None, None, ()

@@ -204,7 +204,7 @@ class Backend(ABC):
     def memory_stats(self) -> dict[str, int]:
         """Bytes of device memory: ``allocated`` (held by tensors now), ``peak_allocated`` (the most since
         ``reset_peak_memory_stats``), ``reserved`` (held by the backend, cached free buffers included). A backend
-        without its own memory pool (cpu: numpy's allocations) has none to report."""
+        that does not count its storages has none to report."""
         raise UnsupportedError(f"{self.name}: this backend keeps no memory statistics")
 
     def reset_peak_memory_stats(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -62,17 +63,45 @@ class _ArrayPool:
 _POOL = _ArrayPool()
 
 
+class _Usage:
+    """Bytes held by live storages now and at most since the last reset: ``memory_stats``'s numbers, as the Vulkan
+    pool counts them (numpy's own temporaries inside an op are not storages and do not count). The lock's
+    sections only add integers, so no storage can be freed (and re-enter) inside one."""
+
+    def __init__(self) -> None:
+        self.live = self.peak = 0
+        self.lock = threading.Lock()
+
+    def add(self, nbytes: int) -> None:
+        with self.lock:
+            self.live += nbytes
+            self.peak = max(self.peak, self.live)
+
+    def sub(self, nbytes: int) -> None:
+        with self.lock:
+            self.live -= nbytes
+
+    def reset_peak(self) -> None:
+        with self.lock:
+            self.peak = self.live
+
+
+_USAGE = _Usage()
+
+
 class CpuStorage(Storage):
     __slots__ = ("array",)
 
     def __init__(self, array: np.ndarray, dtype: DType) -> None:
         super().__init__(dtype, array.size)
         self.array = array
+        _USAGE.add(array.nbytes)
 
     def __del__(self) -> None:
         # only an array nothing else refers to (no numpy view of it is alive: a view holds its base) goes back;
         # 2 = this slot + getrefcount's argument
         try:
+            _USAGE.sub(self.array.nbytes)
             if sys.getrefcount(self.array) == 2:
                 _POOL.give(self.array)
         except Exception:  # noqa: BLE001, S110 - interpreter shutdown: the pool may be gone already
@@ -198,6 +227,12 @@ class CpuBackend(Backend):
             )
         array = _POOL.take(np.dtype(dtype.np), numel)
         return CpuStorage(np.empty(numel, dtype=dtype.np) if array is None else array, dtype)
+
+    def memory_stats(self) -> dict[str, int]:
+        return {"allocated": _USAGE.live, "peak_allocated": _USAGE.peak, "reserved": _USAGE.live + _POOL.bytes}
+
+    def reset_peak_memory_stats(self) -> None:
+        _USAGE.reset_peak()
 
     def from_numpy(self, array: np.ndarray, dtype: DType) -> CpuStorage:
         array = np.asarray(array)

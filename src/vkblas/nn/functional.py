@@ -411,8 +411,8 @@ def cross_entropy(
     x, t = _classes_first("cross_entropy", input, target)
     n_classes = x.shape[1]
     _check_weight("cross_entropy", weight, n_classes)
-    logp = _rows("cross_entropy", x.log_softmax(1))
     if t.dtype.is_floating:  # class probabilities
+        logp = _rows("cross_entropy", x.log_softmax(1))
         if t.shape != x.shape:
             raise ValueError(
                 f"cross_entropy: probability targets must have the input's shape {input.shape}, got {target.shape}"

@@ -162,22 +162,22 @@ def _leaves_of(outs: list[Any], start: int, stand_ins: set[int]) -> list[Tensor]
     argument stand-ins; refuses a tensor computed with grad before ``start`` (taken from outside the function)."""
     leaves: list[Tensor] = []
     seen: set[int] = set()
-    stack = [o for o in outs if isinstance(o, Tensor) and o.requires_grad]
+    stack = [e for o in outs if isinstance(o, Tensor) and (e := autograd.edge(o)) is not None]
     while stack:
-        t = stack.pop()
-        if id(t) in seen:
+        e = stack.pop()
+        key = id(e.leaf if e.node is None else e.node)
+        if key in seen:
             continue
-        seen.add(id(t))
-        node = t.grad_fn
-        if node is None:
-            if id(t) not in stand_ins:
-                leaves.append(t)
+        seen.add(key)
+        if e.node is None:
+            if key not in stand_ins:
+                leaves.append(e.leaf)  # type: ignore[arg-type]
             continue
-        if node.seq < start:
+        if e.node.seq < start:
             raise RuntimeError(
-                f"checkpoint: the function uses a tensor of shape {tuple(t.shape)} that was computed with grad "
+                f"checkpoint: the function uses a tensor of shape {tuple(e.shape)} that was computed with grad "
                 "outside it; pass it as an argument of checkpoint() instead (only parameters and other leaves may "
                 "be taken from outside)"
             )
-        stack.extend(i for i in node.inputs or () if i is not None and i.requires_grad)
+        stack.extend(i for i in e.node.inputs or () if i is not None)
     return leaves

@@ -1,0 +1,99 @@
+"""What a training step keeps in memory: the bytes the graph holds after forward and the peaks of forward and
+backward, counted by the backend's statistics (``memory_stats``: live storages) on every device. The bounds are
+PyTorch's: a node keeps what its backward rule needs and nothing more (benchmarks/gpt_memory.py compares the two
+engines category by category)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import vkblas as vb
+import vkblas.nn.functional as F
+from vkblas.models import GPT, GPTConfig
+
+
+def stats(device: str) -> Any:
+    return vb.zeros(1, device=device)._backend
+
+
+def peak_above(device: str, fn: Callable[[], Any]) -> tuple[Any, int]:
+    """``fn()`` and the most bytes allocated at once while it ran, above what was allocated before."""
+    backend = stats(device)
+    backend.synchronize()
+    backend.reset_peak_memory_stats()
+    before = backend.memory_stats()["allocated"]
+    out = fn()
+    backend.synchronize()
+    return out, backend.memory_stats()["peak_allocated"] - before
+
+
+def allocated(device: str) -> int:
+    backend = stats(device)
+    backend.synchronize()
+    return backend.memory_stats()["allocated"]
+
+
+def randn(device: str, *shape: int, grad: bool = False) -> vb.Tensor:
+    a = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    return vb.tensor(a, device=device, requires_grad=grad)
+
+
+def test_cross_entropy_of_class_indices_makes_no_copy_of_the_logits(device: str) -> None:
+    """The fused node's forward is one pass over the logits: no log-probabilities (N, C) beside them, which the
+    composition of ``log_softmax`` made (and threw away) before."""
+    x = randn(device, 64, 2000, grad=True)
+    y = vb.tensor(np.arange(64) % 2000, device=device)
+    loss, peak = peak_above(device, lambda: F.cross_entropy(x, y))
+    assert peak < 0.1 * x.numel() * 4, peak
+    _, peak = peak_above(device, loss.backward)
+    assert peak <= 1.2 * x.numel() * 4, peak  # the logits' gradient, and no more
+
+
+def test_a_node_keeps_only_what_its_rule_saves(device: str) -> None:
+    """An add saves nothing, so its input is freed with the last reference outside the graph (a residual
+    branch's output in a transformer block); the gradient still reaches the leaf through the recorded edge."""
+    w = randn(device, 128, 128, grad=True)
+    before = allocated(device)
+    a = w + 1.0
+    b = a + 1.0
+    del a
+    assert allocated(device) - before == b.numel() * 4
+    b.sum().backward()
+    assert np.all(w.grad.numpy() == 1)
+
+
+def test_an_in_place_op_after_a_use_leaves_that_uses_gradient_alone(device: str) -> None:
+    """``z = y + 1`` took y before ``y.mul_(3)``: z's gradient flows into y's history as it was then (PyTorch's
+    edges), not through the multiplication recorded later (which once read y.grad_fn at backward time)."""
+    x = randn(device, 5, grad=True)
+    y = x * 2.0
+    z = y + 1.0
+    y.mul_(3.0)
+    (z.sum() + y.sum()).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.full(5, 8.0, np.float32))  # 2 from z, 6 from y
+
+
+def test_a_gpts_forward_keeps_what_pytorchs_does_per_layer() -> None:
+    """After forward, a GPT holds per layer what PyTorch's nanoGPT saves (16 tensors of (B*T, C) floats: both
+    layer norms' inputs and outputs, q/k/v, the attention's output, the MLP's 4C input and GELU output) plus one:
+    vkblas's attention writes its output (B, H, T, hs) and the block's ``transpose(1, 2).contiguous()`` copies it
+    (PyTorch's kernel writes (B, T, H, hs), so the copy is a view there). Then ln_f's input and output, the logits
+    (the caller's, which cross-entropy saves) and per-row statistics. Before nodes held edges instead of inputs, each
+    block also kept its two residual branches' outputs alive (19 per layer)."""
+    cfg = GPTConfig(n_layer=2, n_head=4, n_embd=64, block_size=32, vocab_size=256, dropout=0.0, bias=False)
+    vb.manual_seed(0)
+    model = GPT(cfg).to("cpu")
+    tokens = np.random.default_rng(0).integers(0, cfg.vocab_size, (2, cfg.block_size + 1))
+    x, y = vb.tensor(tokens[:, :-1], device="cpu"), vb.tensor(tokens[:, 1:], device="cpu")
+    before = allocated("cpu")
+    logits, loss = model(x, y)
+    held = allocated("cpu") - before
+    per_tensor = x.numel() * cfg.n_embd * 4
+    # per row: each layer norm's mean and rstd, each attention's log-sum-exp per head; and a few small tensors
+    # (the loss's per-row pairs, the targets, the dropout state)
+    rows_stats = x.numel() * 4 * (2 * (2 * cfg.n_layer + 1) + cfg.n_head * cfg.n_layer) + 2048
+    expected = (17 * cfg.n_layer + 2) * per_tensor + logits.numel() * 4
+    assert expected <= held <= expected + rows_stats, (held, expected, per_tensor)
