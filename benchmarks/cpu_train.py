@@ -152,6 +152,24 @@ class PrimitiveTimer:
         return timed
 
 
+def blas_kernels() -> str:
+    """numpy's BLAS and the kernels it runs: OpenBLAS picks them for the CPU when it loads, unless
+    ``OPENBLAS_CORETYPE`` names others (AVX2 ``Haswell`` kernels run float32 GEMMs at about half the rate of the
+    AVX-512 ones on a CPU that has AVX-512, and GEMMs are most of a CNN step); PyTorch's MKL and oneDNN choose
+    their own."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "unknown (no threadpoolctl)"
+    found = [
+        f"{lib.get('internal_api')} {lib.get('version')}, {lib.get('architecture', '?')} kernels"
+        for lib in threadpool_info()
+        if lib.get("user_api") == "blas" and "numpy" in lib.get("filepath", "")
+    ]
+    forced = os.environ.get("OPENBLAS_CORETYPE")
+    return (found[0] if found else "unknown") + (f" (OPENBLAS_CORETYPE={forced})" if forced else "")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     threads = args.threads or len(os.sched_getaffinity(0))
@@ -171,7 +189,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print(
         f"threads: numpy BLAS {threads} (OPENBLAS_NUM_THREADS), torch {torch.get_num_threads()}; numpy "
-        f"{np.__version__}, torch {torch.__version__}; Adam lr 1e-3, best of {args.steps} steps",
+        f"{np.__version__}, torch {torch.__version__}; numpy's BLAS: {blas_kernels()}; Adam lr 1e-3, best of "
+        f"{args.steps} steps",
         flush=True,
     )
     rows, profiles = [], []

@@ -285,6 +285,32 @@ def _training_ops(x: np.ndarray) -> list[np.ndarray]:
     return [y.detach().numpy(), z.detach().numpy(), t.grad.numpy(), w.grad.numpy()]
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("k,s,p,d", [((3, 3), (1, 1), (1, 1), (1, 1)), ((3, 2), (2, 1), (1, 0), (1, 2))])
+def test_fold_of_channel_major_cols_has_the_bits_of_batch_major(
+    dtype: type, k: tuple, s: tuple, p: tuple, d: tuple
+) -> None:
+    """conv2d's (C*kh*kw, N, L) cols are folded through a channel-major scratch: the same sums in the same order as
+    the batch-major (N, C*kh*kw, L) layout, so the same bits, with NaN, Inf and -0 (0 + -0 is +0) among the terms."""
+    be = backend.get("cpu")
+    rng = np.random.default_rng(8)
+    n, c, hw = 3, 4, (7, 6)
+    oh, ow = ((hw[i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in (0, 1))
+    cols = rng.standard_normal((n, c * k[0] * k[1], oh * ow)).astype(dtype)
+    cols[0, :, 0], cols[1, 0, :] = -0.0, -0.0
+    cols[2, 1, 3], cols[2, 2, 4], cols[1, 3, 5] = np.nan, np.inf, -np.inf
+    images = []
+    for layout in ((0, 1, 2), (1, 0, 2)):  # batch-major, then channel-major storage of the same logical cols
+        stored = vk.tensor(np.ascontiguousarray(cols.transpose(layout)), device="cpu").permute(*layout)
+        img = vk.full((n, c, *hw), 7.0, dtype=stored.dtype, device="cpu")
+        be.fold(img._view, stored._view, k, s, p, d)
+        images.append(img.numpy())
+    _same_bits(images[1], images[0])
+    want = vk_fold(vk.tensor(cols.astype(np.float64), device="cpu"), hw, k, d, p, s).numpy()
+    tol = 1e-2 if dtype == np.float16 else 1e-5
+    np.testing.assert_allclose(images[0], want.astype(dtype), rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("threads", [2, 3])
 def test_threaded_kernels_match_one_thread(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
     """Above PARALLEL_MIN the fast kernels, unfold, fold and max pooling split the batch over threads: the same

@@ -673,13 +673,21 @@ class CpuBackend(Backend):
         target = _np(out)
         # windows that cannot overlap (each pixel gets at most one term): assignments instead of read-add-writes
         disjoint = sh > dh * (kh - 1) and sw > dw * (kw - 1)
+        # the sums go straight into the output, unless half (accumulated in fp32) or cols stored channel-major
+        # (conv2d's (C*kh*kw, N, L) layout): there a (C, N, H, W) scratch that the tap adds walk in the cols' own
+        # memory order (~20 % faster for a CNN's input gradient) and one copy into the output at the end
+        wide = np.dtype(np.float32) if target.dtype == np.float16 else target.dtype
+        channel_major = n > 1 and c > 1 and c6.strides[1] > c6.strides[0]
+        scratch = None
+        if wide != target.dtype or channel_major:
+            scratch = _POOL.take(wide, target.size)
+            scratch = np.empty(target.size, wide) if scratch is None else scratch
+            shape = (c, n, h, w) if channel_major else (n, c, h, w)
+            accs = scratch.reshape(shape).transpose(1, 0, 2, 3) if channel_major else scratch.reshape(shape)
 
         def run(b: slice) -> None:  # the images ``b`` of the batch
-            if out.dtype.np == np.float16:  # accumulate half in fp32
-                acc = np.zeros(target[b].shape, dtype=np.float32)
-            else:  # the sums go straight into the output
-                acc = target[b]
-                acc[...] = 0
+            acc = target[b] if scratch is None else accs[b]
+            acc[...] = 0
             for i in range(kh):  # kh*kw strided adds: tap (i, j) lands on a strided grid of the padded image
                 rows, src_rows = _tap_range(i * dh - ph, sh, oh, h)
                 for j in range(kw):
@@ -692,10 +700,12 @@ class CpuBackend(Backend):
                         np.add(src, 0, out=dst)  # + 0 as the sum would: -0 becomes +0
                     else:
                         dst += src
-            if out.dtype.np == np.float16:
+            if scratch is not None:
                 np.copyto(target[b], acc, casting="unsafe")
 
         _parallel(run, n, target.size * kh * kw)
+        if scratch is not None:
+            _POOL.give(scratch)
 
 
 def _same_start(a: np.ndarray, b: np.ndarray) -> bool:
