@@ -215,6 +215,20 @@ def test_output_and_gradients_are_laid_out_as_pytorchs_fused_kernels_write_them(
 
 
 @requires_vulkan
+def test_an_output_that_overlaps_itself_is_refused() -> None:
+    """Outputs may have any strides but no two of their indices may reach one element (both heads would write it)."""
+    from vkblas.backend.base import View
+    from vkblas.backend.vulkan import InvalidArgumentError
+
+    be = vb.backend.get("vulkan")
+    q = vb.randn(1, 2, 3, 4, device="vulkan")
+    out = View(vb.zeros(12, device="vulkan")._view.storage, (1, 2, 3, 4), (12, 0, 4, 1), 0)
+    lse, rng = vb.zeros(1, 2, 3, device="vulkan"), vb.zeros(2, dtype=vb.int32, device="vulkan")
+    with pytest.raises(InvalidArgumentError, match="non-overlapping"):
+        be.attention(out, lse._view, rng._view, q._view, q._view, q._view, None, False, 0.5, 0.0, 0, 0)
+
+
+@requires_vulkan
 def test_fused_kernels_never_hold_the_score_matrix() -> None:
     """T = 1024: the (T, T) float32 scores would be 4 MiB; forward and backward allocate a fraction of that."""
     be = vb.backend.get("vulkan")
