@@ -193,6 +193,41 @@ def test_graph_replays_draw_fresh_dropout_masks_forward_and_backward() -> None:
     assert want[0][0] != want[1][0]  # the masks did change between steps
 
 
+def test_output_and_gradients_are_laid_out_as_pytorchs_fused_kernels_write_them(device: str) -> None:
+    """The output is (B, L, H, Ev) in memory, so a model's ``transpose(1, 2).contiguous()`` is a view of it (the
+    tensor its next matmul saves is the one the attention saves); without heads (3-D inputs) it is contiguous, as
+    PyTorch's. The gradients of q, k, v take their inputs' layout: a GPT's heads of one (B, T, 3C) tensor get
+    (B, T, H, hs) gradients, which go back through the transpose and the view without a copy."""
+    b, t, h, hs = 2, 5, 3, 4
+    x = vb.randn(b, t, 3 * h * hs, device=device, requires_grad=True)
+    q, k, v = (p.view(b, t, h, hs).transpose(1, 2) for p in x.split(h * hs, 2))
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert y.shape == (b, h, t, hs) and y.transpose(1, 2).is_contiguous()
+    assert y.transpose(1, 2).contiguous()._view.storage is y._view.storage
+    g = vb.randn(b, t, h * hs, device=device).view(b, t, h, hs).transpose(1, 2)
+    for grad in y.grad_fn.rule(y.grad_fn, g):
+        assert grad.shape == (b, h, t, hs) and grad.transpose(1, 2).is_contiguous()
+    z = vb.randn(2, 3, 4, 5, 6, device=device)
+    assert F.scaled_dot_product_attention(z, z, z).transpose(-3, -2).is_contiguous()  # batch dims merged
+    w = vb.randn(3, 5, 6, device=device)
+    assert F.scaled_dot_product_attention(w, w, w).is_contiguous()
+    assert F.scaled_dot_product_attention(w[0], w[0], w[0]).is_contiguous()
+
+
+@requires_vulkan
+def test_an_output_that_overlaps_itself_is_refused() -> None:
+    """Outputs may have any strides but no two of their indices may reach one element (both heads would write it)."""
+    from vkblas.backend.base import View
+    from vkblas.backend.vulkan import InvalidArgumentError
+
+    be = vb.backend.get("vulkan")
+    q = vb.randn(1, 2, 3, 4, device="vulkan")
+    out = View(vb.zeros(12, device="vulkan")._view.storage, (1, 2, 3, 4), (12, 0, 4, 1), 0)
+    lse, rng = vb.zeros(1, 2, 3, device="vulkan"), vb.zeros(2, dtype=vb.int32, device="vulkan")
+    with pytest.raises(InvalidArgumentError, match="non-overlapping"):
+        be.attention(out, lse._view, rng._view, q._view, q._view, q._view, None, False, 0.5, 0.0, 0, 0)
+
+
 @requires_vulkan
 def test_fused_kernels_never_hold_the_score_matrix() -> None:
     """T = 1024: the (T, T) float32 scores would be 4 MiB; forward and backward allocate a fraction of that."""

@@ -194,6 +194,24 @@ def test_attention_forward_and_backward_across_pieces(small: Any) -> None:
             same(g_small, g_cpu, rtol=1e-3, atol=1e-3)
 
 
+def test_attention_on_a_gpts_views_goes_through_compact_copies(small: Any) -> None:
+    """q, k, v as a GPT passes them (heads of one (T, 3C) tensor: each spans all of its rows, more than a binding)
+    and the output (T, H, hs) in memory: the heads are halved until their compact copies fit, then staged."""
+    b, t, h, hs = 1, 256, 8, 64  # x: 1.5 MiB; one head's rows span all of it; q compact: 512 KiB, half: 256 KiB
+    x = big(b, t, 3 * h * hs)
+    for kw in ({"is_causal": True}, {"dropout_p": 0.3}):
+        outs, grads = [], []
+        for make in (lambda a: on(small, a, True), lambda a: cpu(a, True)):
+            tx = make(x)
+            q, k, v = (p.view(b, t, h, hs).transpose(1, 2) for p in tx.split(h * hs, 2))
+            y = F.scaled_dot_product_attention(q, k, v, **kw, generator=vb.Generator(7))
+            y.transpose(1, 2).contiguous().view(b, t, h * hs).sum().backward()
+            outs.append(y)
+            grads.append(tx.grad)
+        same(outs[0], outs[1], rtol=1e-4, atol=1e-4)
+        same(grads[0], grads[1], rtol=1e-3, atol=1e-3)
+
+
 def test_attention_of_one_head_beyond_a_binding_is_refused_naming_the_limit(small: Any) -> None:
     q = on(small, big(1, 1, 1200, 64))  # 300 KiB: one (batch, head)
     with pytest.raises(UnsupportedError, match=f"attention: .*binding limit of {BINDING} bytes"):

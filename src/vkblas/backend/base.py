@@ -148,6 +148,18 @@ class View(NamedTuple):
             expected *= n
         return True
 
+    def is_non_overlapping(self) -> bool:
+        """No two indices reach one element (sufficient test: each dim, by increasing stride, steps past the
+        extent of the ones inside it), so the view can be written in parallel."""
+        if 0 in self.shape:
+            return True
+        reach = 0
+        for s, n in sorted((abs(s), n) for n, s in zip(self.shape, self.strides, strict=True) if n > 1):
+            if s <= reach:
+                return False
+            reach += (n - 1) * s
+        return True
+
     @staticmethod
     def of(storage: Any, shape: Sequence[int]) -> View:
         shape = tuple(shape)
@@ -256,9 +268,10 @@ class Backend(ABC):
         counter: int,
     ) -> None:
         """``out = dropout(softmax(q k^T * scale + mask)) v`` over (B, H, L, E) ``q``, (B, H, S, E) ``k``,
-        (B, H, S, Ev) ``v`` (any strides); ``out`` (B, H, L, Ev) and the float32 log-sum-exp ``lse`` (B, H, L) of each
-        score row are contiguous. ``mask`` (B, H, L, S, any strides): bool (False masks) or of q's dtype (added;
-        -inf masks); ``causal`` masks ``j > i``. A fully masked row gives 0 and lse -inf. Dropout keeps element
+        (B, H, S, Ev) ``v`` (any strides); ``out`` (B, H, L, Ev) has any non-overlapping strides (a model wants it
+        (B, L, H, Ev) in memory), the float32 log-sum-exp ``lse`` (B, H, L) of each score row is contiguous.
+        ``mask`` (B, H, L, S, any strides): bool (False masks) or of q's dtype (added; -inf masks); ``causal``
+        masks ``j > i``. A fully masked row gives 0 and lse -inf. Dropout keeps element
         ``e = ((b*H + h)*L + i)*S + j`` when ``bits(e) >> 8 >= dropout_threshold(p)`` (the generator of
         ``random`` at ``(seed, counter)``), scaling kept ones by ``1 / (1 - p)``; ``rng`` (2 int32) receives
         ``(pcg(seed), counter)`` for the backward."""
@@ -282,9 +295,9 @@ class Backend(ABC):
         dropout_p: float,
         dmask: View | None = None,
     ) -> None:
-        """The gradients (contiguous, of q's, k's and v's full shapes) of :meth:`attention` for the incoming
-        ``dout`` (any strides), from its saved ``out``, ``lse`` and ``rng`` (the same dropout mask); with ``dmask``
-        (contiguous (B, H, L, S)), also the gradient of a float mask."""
+        """The gradients (of q's, k's and v's full shapes, any non-overlapping strides) of :meth:`attention` for
+        the incoming ``dout``, from its saved ``out`` (both any strides), ``lse`` and ``rng`` (the same dropout
+        mask); with ``dmask`` (contiguous (B, H, L, S)), also the gradient of a float mask."""
 
     @abstractmethod
     def unfold(

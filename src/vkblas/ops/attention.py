@@ -2,10 +2,12 @@
 backward.
 
 The inputs are brought to the primitive's (B, H, rows, dim) layout with views: broadcast batch dims get stride 0,
-more than two batch dims are merged into B (a copy only where they cannot be merged as views). A float mask must
-have the query's dtype, as in PyTorch. Dropout takes ``B*H*L*S`` counters from the generator, like a random fill of
-the score matrix would; inside a graph capture the dispatch is noted, so each replay draws fresh ones (and the
-backward reads them from the ``rng`` state the forward kernel stores).
+more than two batch dims are merged into B (a copy only where they cannot be merged as views). The output is
+(B, L, H, Ev) in memory where the input has heads (PyTorch's fused kernels' layout: a model's
+``transpose(1, 2).contiguous()`` of it is a view), and the gradients of q, k, v take their inputs' layouts. A float
+mask must have the query's dtype, as in PyTorch. Dropout takes ``B*H*L*S`` counters from the generator, like a
+random fill of the score matrix would; inside a graph capture the dispatch is noted, so each replay draws fresh ones
+(and the backward reads them from the ``rng`` state the forward kernel stores).
 """
 
 from __future__ import annotations
@@ -29,6 +31,21 @@ def _four_d(t: Tensor, batch: tuple[int, ...]) -> Tensor:
     if len(batch) < 2:
         return t.reshape(*(1,) * (2 - len(batch)), *t.shape)
     return t.reshape(-1, *t.shape[-3:])
+
+
+def _empty_in_order(shape: tuple[int, ...], order: tuple[int, ...], like: Tensor) -> Tensor:
+    """An uninitialised tensor of ``shape`` (``like``'s dtype and backend) whose dims lie in memory in ``order``,
+    outermost first: a permuted view of a contiguous one."""
+    t = empty(tuple(shape[d] for d in order), like.dtype, like._backend)
+    return t.permute(*(order.index(d) for d in range(len(order))))
+
+
+def _memory_order(t: Tensor) -> tuple[int, ...]:
+    """``t``'s dims from outermost to innermost in memory (broadcast dims outermost, ties in dim order): the
+    layout ``torch.empty_like`` keeps. A gradient in its input's layout needs no copy on its way back through the
+    views the input came from (a GPT's q, k, v are transposed slices of one (B, T, 3C) tensor)."""
+    st = t._view.strides
+    return tuple(sorted(range(t.ndim), key=lambda d: (st[d] != 0, -abs(st[d]))))
 
 
 def _mask_4d(mask: Tensor, batch: tuple[int, ...], l: int, s: int) -> Tensor:  # noqa: E741
@@ -98,7 +115,9 @@ def scaled_dot_product_attention(
     q4, k4, v4 = (_four_d(t.detach(), batch) for t in (query, key, value))
     m4 = None if attn_mask is None else _mask_4d(attn_mask.detach(), batch, l, s)
     b, h = q4.shape[:2]
-    out = empty((b, h, l, ev), query.dtype, backend)
+    # (B, L, H, Ev) in memory where the input has heads, as PyTorch's fused kernels write it: a model's
+    # ``transpose(1, 2).contiguous()`` of the result is then a view, and the tensor it saves is this one
+    out = _empty_in_order((b, h, l, ev), (0, 2, 1, 3) if len(batch) >= 2 else (0, 1, 2, 3), query)
     lse = empty((b, h, l), float64 if query.dtype is float64 else float32, backend)
     rng = empty((2,), int32, backend)
     gen = generator or default_generator
@@ -123,14 +142,14 @@ def scaled_dot_product_attention(
         if dropout_p > 0:
             graphs.note_random(backend, gen, n)
     elif out.numel():  # no keys: every row is fully masked
-        out = out.new_zeros(out.shape)
+        out.zero_()
     kept = out.detach()  # the rule's (the result itself holds the node: no cycle)
     result = out.reshape(*batch, l, ev) if batch != (b, h) else out
     p = float(dropout_p)
 
     def rule(node: Node, g: Tensor) -> tuple[Tensor | None, ...]:
         g4 = _four_d(g, batch)
-        dq, dk, dv = (empty(x.shape, query.dtype, backend) for x in (q4, k4, v4))
+        dq, dk, dv = (_empty_in_order(x.shape, _memory_order(x), query) for x in (q4, k4, v4))
         # a float mask that requires grad gets dS (the only (L, S) matrix of the backward, made only then)
         dm = empty((b, h, l, s), query.dtype, backend) if attn_mask is not None and node.needs[-1] else None
         if dq.numel() and dk.numel() and dv.numel():

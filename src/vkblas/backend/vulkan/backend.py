@@ -658,9 +658,7 @@ class VulkanBackend(Backend):
             self.large.random(out, distribution, seed, counter)
 
     # -- fused attention (kernels/attention.py)
-    def _attention_plan(
-        self, kind: str, views: Sequence[View], strided: Sequence[View], shape: tuple, flags: tuple
-    ) -> Plan:
+    def _attention_plan(self, kind: str, views: Sequence[View], shape: tuple, flags: tuple) -> Plan:
         q, v = views[3], views[5]
         # the design preference is in the key: a benchmark or test that narrows it gets freshly chosen kernels
         key = (kind, flags, att.DESIGNS, att.BLOCK_TILES, *[(x[0].dtype, x[1], x[2]) for x in views])
@@ -676,7 +674,8 @@ class VulkanBackend(Backend):
                 br = cfg.br
                 fmt, _ = att.params_format(kind, cfg)
                 b, h, n_q, n_k = shape[:4]
-                static = att.static_words(b, h, n_q, n_k, shape[4], shape[5], [x.strides for x in strided])
+                strides = [views[i].strides for i in att.strided_slots(kind, cfg)]
+                static = att.static_words(b, h, n_q, n_k, shape[4], shape[5], strides)
                 rows = n_q if kind != "dkv" else n_k
                 bh = b * h
                 groups = (-(-rows // br), min(bh, 65535), -(-bh // 65535))
@@ -686,7 +685,18 @@ class VulkanBackend(Backend):
             plan = self._plan(key, "attention", list(views), build)
         return plan
 
-    def _check_attention(self, q: View, k: View, v: View, mask: View | None, outs: Sequence[View]) -> None:
+    def _check_attention(
+        self,
+        q: View,
+        k: View,
+        v: View,
+        mask: View | None,
+        outs: Sequence[tuple[View, str]],
+        flat: Sequence[View],
+    ) -> None:
+        """The inputs' shapes and dtypes; ``outs`` (view, the input whose shape it has, or ``out``): the strided
+        (B, H, rows, dim) outputs (and the backward's saved ``out``), which must not overlap themselves; ``flat``:
+        the outputs that stay contiguous."""
         ok = len(q.shape) == 4 and len(k.shape) == 4 and len(v.shape) == 4
         if ok:
             b, h, n_q, e = q.shape
@@ -702,9 +712,16 @@ class VulkanBackend(Backend):
                 "expected q (B, H, L, E), k (B, H, S, E), v (B, H, S, Ev) of one float dtype, E and Ev > 0, and a "
                 "bool or same-dtype mask (B, H, L, S)",
             )
-        for o in outs:
+        shapes = {"q": q.shape, "k": k.shape, "v": v.shape, "out": (*q.shape[:3], v.shape[3])}
+        for o, like in outs:
+            want = shapes[like]
+            if o.shape != want or o.dtype is not q.dtype or not o.is_non_overlapping():
+                raise self._error(
+                    InvalidArgumentError, "attention", [o], f"expected a non-overlapping {want} output of q's dtype"
+                )
+        for o in flat:
             if not o.is_contiguous():
-                raise self._error(InvalidArgumentError, "attention", [o], "outputs must be contiguous")
+                raise self._error(InvalidArgumentError, "attention", [o], "lse, rng and dmask must be contiguous")
 
     def attention(
         self,
@@ -721,11 +738,11 @@ class VulkanBackend(Backend):
         seed: int,
         counter: int,
     ) -> None:
-        self._check_attention(q, k, v, mask, (out, lse, rng))
+        self._check_attention(q, k, v, mask, [(out, "out")], (lse, rng))
         flags = (bool(causal), None if mask is None else "bool" if mask.dtype is bool_ else "float", dropout_p > 0)
         views = [out, lse, rng, q, k, v] + ([mask] if mask is not None else [])
         shape = (*q.shape[:3], k.shape[2], float(scale), float(dropout_p))
-        plan = self._attention_plan("forward", views, [q, k, v] + ([mask] if mask is not None else []), shape, flags)
+        plan = self._attention_plan("forward", views, shape, flags)
         try:
             self.launch("attention", plan, views, (pcg_host(seed & 0xFFFFFFFF), counter & 0xFFFFFFFF))
         except NeedsSplitting:
@@ -753,19 +770,19 @@ class VulkanBackend(Backend):
         dropout_p: float,
         dmask: View | None = None,
     ) -> None:
-        self._check_attention(q, k, v, mask, (dq, dk, dv, out, lse) + ((dmask,) if dmask is not None else ()))
+        strided = [(dq, "q"), (dk, "k"), (dv, "v"), (out, "out")]
+        self._check_attention(q, k, v, mask, strided, (lse, rng) + ((dmask,) if dmask is not None else ()))
         flags = (bool(causal), None if mask is None else "bool" if mask.dtype is bool_ else "float", dropout_p > 0)
         b, h, n_q, _ = q.shape
         delta = View(self.alloc(max(b * h * n_q, 1), float32), (b, h, n_q), (h * n_q, n_q, 1), 0)
         masks = [mask] if mask is not None else []
-        strided = [q, k, v, dout] + masks
         shape = (*q.shape[:3], k.shape[2], float(scale), float(dropout_p))
         views = [dq, delta, rng, q, k, v, out, dout, lse] + masks + ([dmask] if dmask is not None else [])
         dq_flags = (*flags, dmask is not None)
         dkv_views = [dk, dv, rng, q, k, v, dout, lse, delta] + masks
         try:  # a dq recorded before dkv turns out not to fit is recomputed by the pieces (it is overwritten)
-            self.launch("attention backward", self._attention_plan("dq", views, strided, shape, dq_flags), views)
-            self.launch("attention backward", self._attention_plan("dkv", dkv_views, strided, shape, flags), dkv_views)
+            self.launch("attention backward", self._attention_plan("dq", views, shape, dq_flags), views)
+            self.launch("attention backward", self._attention_plan("dkv", dkv_views, shape, flags), dkv_views)
         except NeedsSplitting:
             saved = (q, k, v, out, dout, lse, rng, mask, dmask)
             self.large.attention_backward((dq, dk, dv), saved, causal, scale, dropout_p)

@@ -21,9 +21,10 @@ than that, the op is split into pieces that each fit, and every piece runs as an
 * ``sort``: rows (the dims before the sorted one) are halved, a strided row is sorted through compact copies; one
   row larger than a binding (with its workspace) raises ``UnsupportedError`` naming the limit;
 * ``attention`` (forward and backward): batches, then heads, are halved, each piece's dropout counter moved to
-  where its elements start, so that the mask is the one the whole would draw; one (batch, head) larger than a
-  binding raises ``UnsupportedError`` naming the limit (as does dropout on such tensors inside a graph capture:
-  a replay re-seeds one dispatch per op);
+  where its elements start, so that the mask is the one the whole would draw; one batch whose strided views do
+  not fit though their compact copies do (a head of the (T, H, E) layouts a model passes spans every head's rows)
+  goes through compact copies; one (batch, head) larger than a binding raises ``UnsupportedError`` naming the
+  limit (as does dropout on such tensors inside a graph capture: a replay re-seeds one dispatch per op);
 * ``unfold`` / ``fold``: cut by images and channels (one (H, W) plane must fit in a binding).
 
 Every piece goes back through the backend's public primitive, so a piece that fits takes the ordinary path (plan
@@ -390,11 +391,6 @@ class Splitter:
     def _attention_split(self, op: str, q: View, k: View, dropout_p: float) -> tuple[int, int]:
         """(the dim to halve: batch, else heads; dropout elements per index along it), or UnsupportedError."""
         b, h, n_q, _ = q.shape
-        if dropout_p > 0 and self.be.rt.recording is not None:
-            raise UnsupportedError(
-                f"vulkan: {op}: dropout on tensors larger than a storage binding inside a graph capture is not "
-                "supported (a replay re-seeds one dispatch per op)"
-            )
         if b > 1:
             return 0, h * n_q * k.shape[2]
         if h > 1:
@@ -404,6 +400,25 @@ class Splitter:
             f"adapter's storage binding limit of {self.be.pool.binding} bytes; splitting a head is not implemented"
         )
 
+    def _refuse_captured_dropout(self, op: str, dropout_p: float) -> None:
+        if dropout_p > 0 and self.be.rt.recording is not None:
+            raise UnsupportedError(
+                f"vulkan: {op}: dropout on tensors larger than a storage binding inside a graph capture is not "
+                "supported (a replay re-seeds one dispatch per op)"
+            )
+
+    def _attention_staged(
+        self, q: View, outputs: Sequence[View | None], inputs: Sequence[View | None]
+    ) -> tuple[list[Any], list[Any], Any] | None:
+        """One batch whose every view fits a binding when compact: (the outputs, the inputs, a function to call
+        after the dispatch), each a view that fits or a compact copy (outputs copied back by the function); None
+        for more batches (halving them copies nothing) or a view too large even compact."""
+        if q.shape[0] > 1 or not all(t is None or self.compact_fits(t) for t in (*outputs, *inputs)):
+            return None
+        outs = [(None, lambda: None) if t is None else self.stage_out(t) for t in outputs]
+        ins = [None if t is None else self.stage_in(t) for t in inputs]
+        return [o for o, _ in outs], ins, lambda: [done() for _, done in outs]
+
     def attention(self, outputs: tuple[View, View, View], inputs: tuple[View, ...], *args: Any) -> None:
         """``outputs`` (out, lse, rng); ``inputs`` (q, k, v, mask); ``args`` the rest of ``Backend.attention``."""
         out, lse, rng = outputs
@@ -412,6 +427,13 @@ class Splitter:
         if all(fits(t) for t in (*outputs, *inputs) if t is not None):  # a piece that fits: on its windows
             views = [None if t is None else bind(t) for t in (*outputs, *inputs)]
             self.be.attention(*views, causal, scale, dropout_p, seed, counter)
+            return
+        self._refuse_captured_dropout("attention", dropout_p)
+        staged = self._attention_staged(q, outputs, inputs)
+        if staged is not None:
+            outs, ins, finish = staged
+            self.be.attention(*outs, *ins, causal, scale, dropout_p, seed, counter)
+            finish()
             return
         d, per = self._attention_split("attention", q, k, dropout_p)
         scratch = self._alloc((2,), int32)  # each piece writes its own (seed, counter); rng gets the whole's
@@ -429,6 +451,13 @@ class Splitter:
         if all(fits(t) for t in (*grads, *saved) if t is not None):  # a piece that fits: on its windows
             views = [None if t is None else bind(t) for t in (*grads, *saved)]
             self.be.attention_backward(*views[:11], causal, scale, dropout_p, views[11])
+            return
+        self._refuse_captured_dropout("attention backward", dropout_p)
+        staged = self._attention_staged(q, (*grads, dmask), (q, k, v, out, dout, lse, rng, mask))
+        if staged is not None:
+            (*outs, dm), ins, finish = staged
+            self.be.attention_backward(*outs, *ins, causal, scale, dropout_p, dm)
+            finish()
             return
         d, per = self._attention_split("attention backward", q, k, dropout_p)
         for lo, hi in halves(q.shape[d]):

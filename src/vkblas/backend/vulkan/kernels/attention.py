@@ -30,7 +30,10 @@ such a row NaN probabilities for every key it visits, masked ones included, as t
 (False = masked) or ``float`` (added; -inf = masked), any strides (broadcast by stride 0). Dropout keeps
 ``(b, h, i, j)`` when the ``(bits >> 8)`` of the counter-based generator at element ``((b*H + h)*L + i)*S + j``
 reach the threshold; the forward stores its (seed, counter) in the ``rng`` view, where the backward kernels read
-them, so that a replayed graph (which re-seeds the forward) stays consistent.
+them, so that a replayed graph (which re-seeds the forward) stays consistent. Every (b, h, row, dim) tensor,
+outputs and the backward's saved ``out`` included, is read and written through its strides (params words), so a
+model gets its output (B, L, H, Ev) in memory and its gradients in its inputs' layouts; lse, delta and dS are
+contiguous.
 """
 
 from __future__ import annotations
@@ -156,11 +159,28 @@ def _bindings(kind: str, cfg: Config) -> list[tuple[str, str]]:
     return names
 
 
+#: bindings that are not (b, h, row, dim) tensors: per-row statistics, the dropout state and dS (contiguous)
+_FLAT = ("o_lse", "o_delta", "x_lse", "x_delta", "rng", "o_dmask")
+
+
+def _strided(kind: str, cfg: Config) -> list[str]:
+    """The (b, h, row, dim) bindings, outputs included, in binding order: their strides are params."""
+    return [name for name, _ in _bindings(kind, cfg) if name not in _FLAT]
+
+
+def strided_slots(kind: str, cfg: Config) -> list[int]:
+    """The binding positions of :func:`_strided`'s views (whose strides :func:`static_words` takes, in order)."""
+    names = [name for name, _ in _bindings(kind, cfg)]
+    return [names.index(name) for name in _strided(kind, cfg)]
+
+
 def _prelude(kind: str, cfg: Config) -> str:
     """Buffer declarations (renamed b0..), the params as named ``let``s, and the (batch, head) of the workgroup.
 
     Params: one offset per binding, then (forward only) pcg(seed) and the counter, then B, H, L, S, scale * log2 e,
-    1 / (1 - p), the keep threshold, and the strides (b, h, row, dim) of q, k, v, dout (backward) and the mask."""
+    1 / (1 - p), the keep threshold, and the strides (b, h, row, dim) of each (b, h, row, dim) binding (outputs
+    included: ``out`` may be a permuted view, the gradients take their inputs' layout), named by the binding less
+    its ``x_`` / ``o_`` prefix."""
     binds = _bindings(kind, cfg)
     src = header([(f"b{i}", t) for i, (_, t) in enumerate(binds)], STORAGE_TYPE[cfg.dtype] == "f16")
     src += _PCG
@@ -180,10 +200,10 @@ def _prelude(kind: str, cfg: Config) -> str:
         body.append(f"    let {name} = pu({w + k}u);")
     body += [f"    let SC = pf({w + 4}u);", f"    let KEEP = pf({w + 5}u);", f"    let THR = pu({w + 6}u);"]
     w += 7
-    strided = ["q", "k", "v"] + (["dout"] if kind != "forward" else []) + (["mask"] if cfg.mask else [])
+    strided = _strided(kind, cfg)
     for name in strided:
         for k, part in enumerate(("b", "h", "n", "d")):
-            body.append(f"    let s_{name}_{part} = pi({w + k}u);")
+            body.append(f"    let s_{name[2:]}_{part} = pi({w + k}u);")
         w += 4
     body += [
         "    let bh = wid.z * 65535u + wid.y;",
@@ -192,10 +212,16 @@ def _prelude(kind: str, cfg: Config) -> str:
         "    let hh = i32(bh % NH);",
     ]
     for name in strided:
-        body.append(f"    let base_{name} = off_x_{name} + hb * s_{name}_b + hh * s_{name}_h;")
+        short = name[2:]
+        body.append(f"    let base_{short} = off_{name} + hb * s_{short}_b + hh * s_{short}_h;")
     src += f"@compute @workgroup_size({cfg.threads})\n"
     src += "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
     return src + "\n".join(body) + "\n"
+
+
+def _at(tensor: str, row: str, col: str) -> str:
+    """WGSL: the element index of (``row``, ``col``) of this (batch, head) in the strided binding ``tensor``."""
+    return f"u32(base_{tensor} + i32({row}) * s_{tensor}_n + i32({col}) * s_{tensor}_d)"
 
 
 def _binding(kind: str, cfg: Config, name: str) -> str:
@@ -223,7 +249,7 @@ def _load_rows(
     (b, h, row, dim) input into the vec4 array ``arr`` with ``pitch`` vec4s per row, times ``scale``."""
     dp = 4 * -(-d // 4)
     buf = _binding(kind, cfg, f"x_{tensor}")
-    at = f"u32(base_{tensor} + i32(n) * s_{tensor}_n + i32(c) * s_{tensor}_d)"
+    at = _at(tensor, "n", "c")
     return (
         f"for (var t = lid; t < {rows * dp}u; t += {cfg.threads}u) {{\n"
         f"    let r = t / {dp}u;\n    let c = t % {dp}u;\n    let n = {first} + r;\n    var x = 0.0;\n"
@@ -287,16 +313,16 @@ def _keep(i: str, j: str) -> str:
 
 
 def _store_row(
-    buf: str, dtype: DType, base: str, acc: str, n4: int, d: int, scale: str, nan_if: str | None = None
+    buf: str, dtype: DType, tensor: str, row: str, acc: str, n4: int, d: int, scale: str, nan_if: str | None = None
 ) -> str:
-    """Write the own row's accumulators ``acc_e`` (times ``scale``) to a contiguous output at element ``base``
-    (NaN where the WGSL bool ``nan_if`` holds)."""
+    """Write the own row's accumulators ``acc_e`` (times ``scale``) to row ``row`` of the strided output
+    ``tensor`` (NaN where the WGSL bool ``nan_if`` holds)."""
     lines = []
     for e in range(n4):
         for c in range(min(4, d - 4 * e)):
             v = f"{acc}_{e}[{c}] * {scale}"
             value = store_value(v if nan_if is None else f"select({v}, {NAN}, {nan_if})", "f32", dtype)
-            lines.append(f"{buf}[{base} + {4 * e + c}u] = {value};")
+            lines.append(f"{buf}[{_at(tensor, row, f'{4 * e + c}u')}] = {value};")
     return "\n".join(lines)
 
 
@@ -352,7 +378,7 @@ def _forward(cfg: Config) -> str:
         + _key_tiles(k, cfg, end, scores)
         + "\nif (i < L) {\n    let inv = select(0.0, 1.0 / l, l > 0.0);\n"
         + _indent(
-            _store_row("b0", cfg.dtype, f"u32(off_o_out) + (bh * L + i) * {cfg.dv}u", "acc", v4, cfg.dv, "inv", "bad"),
+            _store_row("b0", cfg.dtype, "out", "i", "acc", v4, cfg.dv, "inv", "bad"),
             1,
         )
         # -inf for a fully masked row, NaN for a NaN one
@@ -386,12 +412,12 @@ def _dq(cfg: Config) -> str:
         + _load_rows(k, cfg, "qs", d4 + 1, "q", cfg.dqk, "row0", "L", br, " * SC")
         + "\n"
         + _load_rows(k, cfg, "dos", v4 + 1, "dout", cfg.dv, "row0", "L", br)
-        # delta = dO . O of the own row (O is contiguous), stored for the dkv kernel
+        # delta = dO . O of the own row, stored for the dkv kernel
         + ("\n" + _own_regs("q", "qs", d4 + 1, d4) if q_row[1] is None else "\nworkgroupBarrier();")
         + "\nvar delta = 0.0;\nvar lse2 = 0.0;\nvar nan_row = false;\nif (i < L) {\n"
-        f"    let ob = u32(off_x_out) + (bh * L + i) * {cfg.dv}u;\n"
         + "".join(
-            f"    delta += dos[lid * {v4 + 1}u + {c // 4}u][{c % 4}u] * f32(b6[ob + {c}u]);\n" for c in range(cfg.dv)
+            f"    delta += dos[lid * {v4 + 1}u + {c // 4}u][{c % 4}u] * f32(b6[{_at('out', 'i', f'{c}u')}]);\n"
+            for c in range(cfg.dv)
         )
         + "    b1[u32(off_o_delta) + bh * L + i] = delta;\n"
         f"    lse2 = b8[u32(off_x_lse) + bh * L + i] * {LOG2E};\n"
@@ -399,9 +425,7 @@ def _dq(cfg: Config) -> str:
         + _key_tiles(k, cfg, end, body)
         # s = scale q.k (q is held times scale log2 e): dq = scale sum ds k
         + f"\nif (i < L) {{\n    let sc = SC * {LN2};\n"
-        + _indent(
-            _store_row("b0", cfg.dtype, f"u32(off_o_dq) + (bh * L + i) * {cfg.dqk}u", "acc", d4, cfg.dqk, "sc"), 1
-        )
+        + _indent(_store_row("b0", cfg.dtype, "dq", "i", "acc", d4, cfg.dqk, "sc"), 1)
         + "}"
     )
     return _assemble(k, cfg, _arrays(qs=br * (d4 + 1), dos=br * (v4 + 1), ks=bc * d4, vs=bc * v4), main)
@@ -454,10 +478,8 @@ def _dkv(cfg: Config) -> str:
         )
         # qt holds q * scale * log2 e: dk = scale sum ds q = ln2 sum ds qt
         + "\nif (j < S) {\n"
-        + _indent(
-            _store_row("b0", cfg.dtype, f"u32(off_o_dk) + (bh * S + j) * {cfg.dqk}u", "adk", d4, cfg.dqk, f"{LN2}"), 1
-        )
-        + _indent(_store_row("b1", cfg.dtype, f"u32(off_o_dv) + (bh * S + j) * {cfg.dv}u", "adv", v4, cfg.dv, "1.0"), 1)
+        + _indent(_store_row("b0", cfg.dtype, "dk", "j", "adk", d4, cfg.dqk, f"{LN2}"), 1)
+        + _indent(_store_row("b1", cfg.dtype, "dv", "j", "adv", v4, cfg.dv, "1.0"), 1)
         + "}"
     )
     smem = _arrays(ks=br * (d4 + 1), vs=br * (v4 + 1), qt=bc * d4, dot_t=bc * v4)
@@ -567,17 +589,27 @@ def _put_block(cfg: Config, arr: str, name: str) -> str:
 
 
 def _store_block(
-    cfg: Config, buf: str, dtype: DType, row_base: str, acc: str, r: int, n4: int, d: int, scale: str, nan_if: str = ""
+    cfg: Config,
+    buf: str,
+    dtype: DType,
+    tensor: str,
+    row: str,
+    acc: str,
+    r: int,
+    n4: int,
+    d: int,
+    scale: str,
+    nan_if: str = "",
 ) -> str:
-    """Store own row ``r``'s accumulators ``acc_r_e`` (times ``scale``; NaN where ``nan_if``) to the contiguous
-    output row starting at element ``row_base``, its columns ``4 (tx + e*WX) ..`` that are below ``d``."""
+    """Store own row ``r``'s accumulators ``acc_r_e`` (times ``scale``; NaN where ``nan_if``) to row ``row`` of the
+    strided output ``tensor``, its columns ``4 (tx + e*WX) ..`` that are below ``d``."""
     lines = []
     for e in range(_cols(cfg, n4)):
         lines.append(f"let cb{e} = 4u * (tx + {e * _wx(cfg)}u);")
         for k in range(4):
             v = f"{acc}_{r}_{e}[{k}] * {scale}"
             value = store_value(f"select({v}, {NAN}, {nan_if})" if nan_if else v, "f32", dtype)
-            lines.append(f"if (cb{e} + {k}u < {d}u) {{ {buf}[{row_base} + cb{e} + {k}u] = {value}; }}")
+            lines.append(f"if (cb{e} + {k}u < {d}u) {{ {buf}[{_at(tensor, row, f'cb{e} + {k}u')}] = {value}; }}")
     return "{\n" + _indent("\n".join(lines), 1) + "}"
 
 
@@ -647,14 +679,13 @@ def _blocked_forward(cfg: Config) -> str:
     end = f"min(S, row0 + {br}u)" if cfg.causal else "S"  # causal: no tile past the last row's diagonal
     finish = []
     for r in range(cfg.tm):
-        row = f"u32(off_o_out) + (bh * L + i{r}) * {cfg.dv}u"
         finish.append(
             f"var lt_{r} = 0.0;\nvar bt_{r} = false;\nfor (var x = 0u; x < {wx}u; x++) {{\n"
             f"    let z = red[(ty + {r * wy}u) * {wx}u + x];\n"
             f"    bt_{r} = bt_{r} || z < 0.0;\n    lt_{r} += max(z, 0.0);\n}}\n"
             f"let i{r} = row0 + ty + {r * wy}u;\nif (i{r} < L) {{\n"
             f"    let inv = select(0.0, 1.0 / lt_{r}, lt_{r} > 0.0);\n"
-            + _indent(_store_block(cfg, "b0", cfg.dtype, row, "o", r, v4, cfg.dv, "inv", f"bt_{r}"), 1)
+            + _indent(_store_block(cfg, "b0", cfg.dtype, "out", f"i{r}", "o", r, v4, cfg.dv, "inv", f"bt_{r}"), 1)
             # -inf for a fully masked row, NaN for a NaN one
             + f"    if (tx == 0u) {{\n        b1[u32(off_o_lse) + bh * L + i{r}] = "
             f"select(select(bitcast<f32>(0xff800000u), (m_{r} + log2(lt_{r})) * {LN2}, lt_{r} > 0.0), {NAN}, bt_{r});\n"
@@ -718,13 +749,13 @@ def _blocked_dq(cfg: Config) -> str:
         + _block_pv(cfg, [("a", "pt", "ks", d4 + 1, d4)])
     )
     end = f"min(S, row0 + {br}u)" if cfg.causal else "S"
-    # delta = dO . O of each row (O is contiguous), stored for the dkv kernel, and the rows' lse
+    # delta = dO . O of each row, stored for the dkv kernel, and the rows' lse
     rows = (
         f"for (var t = lid; t < {br}u; t += {cfg.threads}u) {{\n"
         "    let i = row0 + t;\n    var delta = 0.0;\n    var lse2 = 0.0;\n    if (i < L) {\n"
-        f"        let ob = u32(off_x_out) + (bh * L + i) * {cfg.dv}u;\n"
         + "".join(
-            f"        delta += dos[t * {v4 + 1}u + {c // 4}u][{c % 4}u] * f32(b6[ob + {c}u]);\n" for c in range(cfg.dv)
+            f"        delta += dos[t * {v4 + 1}u + {c // 4}u][{c % 4}u] * f32(b6[{_at('out', 'i', f'{c}u')}]);\n"
+            for c in range(cfg.dv)
         )
         + "        b1[u32(off_o_delta) + bh * L + i] = delta;\n"
         f"        lse2 = b8[u32(off_x_lse) + bh * L + i] * {LOG2E};\n    }}\n"
@@ -739,9 +770,7 @@ def _blocked_dq(cfg: Config) -> str:
     store = "\n".join(
         f"let i{r} = row0 + ty + {r * wy}u;\nif (i{r} < L) {{\n"
         + _indent(
-            _store_block(
-                cfg, "b0", cfg.dtype, f"u32(off_o_dq) + (bh * L + i{r}) * {cfg.dqk}u", "a", r, d4, cfg.dqk, "sc"
-            ),
+            _store_block(cfg, "b0", cfg.dtype, "dq", f"i{r}", "a", r, d4, cfg.dqk, "sc"),
             1,
         )
         + "}"
@@ -819,13 +848,9 @@ def _blocked_dkv(cfg: Config) -> str:
     store = "\n".join(
         f"let j{r} = col0 + ty + {r * wy}u;\nif (j{r} < S) {{\n"
         + _indent(
-            _store_block(
-                cfg, "b0", cfg.dtype, f"u32(off_o_dk) + (bh * S + j{r}) * {cfg.dqk}u", "dk", r, d4, cfg.dqk, f"{LN2}"
-            )
+            _store_block(cfg, "b0", cfg.dtype, "dk", f"j{r}", "dk", r, d4, cfg.dqk, f"{LN2}")
             + "\n"
-            + _store_block(
-                cfg, "b1", cfg.dtype, f"u32(off_o_dv) + (bh * S + j{r}) * {cfg.dv}u", "dv", r, v4, cfg.dv, "1.0"
-            ),
+            + _store_block(cfg, "b1", cfg.dtype, "dv", f"j{r}", "dv", r, v4, cfg.dv, "1.0"),
             1,
         )
         + "}"
@@ -878,7 +903,7 @@ def params_format(kind: str, cfg: Config) -> tuple[str, int]:
     """(struct format of the params, number of leading dynamic words: offsets, and the seed words of forward)."""
     nviews = len(_bindings(kind, cfg))
     dyn = nviews + (2 if kind == "forward" else 0)
-    nstrided = 3 + (1 if kind != "forward" else 0) + (1 if cfg.mask else 0)
+    nstrided = len(_strided(kind, cfg))
     return "<" + "i" * nviews + ("II" if kind == "forward" else "") + "IIIIffI" + "i" * (4 * nstrided), dyn
 
 
