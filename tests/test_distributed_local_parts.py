@@ -14,10 +14,15 @@ from vkblas import optim
 from vkblas.creation import tensor
 from vkblas.data import DataLoader, TensorDataset
 from vkblas.distributed import RejectedUpdateError
+from vkblas.distributed.codec import encode
+from vkblas.distributed.local import LocalConfig
+from vkblas.distributed.local.asynchronous import AsyncHolder
 from vkblas.distributed.local.checks import flat_update
-from vkblas.distributed.local.diloco import RoundState
+from vkblas.distributed.local.diloco import DilocoHolder, RoundState
 from vkblas.distributed.local.faults import Fault, FaultPlan
 from vkblas.distributed.local.flatopt import FlatOptimizer, state_keys, weighted_sum
+from vkblas.distributed.local.handle import WorkerHandle
+from vkblas.distributed.local.protocol import Grad, Pseudo, Stats
 from vkblas.distributed.local.sharded import shard_bounds, state_spec, step_shard
 from vkblas.distributed.local.shares import plan_shares, quantise_one
 from vkblas.distributed.local.stream import EpochOrder, SampleStream, Segment
@@ -32,6 +37,7 @@ from vkblas.distributed.local.transport import (
     unpack,
 )
 from vkblas.distributed.sizing import StepTimeModel
+from vkblas.training import TrainConfig
 from vkblas.training.fit import make_optimizer
 
 pytestmark = pytest.mark.timeout(60)
@@ -310,6 +316,103 @@ def test_flat_update_check_rejects_a_foreign_layout_with_the_reason():
     with pytest.raises(RejectedUpdateError) as e:
         flat_update(buf, layout, flat, flat.mailbox)
     assert e.value.reason == "shape"
+
+
+# ---------------------------------------------------------------------------------------------- late and bad
+class FakeConn:
+    """What the holders send a worker, kept (no process)."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    def send(self, msg) -> None:
+        self.sent.append(msg)
+
+
+def holder_run(tmp_path, algorithm: str, holder_class, workers: int = 2, **options):
+    """A holder of ``algorithm`` over a tiny flat model (no data, no processes) and fake workers with mailboxes."""
+    train = TrainConfig(epochs=1, limit=64, batch_size=16, out=str(tmp_path), progress=False)
+    cfg = LocalConfig(train, ("cpu",) * workers, algorithm, **options)
+    flat = FlatLayout(("w", "b"), ((3, 4), (4,)))
+    holder = holder_class(cfg, flat, 64, np.zeros(flat.size, np.float32))
+    handles = []
+    for i in range(workers):
+        box = SharedArrays.create((("bytes", (4 * flat.size + 4096,), "uint8"),))
+        handles.append(WorkerHandle(f"w{i}", i, "cpu", None, FakeConn(), [box], 1))
+    return holder, flat, handles
+
+
+def release(holder, handles) -> None:
+    for b in [*holder.blocks, *(box for h in handles for box in h.mailboxes)]:
+        b.close()
+        b.unlink()
+
+
+def result_fields(segment: Segment, layout) -> dict:
+    return dict(
+        epoch=segment.epoch,
+        samples=segment.size,
+        steps=1,
+        loss_sum=1.0,
+        correct=0.0,
+        compute_s=1e-3,
+        layout=layout,
+        stats=Stats(1.0, 0.0, 0, 0),
+    )
+
+
+def test_async_checks_a_gradient_before_its_age(tmp_path):
+    """A bad gradient that is also too old is rejected, by reason, not dropped as stale: what the run reports about a
+    worker's gradients does not depend on how late a loaded machine made them arrive. An honest one as old is
+    stale."""
+    holder, flat, (w0, w1) = holder_run(tmp_path, "async", AsyncHolder, max_staleness=0)
+    try:
+        for w in (w0, w1):
+            holder.add(w)  # each gets a batch, computed from version 0
+
+        def send(w: WorkerHandle, vec: np.ndarray, version: int) -> None:
+            work = w.conn.sent[-1]
+            layout = pack(flat.views(vec), w.mailboxes[0]["bytes"])
+            holder.on_message(w, Grad(**result_fields(work.segment, layout), seq=work.seq, version=version))
+
+        send(w0, np.full(flat.size, 0.5, np.float32), 0)  # accepted: version 1
+        bad = np.full(flat.size, 0.5, np.float32)
+        bad[2] = np.nan
+        send(w1, bad, 0)  # one version old (above the bound 0) and not finite
+        send(w1, np.full(flat.size, 0.5, np.float32), 0)  # as old (nothing applied since), honest: stale
+        t = holder.metrics.totals()
+        assert (t["accepted"], t["rejected"], t["stale"]) == (1, 1, 1) and dict(holder.rejections) == {"nonfinite": 1}
+        assert holder.version == 1 and np.isfinite(holder.params()).all()
+    finally:
+        release(holder, [w0, w1])
+
+
+def test_diloco_checks_a_pseudo_gradient_before_its_age(tmp_path):
+    """The same for DiLoCo: w0's round-0 pseudo-gradient closes round 0 (quorum 1/2); w1's, of round 0 too, comes
+    a round late (above the bound 0): a bad one is rejected, an honest one would be stale."""
+    options = dict(max_staleness=0, round_quorum=0.5, inner_steps=1)  # a round: one step of 8 samples each
+    holder, flat, (w0, w1) = holder_run(tmp_path, "diloco", DilocoHolder, **options)
+    try:
+        for w in (w0, w1):
+            holder.add(w)
+        holder.start()  # round 0: both planned
+
+        def send(w: WorkerHandle, vec: np.ndarray) -> None:
+            work = w.conn.sent[-1]
+            tensors, meta = encode(flat.views(vec), "fp32")
+            layout = pack(tensors, w.mailboxes[0]["bytes"])
+            holder.on_message(w, Pseudo(**result_fields(work.segment, layout), round=0, meta=meta))
+
+        send(w0, np.full(flat.size, 0.01, np.float32))
+        assert holder.model.version == 1  # closed by quorum
+        bad = np.full(flat.size, 0.01, np.float32)
+        bad[5] = np.inf
+        send(w1, bad)
+        t = holder.metrics.totals()
+        assert (t["accepted"], t["rejected"], t["stale"]) == (1, 1, 0) and dict(holder.rejections) == {"nonfinite": 1}
+        assert holder.round.arrivals == [("w1", "rejected", 1)]
+    finally:
+        release(holder, [w0, w1])
 
 
 # ---------------------------------------------------------------------------------------------- shares

@@ -5,7 +5,9 @@ the seqlock board whenever they start a batch, without waiting for the runner or
 
 * Every gradient carries the version it was computed from. The :class:`~vkblas.distributed.StalenessFilter`
   drops one more than ``max_staleness`` versions old (counted as ``stale``) and scales the learning rate of an
-  accepted one by ``1 / (1 + s)`` (Zhang et al. 2016; see :mod:`vkblas.distributed.algorithms`).
+  accepted one by ``1 / (1 + s)`` (Zhang et al. 2016; see :mod:`vkblas.distributed.algorithms`). A gradient is
+  checked first, whatever its age: a bad one is ``rejected`` (by reason) even when it is also too old, so what
+  the run reports about a worker's gradients does not depend on how late a loaded machine made them.
 * ``batch_size`` is the global batch, as in ``sync``: each worker's batch is its share of it, sized from the
   measured step times (:func:`~vkblas.distributed.sizing.split_for_time`) so that every worker's step takes
   about the same wall time. N workers then apply N steps per global batch, each scaled by ``1 / (1 + s)`` with
@@ -90,25 +92,23 @@ class AsyncHolder(Holder):
             return
         del self.outstanding[w.name][msg.seq]
         judgement = self.filter.judge(msg.version, self.version)
-        if not judgement.accepted:
-            self.account(w, msg, "stale", judgement.staleness)
-        elif self._apply(w, msg, judgement.scale):
-            self.account(w, msg, "accepted", judgement.staleness)
-        else:
+        try:  # checked before its age: a bad gradient is rejected (by reason) however late it arrives
+            grad = self.flat_update(w, 0, msg.layout)
+        except RejectedUpdateError as e:
+            self.validated(None, e)
             self.account(w, msg, "rejected")
+        else:
+            if judgement.accepted:
+                self._apply(grad, msg, judgement.scale)
+            self.account(w, msg, "accepted" if judgement.accepted else "stale", judgement.staleness)
         self.progressed(msg.samples)
         self._refill(w)
 
-    def _apply(self, w: WorkerHandle, msg: Grad, scale: float) -> bool:
-        try:
-            grad = self.flat_update(w, 0, msg.layout)
-        except RejectedUpdateError as e:
-            return self.validated(None, e)
+    def _apply(self, grad: np.ndarray, msg: Grad, scale: float) -> None:
         lr = self.lr_at(self.epoch_now) * scale * msg.samples / self.mean_share()
         self.opt.step(self.model, grad, lr)
         self.version += 1
         self.board.publish(self.model.params, self.version)
-        return True
 
     def summary(self) -> dict[str, Any]:
         return {**super().summary(), "updates": self.version, "max_staleness": self.filter.max_staleness}

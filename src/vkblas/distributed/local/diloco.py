@@ -15,7 +15,8 @@ Rounds and heterogeneous workers:
   it opened — not when the slowest worker is done.
 * A pseudo-gradient computed from version v arriving at version v + s (s rounds late) is judged by the
   :class:`~vkblas.distributed.StalenessFilter`: dropped (``stale``) if s > ``max_staleness``, else added to the
-  open round scaled by ``1 / (1 + s)``, with its full sample weight.
+  open round scaled by ``1 / (1 + s)``, with its full sample weight. It is decoded and checked first, whatever
+  its age: a bad one is ``rejected`` even when it is also too old.
 * A worker that reports after its round closed is planned into the open round for the time the round has left
   (so it is on time again), or waits for the next round if that is less than one step. A joining worker takes
   the current global weights at the next round. Workers keep their inner optimizer state (and their error-feedback
@@ -224,14 +225,12 @@ class DilocoHolder(Holder):
         if on_time:
             self.round.report(w.name)
         judgement = self.filter.judge(msg.round, self.model.version)
-        outcome = "stale"
-        if judgement.accepted:
-            update = self._decoded(w, msg)
-            outcome = "accepted" if update is not None else "rejected"
-            if update is not None:
-                if judgement.scale != 1.0:
-                    update = {k: v * np.float32(judgement.scale) for k, v in update.items()}
-                self.round.add(update, msg.samples, judgement.staleness)
+        update = self._decoded(w, msg)  # checked before its age: a bad one is rejected however late it arrives
+        outcome = "rejected" if update is None else "accepted" if judgement.accepted else "stale"
+        if update is not None and judgement.accepted:
+            if judgement.scale != 1.0:
+                update = {k: v * np.float32(judgement.scale) for k, v in update.items()}
+            self.round.add(update, msg.samples, judgement.staleness)
         self.account(w, msg, outcome, None if outcome == "rejected" else judgement.staleness)
         self.round.arrivals.append((w.name, outcome, judgement.staleness))
         self.unapplied += msg.samples

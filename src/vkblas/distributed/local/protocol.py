@@ -91,7 +91,8 @@ class Step:
     3. ``export`` (``replicated``): write parameters and optimizer state into buffer ``export``;
     4. compute the gradient of ``segment`` at version ``version`` into mailbox ``step % 2``, reply ``Ready``.
 
-    Without a segment the worker replies ``Applied`` if it loaded or exported, else nothing.
+    Without a segment the worker replies ``Applied`` when :attr:`answered` (it loaded, applied or exported, or
+    the step is a re-plan), else nothing.
     """
 
     step: int
@@ -102,6 +103,23 @@ class Step:
     apply: Contributions = ()
     lr: float = 0.0
     export: int | None = None
+
+    @property
+    def answered(self) -> bool:
+        """Whether the worker replies (``Ready`` with a segment, else ``Applied``), and so whether the step waits
+        for it. A worker that applies the previous step reads the other workers' mailboxes of that step's parity,
+        which they write again two steps later: until it has answered, the runner must not plan the next step,
+        even when this worker has no share (else a worker slower than the others, on a loaded machine, averages
+        gradients of a later step and its copy of the model silently leaves the others'). A re-plan
+        (``attempt > 0``) is answered by every worker: the answer says that the earlier attempt, and the apply it
+        may have carried, is done."""
+        return (
+            self.segment is not None
+            or self.load is not None
+            or self.export is not None
+            or bool(self.apply)
+            or self.attempt > 0
+        )
 
 
 @dataclass(frozen=True)

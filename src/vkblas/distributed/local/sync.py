@@ -11,7 +11,9 @@ Who steps (``sync_apply``), each with the same host optimizer (:class:`~.flatopt
   same averaged gradient: the same bits everywhere, whatever device computed the gradients. A step is one message
   each way: the runner's ``Step`` says "apply step k-1 with these gradients, then compute your share of step k";
   the worker's ``Ready`` says its gradient is in its mailbox. Gradients alternate between two mailboxes per worker
-  (step parity), so a worker writing step k's gradient never overwrites one that another is still averaging.
+  (step parity), so a worker writing step k's gradient never overwrites one that another is still averaging: a
+  step ends only once every worker that applied the previous one has answered, a worker without a share included
+  (``Applied``; see :attr:`~.protocol.Step.answered`), however far behind the others a loaded machine leaves it.
   When the runner needs the weights (an epoch's snapshot, the end) or a worker joins, the lowest-numbered worker
   exports its model into a shared buffer after its step.
 * ``sharded``: every worker steps its slice of the parameters in shared memory (:mod:`.sharded`): the step's cost
@@ -125,7 +127,7 @@ class SyncHolder(Holder):
         for name, share in zip(self.members, shares, strict=True):
             msg = self._message(name, share)
             self.workers[name].send(msg)
-            if share is not None or msg.load is not None or msg.export is not None:
+            if msg.answered:  # with or without a share: see Step.answered
                 self.pending.add(name)
         if not self.pending:  # nobody computes and nobody needs to answer (cannot happen with a batch)
             self._replies_in()
@@ -396,7 +398,7 @@ class SyncWorker:
                 self.prepare(msg)
                 if msg.segment is not None:
                     self.compute(msg, t0)
-                elif msg.load is not None or msg.export is not None:
+                elif msg.answered:
                     ctx.send(Applied(msg.step, msg.attempt, ctx.stats()))
             elif isinstance(msg, Reduce):
                 self.reduce(msg)
