@@ -65,12 +65,13 @@ _POOL = _ArrayPool()
 
 class _Usage:
     """Bytes held by live storages now and at most since the last reset: ``memory_stats``'s numbers, as the Vulkan
-    pool counts them (numpy's own temporaries inside an op are not storages and do not count). The lock's
-    sections only add integers, so no storage can be freed (and re-enter) inside one."""
+    pool counts them (numpy's own temporaries inside an op are not storages and do not count). The lock is
+    reentrant: ``sub`` runs from a storage's ``__del__``, which the garbage collector may call inside another
+    section of the same thread (Python 3.12 runs a pending collection at any call, ``max`` included)."""
 
     def __init__(self) -> None:
         self.live = self.peak = 0
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
 
     def add(self, nbytes: int) -> None:
         with self.lock:
