@@ -18,15 +18,18 @@ len), and ``--threads`` sets each worker's BLAS/OpenMP threads. Example (the H20
     PYTHONPATH=src python benchmarks/coordinator.py --devices vulkan:0,cpu,cpu,cpu --threads 4 --json out.json
 
 The clock of a run starts when every worker has registered and a unit is out (a worker still importing is not
-scaling); samples/s and coordinator CPU per update count what was applied from then on.
+scaling). The scaling table's samples/s, speedup, idle % and coordinator CPU per update are the *steady* figures:
+from the first moment every worker has ``WARM_UNITS`` units done (its start-up, the dataset download and the units
+that calibrate its speed lie before) to the end of the run; idle is the difference of each worker's own clocks over
+that span. "idle % (whole run)" is each worker's idle over its whole life, start-up included.
 
-``--preset h200`` is issue 11's figures on the H200 machine in one bounded command: full MNIST, 5 epochs a run
-capped at ``--time-cap 30`` s (a capped run's samples/s is still a rate; its accuracy is the model's at the cap),
-DiLoCo units of up to 500 inner steps in data shards of 60 000 (so ``--unit-seconds`` sizes them, not a cap),
-in three stages: diloco and async with 1, 2, 3 cpu workers of 4 BLAS threads; diloco on ``vulkan:0`` alone and
-``vulkan:0`` + one cpu worker; the dropout pair with 4 cpu workers of 3 threads. Ten runs of at most 30 s plus each
-one's start-up (~10 s): under 7 minutes. Flags given with it (``--epochs``, ``--time-cap``, ...) override its
-values.
+``--preset h200`` is issue 11's figures on the H200 machine in one bounded command: full MNIST, scaling runs of 20
+epochs cut at ``--time-cap 35`` s (a capped run's samples/s is still a rate; its accuracy is the model's at the cap;
+no run ends in a short last round), DiLoCo units of up to 500 inner steps in data shards of 60 000 (so serve's
+``--unit-seconds`` sizes them, not a cap), in three stages: diloco and async with 1, 2, 3 cpu workers of 4 BLAS
+threads; diloco on ``vulkan:0`` alone and ``vulkan:0`` + one cpu worker; the dropout pair (5 epochs, to the end) with
+4 cpu workers of 3 threads. Ten runs of at most 35 s plus each one's start-up (~10 s): about 8 minutes. Flags given
+with it (``--epochs``, ``--time-cap``, ...) override its values.
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+#: a worker's first units warm it up and calibrate its speed (the coordinator's RateMeter: one unit of warm-up, two
+#: of calibration); the steady figures start once every worker is past them
+WARM_UNITS = 3
 
 #: --preset NAME: (the flags' values, then the stages: a section with the values it overrides)
 PRESETS: dict[str, tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]] = {
@@ -57,11 +63,13 @@ PRESETS: dict[str, tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]] = {
         # H up to 500 (DiLoCo's): the units' length is then --unit-seconds of each worker's speed; with the cap
         # of 20-50 a fast cpu worker's MNIST unit was ~0.25-0.6 s and the round barrier dominated
         # and shards of the whole training set, since a unit never spans two (10 000 samples: < 1 s of a cpu worker)
-        {"epochs": 5, "time_cap": 30.0, "limit": 0, "inner_steps": 500, "shard_samples": 60_000},
+        # scaling runs of 20 epochs are cut by the time cap (no run ends in a short last round); the dropout pair
+        # runs to the end, so that its final accuracies compare
+        {"epochs": 20, "time_cap": 35.0, "limit": 0, "inner_steps": 500, "shard_samples": 60_000},
         [
             ("scaling", {"algorithms": "diloco,async", "workers": "1,2,3", "devices": "cpu", "threads": 4}),
             ("scaling", {"algorithms": "diloco", "workers": "1,2", "devices": "vulkan:0,cpu", "threads": 4}),
-            ("dropout", {"algorithms": "diloco", "workers": "4", "devices": "cpu", "threads": 3}),
+            ("dropout", {"algorithms": "diloco", "workers": "4", "devices": "cpu", "threads": 3, "epochs": 5}),
         ],
     ),
 }
@@ -143,12 +151,17 @@ class Run:
             time.sleep(0.05)
         t0, cpu0, timeline, killed = time.monotonic(), cpu_seconds(self.server.pid), [], False
         applied0, accepted0 = st["samples_applied"], st["accepted"]
+        warm: dict[str, Any] | None = None  # the first poll at which every worker is past its calibration units
         while True:
             st = self.status()
             t = time.monotonic() - t0
             acc = st["test"]["accuracy"] if st["test"] else 0.0
             sent, received = (sum(w[k] for w in st["workers"]) for k in ("bytes_sent", "bytes_received"))
             timeline.append((t, sent, received, acc))
+            if warm is None and all(w["units_done"] >= WARM_UNITS for w in st["workers"]):
+                warm = {"t": t, "samples_applied": st["samples_applied"], "accepted": st["accepted"],
+                        "cpu": cpu_seconds(self.server.pid),
+                        "workers": {w["name"]: (w["wall_s"], w["idle_s"]) for w in st["workers"]}}  # fmt: skip
             if kill_half_at is not None and not killed and st["samples_leased"] >= kill_half_at * st["samples_total"]:
                 for p in self.workers[: self.n // 2]:
                     os.killpg(p.pid, signal.SIGKILL)
@@ -157,6 +170,7 @@ class Run:
                 st["wall_s"], st["timeline"] = t, timeline
                 st["coordinator_cpu_s"] = cpu_seconds(self.server.pid) - cpu0
                 st["samples_timed"], st["updates_timed"] = st["samples_applied"] - applied0, st["accepted"] - accepted0
+                st["steady"] = steady_window(warm, st, t, cpu_seconds(self.server.pid))
                 return st
             time.sleep(0.5)
 
@@ -170,6 +184,27 @@ class Run:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+def steady_window(warm: dict[str, Any] | None, st: dict[str, Any], t: float, cpu: float) -> dict[str, Any] | None:
+    """Figures over the steady part of a run: from the first poll at which every worker had ``WARM_UNITS`` units
+    done (start-up, the dataset download and the calibration units behind it) to the end. Idle per worker is the
+    difference of its own reported clocks (``idle_s`` / ``wall_s``) over that span. None if the run ended first."""
+    if warm is None or t - warm["t"] <= 0:
+        return None
+    idle = {}
+    for w in st["workers"]:
+        wall0, idle0 = warm["workers"].get(w["name"], (0.0, 0.0))
+        span = w["wall_s"] - wall0
+        idle[w["name"]] = (w["idle_s"] - idle0) / span if span > 0 else None
+    return {
+        "from_s": warm["t"],
+        "seconds": t - warm["t"],
+        "samples": st["samples_applied"] - warm["samples_applied"],
+        "updates": st["accepted"] - warm["accepted"],
+        "coordinator_cpu_s": cpu - warm["cpu"],
+        "idle_fraction": idle,
+    }
+
+
 def devices_of(args: argparse.Namespace, n: int) -> str:
     """The workers' devices as the tables name them: ``cpu x3``, ``vulkan:0 + cpu``."""
     names = [args.devices[i % len(args.devices)] for i in range(n)]
@@ -178,8 +213,9 @@ def devices_of(args: argparse.Namespace, n: int) -> str:
 
 
 def run_args(args: argparse.Namespace, *extra: str, epochs: int | None = None) -> list[str]:
-    base = ["--epochs", str(epochs or args.epochs), "--eval-seconds", str(args.eval_seconds), "--unit-seconds",
-            str(args.unit_seconds)]  # fmt: skip
+    base = ["--epochs", str(epochs or args.epochs), "--eval-seconds", str(args.eval_seconds)]
+    if args.unit_seconds:
+        base += ["--unit-seconds", str(args.unit_seconds)]
     if args.limit:
         base += ["--limit", str(args.limit)]
     shard = args.shard_samples or (min(10_000, args.limit) if args.limit else 0)
@@ -203,18 +239,26 @@ def scaling(args: argparse.Namespace, results: dict[str, Any]) -> None:
                 st = r.follow()
             finally:
                 r.close()
-            rate = st["samples_timed"] / st["wall_s"]
+            steady = st["steady"]
+            if steady is None:  # the run ended before every worker was past its calibration: the whole run
+                steady = {"seconds": st["wall_s"], "samples": st["samples_timed"], "updates": st["updates_timed"],
+                          "coordinator_cpu_s": st["coordinator_cpu_s"],
+                          "idle_fraction": {w["name"]: w["idle_fraction"] for w in st["workers"]}}  # fmt: skip
+            rate = steady["samples"] / steady["seconds"]
             base = base or rate
-            upd = max(st["updates_timed"], 1)
+            upd = max(steady["updates"], 1)
             wire = sum(w["bytes_sent"] + w["bytes_received"] for w in st["workers"]) / max(st["samples_applied"], 1)
-            idle = " ".join(f"{100 * w['idle_fraction']:.0f}" for w in st["workers"])
-            rows.append([algorithm, devices_of(args, n), f"{rate:,.0f}", f"{rate / base:.2f}x", idle,
+            by_name = sorted(st["workers"], key=lambda w: w["name"])
+            idle = " ".join("-" if (f := steady["idle_fraction"][w["name"]]) is None else f"{100 * f:.0f}"
+                            for w in by_name)  # fmt: skip
+            whole = " ".join(f"{100 * w['idle_fraction']:.0f}" for w in by_name)
+            rows.append([algorithm, devices_of(args, n), f"{rate:,.0f}", f"{rate / base:.2f}x", idle, whole,
                          f"{wire / 1e3:.1f}",
-                         f"{1e3 * st['apply_cpu_s_per_update']:.1f}", f"{1e3 * st['coordinator_cpu_s'] / upd:.1f}",
+                         f"{1e3 * st['apply_cpu_s_per_update']:.1f}", f"{1e3 * steady['coordinator_cpu_s'] / upd:.1f}",
                          f"{100 * st['test']['accuracy']:.2f}"])  # fmt: skip
             results.setdefault("scaling", []).append({k: v for k, v in st.items() if k != "evaluations"})
-    header = ["algorithm", "workers", "samples/s", "speedup", "idle % per worker", "wire kB/sample",
-              "applier ms/update", "coordinator CPU ms/update", "test acc %"]  # fmt: skip
+    header = ["algorithm", "workers", "samples/s", "speedup", "idle % per worker", "idle % (whole run)",
+              "wire kB/sample", "applier ms/update", "coordinator CPU ms/update", "test acc %"]  # fmt: skip
     results["tables"].append(print_table("scaling (loopback)", header, rows))
 
 
@@ -274,7 +318,7 @@ def main() -> int:
     p.add_argument("--limit", type=int, default=0, help="images per split (0: all)")
     p.add_argument("--epochs", type=int, default=1, help="of the scaling and dropout runs")
     p.add_argument("--traffic-epochs", type=int, default=3, help="the most epochs of a traffic run")
-    p.add_argument("--unit-seconds", type=float, default=2.0)
+    p.add_argument("--unit-seconds", type=float, default=None, help="a unit's target wall time (default: serve's)")
     p.add_argument("--eval-seconds", type=float, default=2.0)
     p.add_argument("--inner-steps", type=int, default=None,
                    help="DiLoCo's H, the most inner steps of a unit (default: serve's 50; traffic: 20)")  # fmt: skip

@@ -241,6 +241,19 @@ def test_rate_meter_calibrates_then_follows_changes():
     assert m.observations == 3
 
 
+def test_rate_meter_warmup_stands_in_until_the_next_observation():
+    m = RateMeter(alpha=0.5, calibration=2, warmup=1)
+    m.observe(128, 7.0)  # a first unit that compiled pipelines: one batch in seconds
+    assert m.rate == pytest.approx(128 / 7.0) and not m.calibrated
+    m.observe(1000, 1.0)  # replaces it, not averaged with it
+    assert m.rate == pytest.approx(1000.0) and not m.calibrated
+    m.observe(3000, 1.0)
+    assert m.rate == pytest.approx(2000.0) and m.calibrated
+    assert RateMeter.from_state(m.state()).warmup == 1
+    old = {k: v for k, v in m.state().items() if k != "warmup"}  # a state stored before warm-up existed
+    assert RateMeter.from_state(old).warmup == 0
+
+
 def test_batch_for_time():
     assert batch_for_time(None, 2.0, minimum=16) == 16
     assert batch_for_time(1000.0, 2.0) == 2000

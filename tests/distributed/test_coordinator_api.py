@@ -426,8 +426,14 @@ def test_worker_uses_a_local_copy_whose_hashes_match(coord: InProcess, tmp_path)
 
     cache = DataCache(NoNetwork(), info, tmp_path, local=str(DATA))  # type: ignore[arg-type]
     assert sorted(cache.local) == list(range(len(info.data_shards)))
-    x, y = cache.slice(DataSlice(shard=1, seed=7, offset=3, samples=10))
-    assert x.shape == (10, 1, 28, 28) and x.dtype == np.float32 and y.shape == (10,)
+    unit = cache.slice(DataSlice(shard=1, seed=7, offset=3, samples=10))
+    x, y = unit.arrays()
+    assert len(unit) == 10 and x.shape == (10, 1, 28, 28) and x.dtype == np.float32 and y.shape == (10,)
+    # gathered a batch at a time, the same samples in the same order
+    parts = list(unit.batches(4))
+    assert [len(b) for _, b in parts] == [4, 4, 2]
+    np.testing.assert_array_equal(np.concatenate([a for a, _ in parts]), x)
+    np.testing.assert_array_equal(np.concatenate([b for _, b in parts]), y)
 
 
 @pytest.mark.parametrize("codec", ["int8", "fp16"])

@@ -110,6 +110,13 @@ def test_unit_sizes_follow_speed_within_their_caps():
     assert unit_samples(d, 100.0) == 96  # 3 whole inner steps
     assert unit_samples(d, 1e6) == 320  # at most inner_steps
     assert unit_samples(d, 1.0) == 32
+    # a round waits for its slowest unit: when the fastest worker's unit is capped (320 samples, 0.32 s at
+    # 1000/s), the others get that time too, not unit_seconds
+    assert unit_samples(d, 500.0, fastest=1000.0) == 160
+    assert unit_samples(d, 100.0, fastest=100.0) == 96  # nobody capped: unit_seconds
+    s = RunSpec(algorithm="diloco", batch_size=32, unit_seconds=1.0, inner_steps=100, shard_samples=640)
+    assert unit_samples(s, 2000.0, fastest=2000.0) == 640  # the shard caps the fastest ...
+    assert unit_samples(s, 500.0, fastest=2000.0) == 160  # ... and so the round's time: 0.32 s
 
 
 def test_diloco_units_share_a_shard_out_evenly():

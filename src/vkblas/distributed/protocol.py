@@ -248,7 +248,7 @@ class WorkerStatus(Strict):
     name: str
     device: str
     samples_per_s: float
-    idle_fraction: float
+    idle_fraction: float  # idle_s / wall_s
     units_done: int
     credit: int
     accepted: int
@@ -263,6 +263,10 @@ class WorkerStatus(Strict):
     invalid: int = 0
     reputation: int = 0
     banned: bool = False
+    #: the worker's own clock at its last report (upload or heartbeat): seconds since it started, and of those
+    #: the seconds it waited (for a unit, the model, data, an upload); differences give idle over a window
+    wall_s: float = 0.0
+    idle_s: float = 0.0
 
 
 class Evaluation(Strict):

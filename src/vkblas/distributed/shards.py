@@ -186,7 +186,23 @@ def normalise(dataset: str, images: np.ndarray) -> np.ndarray:
     return Compose([ToTensor(), Normalize((source.mean,), (source.std,))])(images)
 
 
-def batches(x: np.ndarray, y: np.ndarray, batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Consecutive batches of at most ``batch_size``."""
-    for start in range(0, len(y), batch_size):
-        yield x[start : start + batch_size], y[start : start + batch_size]
+class UnitSamples:
+    """A unit's samples: the positions ``idx`` in a shard and ``gather``, which turns positions into (inputs,
+    targets). Batches are gathered as training reaches them: gathering a whole unit first copied up to its shard
+    (188 MB for a 60 000-image unit) before the first step, ~0.1 s a unit that the worker spent idle, and held the
+    copy for the whole unit."""
+
+    def __init__(self, gather: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], idx: np.ndarray) -> None:
+        self.gather, self.idx = gather, idx
+
+    def __len__(self) -> int:
+        return len(self.idx)
+
+    def batches(self, batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Consecutive batches of at most ``batch_size``, in the unit's order."""
+        for start in range(0, len(self.idx), batch_size):
+            yield self.gather(self.idx[start : start + batch_size])
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The whole unit at once (a gradient unit is one batch)."""
+        return self.gather(self.idx)

@@ -21,15 +21,17 @@ from contextlib import contextmanager
 
 
 class RateMeter:
-    """Samples per second of one worker. The first ``calibration`` observations are averaged (weighted by time);
+    """Samples per second of one worker. The first ``warmup`` observations only stand in until the next one (they
+    pay one-time costs: a GPU's first unit compiles its pipelines, seconds for one batch, and averaging it in kept
+    that worker's units tiny for several rounds); the next ``calibration`` are averaged (weighted by time);
     afterwards each new one moves the estimate by ``alpha`` (an exponential moving average)."""
 
-    def __init__(self, alpha: float = 0.3, calibration: int = 2) -> None:
+    def __init__(self, alpha: float = 0.3, calibration: int = 2, warmup: int = 0) -> None:
         if not 0 < alpha <= 1:
             raise ValueError(f"alpha must be in (0, 1], got {alpha}")
-        if calibration < 1:
-            raise ValueError(f"calibration must be >= 1, got {calibration}")
-        self.alpha, self.calibration = alpha, calibration
+        if calibration < 1 or warmup < 0:
+            raise ValueError(f"calibration must be >= 1 and warmup >= 0, got {calibration} and {warmup}")
+        self.alpha, self.calibration, self.warmup = alpha, calibration, warmup
         self.observations = 0
         self._samples = 0.0
         self._seconds = 0.0
@@ -40,7 +42,9 @@ class RateMeter:
         if samples <= 0 or not seconds > 0 or not math.isfinite(seconds):
             return  # nothing to learn from an empty or untimed step
         self.observations += 1
-        if self.observations <= self.calibration:
+        if self.observations <= self.warmup:
+            self._rate = samples / seconds
+        elif self.observations <= self.warmup + self.calibration:
             self._samples += samples
             self._seconds += seconds
             self._rate = self._samples / self._seconds
@@ -55,7 +59,7 @@ class RateMeter:
 
     @property
     def calibrated(self) -> bool:
-        return self.observations >= self.calibration
+        return self.observations >= self.warmup + self.calibration
 
     def state(self) -> dict[str, float]:
         """Everything the meter knows, as plain numbers (the coordinator keeps it in its database, so any of its
@@ -63,6 +67,7 @@ class RateMeter:
         return {
             "alpha": self.alpha,
             "calibration": self.calibration,
+            "warmup": self.warmup,
             "observations": self.observations,
             "samples": self._samples,
             "seconds": self._seconds,
@@ -77,7 +82,7 @@ class RateMeter:
         >>> RateMeter.from_state(m.state()).rate
         200.0
         """
-        m = cls(float(state["alpha"]), int(state["calibration"]))
+        m = cls(float(state["alpha"]), int(state["calibration"]), int(state.get("warmup", 0)))  # older: none
         m.observations = int(state["observations"])
         m._samples, m._seconds = float(state["samples"]), float(state["seconds"])
         m._rate = None if state["rate"] < 0 else float(state["rate"])

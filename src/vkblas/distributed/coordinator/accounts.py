@@ -29,6 +29,7 @@ from .models import Credential, User, Worker
 ADMIN = "admin"
 _DUMMY = "0" * 64
 MAX_TOKEN = 200
+WARMUP_UNITS = 1  # a worker's first unit pays one-time costs: it sizes the next one, not the worker's speed
 
 
 def hash_secret(secret: str) -> str:
@@ -75,7 +76,7 @@ def register(
         device_class=device_class,
         created_at=now,
         last_seen=now,
-        rate=json.dumps(RateMeter().state()),
+        rate=json.dumps(RateMeter(warmup=WARMUP_UNITS).state()),
         samples_per_s=0.0,
         wall_s=0.0,
         idle_s=0.0,

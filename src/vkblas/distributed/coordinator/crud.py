@@ -56,14 +56,24 @@ def expire_leases(s: Session, *, now: float) -> int:
     return len(ids)
 
 
-def unit_samples(spec: RunSpec, rate: float | None) -> int:
+def unit_samples(spec: RunSpec, rate: float | None, fastest: float | None = None, shard: int | None = None) -> int:
     """How many samples a worker of speed ``rate`` gets: about ``unit_seconds`` of work, one batch while its speed
     is unknown. A gradient unit (sync/async) is capped at one batch (``batch_size``): a larger gradient batch would
     change the optimisation, not just its speed. A DiLoCo unit is a whole number of inner steps, at most
-    ``inner_steps``."""
+    ``inner_steps`` and at most a data shard (a unit never spans two; ``shard``: the largest, else
+    ``shard_samples``).
+
+    DiLoCo's round waits for its slowest unit, so every unit of a round should take the same time. When those caps
+    cut the ``fastest`` online worker's unit short of ``unit_seconds``, every worker's unit is sized to the time the
+    fastest one's capped unit takes: a GPU beside CPUs then does not wait at each round's barrier for their longer
+    units (it idled half of every round on the H200 machine, with ``vulkan:0`` beside one cpu worker)."""
     b = spec.batch_size
     if spec.algorithm == "diloco":
-        return batch_for_time(rate, spec.unit_seconds, minimum=b, maximum=b * spec.inner_steps, multiple=b)
+        most = min(b * spec.inner_steps, shard or spec.shard_samples)
+        seconds = spec.unit_seconds
+        if fastest is not None and fastest > 0:
+            seconds = min(seconds, max(most, b) / fastest)
+        return batch_for_time(rate, seconds, minimum=b, maximum=b * spec.inner_steps, multiple=b)
     if rate is None:
         return b
     return batch_for_time(rate, spec.unit_seconds, minimum=min(MIN_GRADIENT_SAMPLES, b), maximum=b)
@@ -165,7 +175,12 @@ def lease(s: Session, *, worker: Worker, spec: RunSpec, now: float) -> LeaseRepl
             return _wait(worker, f"round {run.version} is waiting for the others' results")
         meter = RateMeter.from_state(json.loads(worker.rate))
         q = select(Unit).where(Unit.status == "open", Unit.base_version.is_(None)).order_by(Unit.id).limit(1)
-        unit = s.scalars(q).first() or _carve(s, run, spec, unit_samples(spec, meter.rate))
+        unit = s.scalars(q).first()
+        if unit is None:
+            fastest, shard = None, None
+            if spec.algorithm == "diloco":
+                fastest, shard = _fastest_online(s, now, spec), max(d.samples for d in data_manifest(run))
+            unit = _carve(s, run, spec, unit_samples(spec, meter.rate, fastest, shard))
     if unit is None:
         return _wait(worker, "every unit of the run is out; waiting for the last results")
     unit.attempts += 1
@@ -206,6 +221,14 @@ def lease(s: Session, *, worker: Worker, spec: RunSpec, now: float) -> LeaseRepl
         heartbeat_seconds=max(0.5, spec.lease_seconds / 4),
     )
     return LeaseReply(status="work", lease=msg, credit=worker.credit)
+
+
+def _fastest_online(s: Session, now: float, spec: RunSpec) -> float | None:
+    """The highest measured samples/s among the workers online (seen within a lease's length), not banned."""
+    q = select(func.max(Worker.samples_per_s)).where(
+        Worker.last_seen > now - spec.lease_seconds, Worker.banned.is_(None), Worker.samples_per_s > 0
+    )
+    return s.scalar(q)
 
 
 def _replica_slot(s: Session, worker: Worker, spec: RunSpec, now: float) -> Unit | None:

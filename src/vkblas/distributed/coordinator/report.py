@@ -69,6 +69,8 @@ def run_status(s: Session, *, spec: RunSpec, now: float | None = None) -> RunSta
                 invalid=w.invalid,
                 reputation=w.consecutive_valid,
                 banned=w.banned is not None,
+                wall_s=round(w.wall_s, 3),
+                idle_s=round(w.idle_s, 3),
             )
             for w in workers
         ],

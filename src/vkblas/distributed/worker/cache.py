@@ -11,7 +11,16 @@ from pathlib import Path
 import numpy as np
 
 from ..protocol import DataSlice, ModelManifest, RunInfo
-from ..shards import assemble, build_shards, normalise, parse_model_shard, parse_shard, raw_split, unit_indices
+from ..shards import (
+    UnitSamples,
+    assemble,
+    build_shards,
+    normalise,
+    parse_model_shard,
+    parse_shard,
+    raw_split,
+    unit_indices,
+)
 from ..text import block_size, blocks, build_text_shards, is_text, parse_text_shard, train_tokens
 from .client import Client
 
@@ -66,8 +75,8 @@ class DataCache:
             ):
                 self.local[i] = payload
 
-    def slice(self, part: DataSlice) -> tuple[np.ndarray, np.ndarray]:
-        """The inputs and labels of a unit."""
+    def slice(self, part: DataSlice) -> UnitSamples:
+        """The samples of a unit (inputs and labels, gathered a batch at a time)."""
         if not 0 <= part.shard < len(self.info.data_shards):
             raise ValueError(f"unit names data shard {part.shard}; the run has {len(self.info.data_shards)}")
         ref = self.info.data_shards[part.shard]
@@ -83,7 +92,7 @@ class DataCache:
         if is_text(self.info.dataset):  # a sample is a block: inputs and their next tokens
             tokens, block = self.tokens[part.shard], block_size(self.info.model)
             idx = unit_indices(len(tokens) - block, part.seed, part.offset, part.samples)
-            return blocks(tokens, idx, block)
+            return UnitSamples(lambda i: blocks(tokens, i, block), idx)
         x, y = self.arrays[part.shard]
         idx = unit_indices(len(y), part.seed, part.offset, part.samples)
-        return x[idx], y[idx]
+        return UnitSamples(lambda i: (x[i], y[i]), idx)

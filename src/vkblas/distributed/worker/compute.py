@@ -28,7 +28,7 @@ from ..algorithms import pseudo_gradient
 from ..codec import ErrorFeedback, encode, to_payload
 from ..nets import build, load_params
 from ..protocol import UPLOAD_META_KEY, Lease, RunInfo, UploadMeta
-from ..shards import batches
+from ..shards import UnitSamples
 from ..text import is_text
 
 
@@ -83,23 +83,23 @@ class Trainer:
         self.feedback = ErrorFeedback(run.codec, run.block) if error_feedback and run.codec != "fp32" else None
         self.delay_per_sample = delay_per_sample  # a test and benchmark hook: a slower device
 
-    def __call__(self, lease: Lease, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> Result:
+    def __call__(self, lease: Lease, params: dict[str, np.ndarray], data: UnitSamples) -> Result:
         t0 = time.perf_counter()
         load_params(self.model, params)
         self.model.train()
         manual_seed(lease.seed)
         if lease.kind == "gradient":
-            update, loss = self._gradient(x, y)
+            update, loss = self._gradient(*data.arrays())
         else:
-            update, loss = self._inner_steps(lease, params, x, y)
+            update, loss = self._inner_steps(lease, params, data)
         if self.delay_per_sample:
-            time.sleep(self.delay_per_sample * len(y))
+            time.sleep(self.delay_per_sample * len(data))
         compute_s = time.perf_counter() - t0
         if self.feedback is not None:
             tensors, meta = self.feedback.compress(update)
         else:
             tensors, meta = encode(update, lease.codec, lease.block)
-        return Result(tensors, meta, len(y), loss, compute_s)
+        return Result(tensors, meta, len(data), loss, compute_s)
 
     def _gradient(self, x: np.ndarray, y: np.ndarray) -> tuple[dict[str, np.ndarray], float]:
         self.model.zero_grad()
@@ -114,14 +114,14 @@ class Trainer:
         return self.model(xt, targets=yt)[1] if self.text else self.loss_fn(self.model(xt), yt)
 
     def _inner_steps(
-        self, lease: Lease, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray
+        self, lease: Lease, params: dict[str, np.ndarray], data: UnitSamples
     ) -> tuple[dict[str, np.ndarray], float]:
         if self.inner is None or lease.inner_state == "fresh":
             self.inner = make_optimizer("adamw", self.model.parameters(), lease.lr)
         for group in self.inner.param_groups:
             group["lr"] = lease.lr
         total, n = 0.0, 0
-        for xb, yb in batches(x, y, lease.batch_size):
+        for xb, yb in data.batches(lease.batch_size):
             self.inner.zero_grad()
             loss = self._loss(xb, yb)
             loss.backward()

@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from ...version import __version__
 from ..protocol import Heartbeat, Lease, LeaseReply, UploadMeta
+from ..shards import UnitSamples
 from ..sizing import IdleClock
 from .cache import DataCache, ModelCache
 from .client import Client
@@ -64,8 +65,7 @@ class JoinOptions:
 class Job:
     lease: Lease
     params: dict[str, Any]
-    x: Any
-    y: Any
+    data: UnitSamples
 
 
 @dataclass
@@ -178,13 +178,13 @@ class Worker:
             return reply, None
         try:
             params = self.models.params(reply.lease.model)
-            x, y = self.data.slice(reply.lease.data)
+            data = self.data.slice(reply.lease.data)
         except ServerError as e:
             if e.code not in LOST:
                 raise
             self._give_back(reply.lease.lease_id)
             return LeaseReply(status="wait", retry_after_s=0.0, reason=str(e)), None
-        return reply, Job(reply.lease, params, x, y)
+        return reply, Job(reply.lease, params, data)
 
     def _upload(self, job: Job, result: Any) -> None:
         lease = job.lease
@@ -253,7 +253,7 @@ class Worker:
                     continue
                 if pipelined and not self.stopping.is_set():
                     nxt = pool.submit(self._prepare)
-                result = trainer(job.lease, job.params, job.x, job.y)
+                result = trainer(job.lease, job.params, job.data)
                 with self.clock.idle():
                     if upload is not None:
                         upload.result()
