@@ -105,8 +105,7 @@ class Run:
     def _compute(self, w: SimWorker, lease: Any, params: dict) -> dict[str, np.ndarray]:
         from vkblas.distributed.codec import decode
 
-        x, y = self.data.slice(lease.data)
-        r = self.trainers[w.device](lease, params, x, y)
+        r = self.trainers[w.device](lease, params, self.data.slice(lease.data))
         return decode(r.tensors, r.meta)
 
     def _result(self, w: SimWorker, lease: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:

@@ -25,8 +25,8 @@ that span. "idle % (whole run)" is each worker's idle over its whole life, start
 
 ``--preset h200`` is issue 11's figures on the H200 machine in one bounded command: full MNIST, scaling runs of 20
 epochs cut at ``--time-cap 35`` s (a capped run's samples/s is still a rate; its accuracy is the model's at the cap;
-no run ends in a short last round), DiLoCo units of up to 500 inner steps in data shards of 60 000 (so serve's
-``--unit-seconds`` sizes them, not a cap), in three stages: diloco and async with 1, 2, 3 cpu workers of 4 BLAS
+no run ends in a short last round), DiLoCo units of up to 500 inner steps (so serve's ``--unit-seconds`` sizes
+them, not the cap), in three stages: diloco and async with 1, 2, 3 cpu workers of 4 BLAS
 threads; diloco on ``vulkan:0`` alone and ``vulkan:0`` + one cpu worker; the dropout pair (5 epochs, to the end) with
 4 cpu workers of 3 threads. Ten runs of at most 35 s plus each one's start-up (~10 s): about 8 minutes. Flags given
 with it (``--epochs``, ``--time-cap``, ...) override its values.
@@ -61,11 +61,10 @@ WARM_UNITS = 3
 PRESETS: dict[str, tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]] = {
     "h200": (
         # H up to 500 (DiLoCo's): the units' length is then --unit-seconds of each worker's speed; with the cap
-        # of 20-50 a fast cpu worker's MNIST unit was ~0.25-0.6 s and the round barrier dominated
-        # and shards of the whole training set, since a unit never spans two (10 000 samples: < 1 s of a cpu worker)
-        # scaling runs of 20 epochs are cut by the time cap (no run ends in a short last round); the dropout pair
+        # of 20-50 a fast cpu worker's MNIST unit was ~0.25-0.6 s and the round barrier dominated.
+        # Scaling runs of 20 epochs are cut by the time cap (no run ends in a short last round); the dropout pair
         # runs to the end, so that its final accuracies compare
-        {"epochs": 20, "time_cap": 35.0, "limit": 0, "inner_steps": 500, "shard_samples": 60_000},
+        {"epochs": 20, "time_cap": 35.0, "limit": 0, "inner_steps": 500},
         [
             ("scaling", {"algorithms": "diloco,async", "workers": "1,2,3", "devices": "cpu", "threads": 4}),
             ("scaling", {"algorithms": "diloco", "workers": "1,2", "devices": "vulkan:0,cpu", "threads": 4}),
@@ -323,7 +322,7 @@ def main() -> int:
     p.add_argument("--inner-steps", type=int, default=None,
                    help="DiLoCo's H, the most inner steps of a unit (default: serve's 50; traffic: 20)")  # fmt: skip
     p.add_argument("--shard-samples", type=int, default=None,
-                   help="samples per data shard: a unit never spans two (default: serve's 10 000)")  # fmt: skip
+                   help="samples per data shard (default: serve's 10 000)")  # fmt: skip
     p.add_argument("--traffic-workers", type=int, default=4)
     p.add_argument("--target", type=float, default=0.95, help="test accuracy of the traffic section (0-1)")
     p.add_argument("--uplink-mbit", type=float, default=20.0)

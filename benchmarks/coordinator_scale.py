@@ -194,19 +194,19 @@ class BenchWorker:
         self.sent0, self.got0 = self.client.meter.sent, self.client.meter.received
         self.t1 = time.perf_counter()
         self.params = self.models.params(self.lease.model)
-        self.x, self.y = self.data.slice(self.lease.data)
+        self.samples = self.data.slice(self.lease.data)
         self.t2 = time.perf_counter()
 
     def compute(self) -> None:
         lease, params = self.lease, self.params
         if self.trainer is not None:
             with DEVICE_LOCK:  # both workers share the one device (vkblas's queue is one thread's at a time)
-                result = self.trainer(lease, params, self.x, self.y)
+                result = self.trainer(lease, params, self.samples)
         else:
             update = {k: (self.rng.standard_normal(v.shape, np.float32) * 1e-4) for k, v in params.items()}
             tensors, meta = encode(update, lease.codec, lease.block)
             del update
-            result = Result(tensors, meta, len(self.y), 1.0, max(time.perf_counter() - self.t2, 1e-3))
+            result = Result(tensors, meta, len(self.samples), 1.0, max(time.perf_counter() - self.t2, 1e-3))
         info = UploadMeta(lease_id=lease.lease_id, samples=result.samples, compute_s=result.compute_s, loss=1.0)
         self.body = result.payload(info)
         self.params = None  # the worker's copy of the weights: its cache keeps the shards

@@ -43,7 +43,7 @@ def main() -> None:
     from vkblas.distributed.algorithms import GlobalModel
     from vkblas.distributed.codec import CODECS, decode, encode
     from vkblas.distributed.protocol import DataSlice, Lease, ModelManifest, RunInfo
-    from vkblas.distributed.shards import normalise, raw_split, unit_indices
+    from vkblas.distributed.shards import UnitSamples, normalise, raw_split, unit_indices
     from vkblas.distributed.worker.compute import Trainer
     from vkblas.training.compare import initial_state
 
@@ -64,7 +64,7 @@ def main() -> None:
         samples = args.batch_size * (args.inner_steps if kind == "inner-steps" else 1)
         ls = lease(kind, samples, seed, (seed * 997) % (10_000 - samples))
         idx = unit_indices(10_000, ls.data.seed, ls.data.offset, samples)
-        r = trainers[device](ls, params, x_all[idx], y_all[idx])
+        r = trainers[device](ls, params, UnitSamples([(lambda i: (x_all[i], y_all[i]), idx)]))
         return decode(r.tensors, r.meta)
 
     # the model at several stages: plain Adam on cpu gradients of consecutive batches

@@ -119,3 +119,25 @@ def test_weights_only_versions_go_back_to_their_state_on_downgrade(db_url: str):
         assert current_revision(db) == HEAD
     finally:
         db.dispose()
+
+
+def test_units_that_span_shards_shrink_to_their_first_part_on_downgrade(db_url: str):
+    """0004 -> 0003: the older code knows one shard a unit, so a unit with parts in later shards keeps only its
+    first part; a unit of one shard is untouched."""
+    db = Database(normalise_db_url(db_url))
+    try:
+        migrate(db)
+        with db.engine.begin() as conn:
+            conn.execute(text(
+                "INSERT INTO units (id, epoch, shard, seed, \"offset\", samples, more, status, attempts) VALUES"
+                " (1, 0, 2, 42, 240, 30, '[{\"shard\": 0, \"seed\": 6, \"offset\": 0, \"samples\": 20}]', 'open', 0),"
+                " (2, 0, 0, 6, 20, 64, '[]', 'open', 0)"))  # fmt: skip
+        downgrade(db, "0003")
+        with db.engine.connect() as conn:
+            rows = conn.execute(text("SELECT id, samples FROM units ORDER BY id")).all()
+            assert [tuple(r) for r in rows] == [(1, 10), (2, 64)]
+        assert "more" not in {c["name"] for c in inspect(db.engine).get_columns("units")}
+        migrate(db)
+        assert current_revision(db) == HEAD
+    finally:
+        db.dispose()

@@ -9,7 +9,7 @@ import pytest
 
 from vkblas.distributed.codec import CodecError, from_payload
 from vkblas.distributed.coordinator.config import RunSpec, normalise_db_url
-from vkblas.distributed.coordinator.crud import even_take, unit_samples
+from vkblas.distributed.coordinator.crud import unit_samples
 from vkblas.distributed.shards import (
     assemble,
     build_shards,
@@ -114,22 +114,62 @@ def test_unit_sizes_follow_speed_within_their_caps():
     # 1000/s), the others get that time too, not unit_seconds
     assert unit_samples(d, 500.0, fastest=1000.0) == 160
     assert unit_samples(d, 100.0, fastest=100.0) == 96  # nobody capped: unit_seconds
-    s = RunSpec(algorithm="diloco", batch_size=32, unit_seconds=1.0, inner_steps=100, shard_samples=640)
-    assert unit_samples(s, 2000.0, fastest=2000.0) == 640  # the shard caps the fastest ...
-    assert unit_samples(s, 500.0, fastest=2000.0) == 160  # ... and so the round's time: 0.32 s
+    assert unit_samples(d, None, fastest=1000.0) == 32  # still calibrating: one batch
 
 
-def test_diloco_units_share_a_shard_out_evenly():
-    assert even_take(28_032, 60_000, 128) == 20_096  # three even pieces, not 28k + 28k + a 4k runt
-    assert even_take(28_032, 60_000 - 20_096, 128) == 19_968 and even_take(28_032, 19_936, 128) == 19_936
-    assert even_take(256, 1000, 128) == 256  # 4 pieces of 250, rounded up to whole batches
-    assert even_take(5000, 3000, 128) == 3000  # the remainder is smaller than a unit: all of it
-    for wanted in (128, 1280, 7_000, 28_032):  # every shard is cut into units of at most `wanted`, no runts
-        remainder, sizes = 60_000, []
-        while remainder:
-            sizes.append(even_take(wanted, remainder, 128))
-            remainder -= sizes[-1]
-        assert max(sizes) <= max(wanted, 128) and min(sizes) >= min(max(sizes) - 128, wanted / 2), (wanted, sizes)
+def test_units_run_on_into_the_next_shards(db_url, tmp_path):
+    """Units are carved from the data order without stopping at a shard's end (a short unit left its DiLoCo round
+    waiting): each has the size asked for until the run's last, and every epoch covers every shard exactly once."""
+    from vkblas.distributed.coordinator import crud
+    from vkblas.distributed.coordinator.models import RUN_ID, Run
+
+    from .conftest import InProcess
+
+    c = InProcess(db_url, tmp_path, algorithm="diloco", epochs=2)  # shards of 250, 250, 100 samples
+    seen: dict[tuple[int, int], list[int]] = {}
+    sizes, spanning = [], 0
+    with c.ctx.db.session() as s:
+        run = s.get(Run, RUN_ID)
+        while (unit := crud._carve(s, run, c.spec, 192)) is not None:
+            data = crud.unit_data(unit)
+            parts = data.parts()
+            sizes.append(data.samples)
+            spanning += len(parts) > 1
+            assert sum(p.samples for p in parts) == data.samples and parts[0].samples > 0
+            for p in parts:
+                positions = unit_indices(SHARDS[p.shard], p.seed, p.offset, p.samples)
+                seen.setdefault((p.seed, p.shard), []).extend(positions.tolist())
+    assert sizes[:-1] == [192] * (len(sizes) - 1) and sum(sizes) == 1200 and spanning >= 3
+    assert len(seen) == 6  # 3 shards x 2 epochs, each a permutation seed of its own
+    for (_, shard), positions in seen.items():
+        assert sorted(positions) == list(range(SHARDS[shard])), shard
+
+
+SHARDS = {0: 250, 1: 250, 2: 100}  # InProcess's run: 600 images in shards of 250
+
+
+def test_unit_samples_batches_straddle_parts_in_order():
+    from vkblas.distributed.shards import UnitSamples
+
+    a, b = np.arange(10, 20), np.arange(100, 103)
+    unit = UnitSamples([(lambda i: (a[i], -a[i]), np.array([3, 1, 0, 2])), (lambda i: (b[i], -b[i]), np.array([2, 0]))])
+    assert len(unit) == 6
+    got = [x.tolist() for x, _ in unit.batches(4)]
+    assert got == [[13, 11, 10, 12], [102, 100]]
+    assert [x.tolist() for x, _ in unit.batches(5)] == [[13, 11, 10, 12, 102], [100]]
+    x, y = unit.arrays()
+    assert x.tolist() == [13, 11, 10, 12, 102, 100] and y.tolist() == [-13, -11, -10, -12, -102, -100]
+
+
+def test_a_unit_names_its_parts_and_refuses_empty_ones():
+    from pydantic import ValidationError
+
+    from vkblas.distributed.protocol import DataPart, DataSlice
+
+    d = DataSlice(shard=2, seed=5, offset=240, samples=30, more=[DataPart(shard=0, seed=6, offset=0, samples=20)])
+    assert [(p.shard, p.offset, p.samples) for p in d.parts()] == [(2, 240, 10), (0, 0, 20)]
+    with pytest.raises(ValidationError, match="cannot continue"):
+        DataSlice(shard=2, seed=5, offset=240, samples=20, more=[DataPart(shard=0, seed=6, offset=0, samples=20)])
 
 
 def test_run_spec_and_db_urls():

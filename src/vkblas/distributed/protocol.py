@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 API = "/v1"
 PROTOCOL_VERSION = 1
@@ -28,6 +28,7 @@ MAX_IDEMPOTENCY_KEY = 64
 #: named in order by a parts manifest (:class:`UploadParts`), so no single request body holds a large model's update
 PART_BYTES = 16 << 20
 MAX_PARTS = 4096
+MAX_DATA_PARTS = 64  # the most data shards one work unit spans (its samples come from consecutive shards)
 PARTS_CONTENT_TYPE = "application/vnd.vkblas.parts+json"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$"
 KEY_PATTERN = r"^[A-Za-z0-9_-]{8,64}$"
@@ -152,14 +153,37 @@ class RunInfo(Strict):
 
 
 # ------------------------------------------------------------------------------------------------ leases
-class DataSlice(Strict):
-    """The samples of a unit: positions ``offset .. offset + samples`` of the permutation of data shard
-    ``shard`` drawn from ``seed`` (:func:`datashards.unit_indices`), so anyone can recompute the unit."""
+class DataPart(Strict):
+    """Positions ``offset .. offset + samples`` of the permutation of data shard ``shard`` drawn from ``seed``
+    (:func:`shards.unit_indices`), so anyone can recompute them."""
 
     shard: int = Field(ge=0)
     seed: int = Field(ge=0)
     offset: int = Field(ge=0)
     samples: int = Field(ge=1)
+
+
+class DataSlice(DataPart):
+    """The samples of a unit, ``samples`` in all. A unit that runs past the end of its shard continues in ``more``:
+    parts of the next shards of the data order, in order. The first part is ``shard`` / ``seed`` / ``offset`` with
+    the samples ``more`` leaves (so a unit of one shard is just the four numbers)."""
+
+    more: list[DataPart] = Field(default_factory=list, max_length=MAX_DATA_PARTS - 1)
+
+    @model_validator(mode="after")
+    def _first_part_not_empty(self) -> DataSlice:
+        if sum(p.samples for p in self.more) >= self.samples:
+            raise ValueError(f"a unit of {self.samples} samples cannot continue in parts of {self.more_samples}")
+        return self
+
+    @property
+    def more_samples(self) -> int:
+        return sum(p.samples for p in self.more)
+
+    def parts(self) -> list[DataPart]:
+        """Every part, the first included."""
+        first = DataPart(shard=self.shard, seed=self.seed, offset=self.offset, samples=self.samples - self.more_samples)
+        return [first, *self.more]
 
 
 class Lease(Strict):

@@ -186,23 +186,43 @@ def normalise(dataset: str, images: np.ndarray) -> np.ndarray:
     return Compose([ToTensor(), Normalize((source.mean,), (source.std,))])(images)
 
 
-class UnitSamples:
-    """A unit's samples: the positions ``idx`` in a shard and ``gather``, which turns positions into (inputs,
-    targets). Batches are gathered as training reaches them: gathering a whole unit first copied up to its shard
-    (188 MB for a 60 000-image unit) before the first step, ~0.1 s a unit that the worker spent idle, and held the
-    copy for the whole unit."""
+Gather = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
-    def __init__(self, gather: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], idx: np.ndarray) -> None:
-        self.gather, self.idx = gather, idx
+
+class UnitSamples:
+    """A unit's samples: ``parts``, each the positions ``idx`` in one shard and ``gather``, which turns positions
+    of that shard into (inputs, targets). Batches are gathered as training reaches them (a batch may take the end
+    of one part and the start of the next): gathering a whole unit first copied up to 188 MB (a 60 000-image unit)
+    before the first step, ~0.1 s a unit that the worker spent idle, and held the copy for the whole unit."""
+
+    def __init__(self, parts: list[tuple[Gather, np.ndarray]]) -> None:
+        self.parts = parts
 
     def __len__(self) -> int:
-        return len(self.idx)
+        return sum(len(idx) for _, idx in self.parts)
 
     def batches(self, batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Consecutive batches of at most ``batch_size``, in the unit's order."""
-        for start in range(0, len(self.idx), batch_size):
-            yield self.gather(self.idx[start : start + batch_size])
+        pending: list[tuple[np.ndarray, np.ndarray]] = []
+        have = 0
+        for gather, idx in self.parts:
+            start = 0
+            while start < len(idx):
+                take = min(batch_size - have, len(idx) - start)
+                pending.append(gather(idx[start : start + take]))
+                have, start = have + take, start + take
+                if have == batch_size:
+                    yield _joined(pending)
+                    pending, have = [], 0
+        if pending:
+            yield _joined(pending)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """The whole unit at once (a gradient unit is one batch)."""
-        return self.gather(self.idx)
+        return _joined([gather(idx) for gather, idx in self.parts])
+
+
+def _joined(pieces: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    if len(pieces) == 1:
+        return pieces[0]
+    return np.concatenate([x for x, _ in pieces]), np.concatenate([y for _, y in pieces])

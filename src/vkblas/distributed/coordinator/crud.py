@@ -18,7 +18,7 @@ import numpy as np
 from sqlalchemy import exists, func, select, update
 from sqlalchemy.orm import Session
 
-from ..protocol import DataSlice, Heartbeat, LeaseReply, UploadMeta, UploadReply
+from ..protocol import MAX_DATA_PARTS, DataPart, DataSlice, Heartbeat, LeaseReply, UploadMeta, UploadReply
 from ..protocol import Lease as LeaseMsg
 from ..robust import NormBand
 from ..shards import shard_order, unit_seed
@@ -56,74 +56,71 @@ def expire_leases(s: Session, *, now: float) -> int:
     return len(ids)
 
 
-def unit_samples(spec: RunSpec, rate: float | None, fastest: float | None = None, shard: int | None = None) -> int:
+def unit_samples(spec: RunSpec, rate: float | None, fastest: float | None = None) -> int:
     """How many samples a worker of speed ``rate`` gets: about ``unit_seconds`` of work, one batch while its speed
     is unknown. A gradient unit (sync/async) is capped at one batch (``batch_size``): a larger gradient batch would
     change the optimisation, not just its speed. A DiLoCo unit is a whole number of inner steps, at most
-    ``inner_steps`` and at most a data shard (a unit never spans two; ``shard``: the largest, else
-    ``shard_samples``).
+    ``inner_steps``.
 
-    DiLoCo's round waits for its slowest unit, so every unit of a round should take the same time. When those caps
-    cut the ``fastest`` online worker's unit short of ``unit_seconds``, every worker's unit is sized to the time the
-    fastest one's capped unit takes: a GPU beside CPUs then does not wait at each round's barrier for their longer
-    units (it idled half of every round on the H200 machine, with ``vulkan:0`` beside one cpu worker)."""
+    DiLoCo's round waits for its slowest unit, so every unit of a round should take the same time. When the cap
+    cuts the ``fastest`` online worker's unit short of ``unit_seconds``, every worker's unit is sized to the time
+    the fastest one's capped unit takes: a GPU beside CPUs then does not wait at each round's barrier for their
+    longer units."""
     b = spec.batch_size
     if spec.algorithm == "diloco":
-        most = min(b * spec.inner_steps, shard or spec.shard_samples)
+        most = b * spec.inner_steps
         seconds = spec.unit_seconds
         if fastest is not None and fastest > 0:
-            seconds = min(seconds, max(most, b) / fastest)
+            seconds = min(seconds, most / fastest)
         return batch_for_time(rate, seconds, minimum=b, maximum=b * spec.inner_steps, multiple=b)
     if rate is None:
         return b
     return batch_for_time(rate, spec.unit_seconds, minimum=min(MIN_GRADIENT_SAMPLES, b), maximum=b)
 
 
-def even_take(wanted: int, remainder: int, multiple: int) -> int:
-    """How much of a shard's ``remainder`` a DiLoCo unit that wants ``wanted`` samples takes: the remainder cut
-    into equal pieces of at most ``wanted`` (rounded up to whole batches of ``multiple``), not ``wanted`` followed
-    by a runt. A unit never spans two shards, so taking ``wanted`` each time left a short last unit per shard (a
-    28k-sample unit twice from a 60k shard, then 4k): a round in which that worker waited at the barrier for the
-    others' full units."""
-    if remainder <= wanted:
-        return remainder
-    pieces = -(-remainder // wanted)
-    piece = -(-remainder // pieces)
-    return min(remainder, -(-piece // multiple) * multiple)
-
-
 def _carve(s: Session, run: Run, spec: RunSpec, n: int) -> Unit | None:
-    """The next ``n`` samples of the data order (fewer at a shard's end or the run's end) as a new unit; DiLoCo's
-    units share a shard's remainder out evenly (:func:`even_take`)."""
-    left = run.samples_total - run.samples_leased
-    if left <= 0:
+    """The next ``n`` samples of the data order (fewer at the run's end) as a new unit. A unit runs on into the
+    next shards (of this epoch, then the next) rather than stop at its shard's end: one that stopped there was
+    short, and in DiLoCo every other worker of its round waited for the longer units while it idled (a GPU cut
+    at the end of 60 000-image shards idled 40 % of the time beside a cpu worker)."""
+    take = min(n, run.samples_total - run.samples_leased)
+    if take <= 0:
         return None
     shards = data_manifest(run)
-    order = shard_order(spec.seed, run.cursor_epoch, len(shards))
-    shard = order[run.cursor_pos]
-    remainder = shards[shard].samples - run.cursor_offset
-    if spec.algorithm == "diloco":  # a gradient unit (one batch) keeps its size: it is the optimiser's batch
-        take = min(even_take(n, remainder, spec.batch_size), left)
-    else:
-        take = min(n, remainder, left)
+    parts: list[DataPart] = []
+    epoch = run.cursor_epoch
+    while sum(p.samples for p in parts) < take and len(parts) < MAX_DATA_PARTS:
+        shard = shard_order(spec.seed, run.cursor_epoch, len(shards))[run.cursor_pos]
+        here = min(take - sum(p.samples for p in parts), shards[shard].samples - run.cursor_offset)
+        seed = unit_seed(spec.seed, run.cursor_epoch, shard)
+        parts.append(DataPart(shard=shard, seed=seed, offset=run.cursor_offset, samples=here))
+        run.cursor_offset += here
+        if run.cursor_offset >= shards[shard].samples:
+            run.cursor_offset, run.cursor_pos = 0, run.cursor_pos + 1
+            if run.cursor_pos >= len(shards):
+                run.cursor_pos, run.cursor_epoch = 0, run.cursor_epoch + 1
+    take = sum(p.samples for p in parts)
+    first = parts[0]
     unit = Unit(
-        epoch=run.cursor_epoch,
-        shard=shard,
-        seed=unit_seed(spec.seed, run.cursor_epoch, shard),
-        offset=run.cursor_offset,
+        epoch=epoch,
+        shard=first.shard,
+        seed=first.seed,
+        offset=first.offset,
         samples=take,
+        more=json.dumps([p.model_dump() for p in parts[1:]]),
         status="open",
         attempts=0,
     )
     s.add(unit)
     run.samples_leased += take
-    run.cursor_offset += take
-    if run.cursor_offset >= shards[shard].samples:
-        run.cursor_offset, run.cursor_pos = 0, run.cursor_pos + 1
-        if run.cursor_pos >= len(shards):
-            run.cursor_pos, run.cursor_epoch = 0, run.cursor_epoch + 1
     s.flush()
     return unit
+
+
+def unit_data(unit: Unit) -> DataSlice:
+    """What a lease on ``unit`` tells its worker to train on."""
+    more = [DataPart.model_validate(p) for p in json.loads(unit.more or "[]")]
+    return DataSlice(shard=unit.shard, seed=unit.seed, offset=unit.offset, samples=unit.samples, more=more)
 
 
 def lease(s: Session, *, worker: Worker, spec: RunSpec, now: float) -> LeaseReply:
@@ -177,10 +174,8 @@ def lease(s: Session, *, worker: Worker, spec: RunSpec, now: float) -> LeaseRepl
         q = select(Unit).where(Unit.status == "open", Unit.base_version.is_(None)).order_by(Unit.id).limit(1)
         unit = s.scalars(q).first()
         if unit is None:
-            fastest, shard = None, None
-            if spec.algorithm == "diloco":
-                fastest, shard = _fastest_online(s, now, spec), max(d.samples for d in data_manifest(run))
-            unit = _carve(s, run, spec, unit_samples(spec, meter.rate, fastest, shard))
+            fastest = _fastest_online(s, now, spec) if spec.algorithm == "diloco" else None
+            unit = _carve(s, run, spec, unit_samples(spec, meter.rate, fastest))
     if unit is None:
         return _wait(worker, "every unit of the run is out; waiting for the last results")
     unit.attempts += 1
@@ -208,7 +203,7 @@ def lease(s: Session, *, worker: Worker, spec: RunSpec, now: float) -> LeaseRepl
         unit_id=unit.id,
         base_version=unit.base_version,
         model=manifest_of(s, unit.base_version),
-        data=DataSlice(shard=unit.shard, seed=unit.seed, offset=unit.offset, samples=unit.samples),
+        data=unit_data(unit),
         batch_size=spec.batch_size,
         kind=spec.kind,  # type: ignore[arg-type]
         lr=unit.lr if unit.lr is not None else 0.0,

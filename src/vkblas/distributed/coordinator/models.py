@@ -98,7 +98,8 @@ class Worker(Base):
 
 
 class Unit(Base):
-    """A piece of work: samples of one data shard, named by a seed. Re-leased when a lease on it expires."""
+    """A piece of work: samples of consecutive data shards of the data order, named by their seeds. Re-leased when a
+    lease on it expires."""
 
     __tablename__ = "units"
     __table_args__ = (Index("ix_units_status", "status"),)
@@ -108,7 +109,9 @@ class Unit(Base):
     shard: Mapped[int] = mapped_column(Integer)
     seed: Mapped[int] = mapped_column(BigInteger)
     offset: Mapped[int] = mapped_column(Integer)
-    samples: Mapped[int] = mapped_column(Integer)
+    samples: Mapped[int] = mapped_column(Integer)  # in all, the parts in ``more`` included
+    #: the unit's parts in the next shards, when it runs past its shard's end: JSON, a list of DataPart
+    more: Mapped[str] = mapped_column(Text, server_default="[]")
     #: open (a copy is wanted) | leased (every wanted copy is out) | checking (results to compare) | done
     status: Mapped[str] = mapped_column(String(16))
     attempts: Mapped[int] = mapped_column(Integer)

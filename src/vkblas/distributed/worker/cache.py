@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..protocol import DataSlice, ModelManifest, RunInfo
+from ..protocol import DataPart, DataSlice, ModelManifest, RunInfo
 from ..shards import (
+    Gather,
     UnitSamples,
     assemble,
     build_shards,
@@ -75,8 +76,11 @@ class DataCache:
             ):
                 self.local[i] = payload
 
-    def slice(self, part: DataSlice) -> UnitSamples:
-        """The samples of a unit (inputs and labels, gathered a batch at a time)."""
+    def slice(self, data: DataSlice) -> UnitSamples:
+        """The samples of a unit (inputs and labels, gathered a batch at a time), from each shard it spans."""
+        return UnitSamples([self._part(part) for part in data.parts()])
+
+    def _part(self, part: DataPart) -> tuple[Gather, np.ndarray]:
         if not 0 <= part.shard < len(self.info.data_shards):
             raise ValueError(f"unit names data shard {part.shard}; the run has {len(self.info.data_shards)}")
         ref = self.info.data_shards[part.shard]
@@ -92,7 +96,7 @@ class DataCache:
         if is_text(self.info.dataset):  # a sample is a block: inputs and their next tokens
             tokens, block = self.tokens[part.shard], block_size(self.info.model)
             idx = unit_indices(len(tokens) - block, part.seed, part.offset, part.samples)
-            return UnitSamples(lambda i: blocks(tokens, i, block), idx)
+            return (lambda i: blocks(tokens, i, block)), idx
         x, y = self.arrays[part.shard]
         idx = unit_indices(len(y), part.seed, part.offset, part.samples)
-        return UnitSamples(lambda i: (x[i], y[i]), idx)
+        return (lambda i: (x[i], y[i])), idx
