@@ -9,8 +9,10 @@
   chunk's slice of the input gradient (a gather: no atomics, deterministic). Holding the whole batch's columns
   for backward (and making them again for the input gradient) took the MNIST CNN's step at batch 512 to ~3x
   PyTorch's memory; the chunks bound that at the price of one more unfold per chunk in backward.
-* ``max_pool2d`` unfolds with -inf padding and takes max/argmax over the window dim; backward puts ``g`` at the
-  argmax (a one-hot from ``eq`` against an arange over the window) and folds. It saves the argmax only.
+* ``max_pool2d`` saves the argmax only. Non-overlapping windows (stride = kernel, no padding) go through the
+  backend's ``max_pool2d`` primitive where it has one (cpu, Vulkan); otherwise it unfolds with -inf padding and
+  takes max/argmax over the window dim, and backward puts ``g`` at the argmax (a one-hot from ``eq`` against an
+  arange over the window) and folds, both in chunks of images as conv2d's (their temporaries are window-sized).
 * ``avg_pool2d`` unfolds with 0 padding and averages; backward is the fold of the broadcast ``g / count`` (the
   window-sized columns are a temporary of forward: the sum over the window saves nothing).
 """
@@ -208,9 +210,9 @@ def conv2d(
 
 #: the most bytes of window columns (im2col) an op holds at once: conv2d and max_pool2d's composition go through
 #: the batch in chunks of whole images that fit (one image at least). Measured on the MNIST CNN at batch 512
-#: (benchmarks/speed.py --memory): 32 MiB keeps the step's peak under PyTorch's, and the chunks' GEMMs (N = 25k
-#: columns for its second conv) stay large enough for full tiles; tests set it tiny to check that chunks change
-#: nothing.
+#: (benchmarks/speed.py --memory, cpu): up to 40 MiB its step peaks at 263 MiB, under PyTorch's 275; 48 MiB gave
+#: 267, 64 MiB 303. At 32 MiB its second conv's chunks are 50 images (GEMMs of N = 28,800 columns, still large
+#: tiles on a GPU). Tests set it tiny to check that chunks change nothing.
 COLUMN_BUDGET = 32 * 2**20
 
 
