@@ -242,13 +242,13 @@ def torch_runs(model_name: str, torch: Any, device: str, args: argparse.Namespac
 MEMORY_PHASES = ("forward", "backward", "optimizer step")
 
 
-def vkblas_memory(device: str) -> dict[str, int]:
+def vkblas_memory(device: str, batch: int = BATCH) -> dict[str, int]:
     """Bytes above the baseline of one CNN step on ``device``: live after forward and each phase's peak."""
     import vkblas as vk
     from vkblas import nn
 
     xh, yh = host_data()
-    x, y = vk.tensor(xh[:BATCH], device=device), vk.tensor(yh[:BATCH].astype(np.int32), device=device)
+    x, y = vk.tensor(xh[:batch], device=device), vk.tensor(yh[:batch].astype(np.int32), device=device)
     backend = x._backend
     vk.manual_seed(0)
     model = build("cnn", nn).to(device)
@@ -276,13 +276,13 @@ def vkblas_memory(device: str) -> dict[str, int]:
     return res
 
 
-def torch_cpu_memory(torch: Any) -> dict[str, int]:
+def torch_cpu_memory(torch: Any, batch: int = BATCH) -> dict[str, int]:
     """The same step in PyTorch on the CPU, counted from the profiler's allocation events."""
     from gpt_memory import CpuAllocations
 
     nn, F = torch.nn, torch.nn.functional
     xh, yh = host_data()
-    x, y = torch.from_numpy(xh[:BATCH]), torch.from_numpy(yh[:BATCH])
+    x, y = torch.from_numpy(xh[:batch]), torch.from_numpy(yh[:batch])
     torch.manual_seed(0)
     model = build("cnn", nn)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -301,16 +301,16 @@ def torch_cpu_memory(torch: Any) -> dict[str, int]:
     return mem.peaks()
 
 
-def memory_table(devices: list[str], torch: Any) -> None:
-    results = {f"vkblas {d}": vkblas_memory(d) for d in devices}
+def memory_table(devices: list[str], torch: Any, batch: int = BATCH) -> None:
+    results = {f"vkblas {d}": vkblas_memory(d, batch) for d in devices}
     if torch is not None:
-        results["torch cpu"] = torch_cpu_memory(torch)
+        results["torch cpu"] = torch_cpu_memory(torch, batch)
     rows = []
     for key in ("live after forward", *MEMORY_PHASES):
         rows.append((key if key.startswith("live") else f"peak in {key}", *(r[key] / 2**20 for r in results.values())))
     rows.append(("peak of the step", *(max(r[k] for k in MEMORY_PHASES) / 2**20 for r in results.values())))
     print_table(
-        f"\ncnn: batch {BATCH}, Adam; MiB above the baseline (weights, Adam state, the batch)",
+        f"\ncnn: batch {batch}, Adam; MiB above the baseline (weights, Adam state, the batch)",
         ("", *results),
         rows,
     )
@@ -343,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-seconds", type=float, default=15.0, help="stop one measurement after this (default 15)")
     p.add_argument("--memory", action="store_true", help="the CNN step's memory table instead of its speed")
     p.add_argument("--memory-devices", default="cpu,vulkan", help="vkblas devices for --memory (default cpu,vulkan)")
+    p.add_argument("--memory-batch", type=int, default=BATCH, help=f"batch size for --memory (default {BATCH})")
     args = p.parse_args(argv)
 
     import vkblas as vk
@@ -350,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.memory:
         present = vk.devices()
         wanted = [d for d in args.memory_devices.split(",") if d]
-        memory_table([d for d in wanted if any(p.startswith(d) for p in present)], torch_or_none())
+        memory_table([d for d in wanted if any(p.startswith(d) for p in present)], torch_or_none(), args.memory_batch)
         return 0
 
     device = args.device or ("vulkan" if any(d.startswith("vulkan") for d in vk.devices()) else "cpu")
