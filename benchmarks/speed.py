@@ -24,6 +24,15 @@ under 3), far longer on lavapipe, where ``--steps 3 --warmup 2`` is the useful s
     python3 benchmarks/speed.py                       # everything, default devices (vulkan; cuda or cpu for torch)
     python3 benchmarks/speed.py --steps 3 --warmup 2  # on lavapipe
     python3 benchmarks/speed.py --models mlp --modes eager,graph
+    python3 benchmarks/speed.py --memory              # the CNN step's memory instead (cpu and vulkan, PyTorch CPU)
+
+``--memory`` prints, for one CNN training step at batch 512 (after a warm-up step, so Adam's state exists; the
+gradients set to None first), the bytes above the step's *baseline* (weights, Adam's two moments and the batch):
+what is live after forward (the graph's saved tensors, the loss), and the peak of forward, backward and the
+optimizer step. vkblas counts its backend statistics (``memory_stats``: live storages on cpu, the buffer pool's
+buckets on Vulkan); PyTorch on the CPU counts the profiler's allocation events (``profile_memory=True``) in time
+order, as benchmarks/gpt_memory.py does. Memory is deterministic, so the CPU's counts are a GPU's up to allocator
+rounding.
 """
 
 from __future__ import annotations
@@ -229,6 +238,84 @@ def torch_runs(model_name: str, torch: Any, device: str, args: argparse.Namespac
     return results
 
 
+# ---------------------------------------------------------------- memory (--memory)
+MEMORY_PHASES = ("forward", "backward", "optimizer step")
+
+
+def vkblas_memory(device: str, batch: int = BATCH) -> dict[str, int]:
+    """Bytes above the baseline of one CNN step on ``device``: live after forward and each phase's peak."""
+    import vkblas as vk
+    from vkblas import nn
+
+    xh, yh = host_data()
+    x, y = vk.tensor(xh[:batch], device=device), vk.tensor(yh[:batch].astype(np.int32), device=device)
+    backend = x._backend
+    vk.manual_seed(0)
+    model = build("cnn", nn).to(device)
+    opt = vk.optim.Adam(model.parameters(), lr=1e-3)
+    res: dict[str, int] = {}
+
+    def measure(phase: str, fn: Callable[[], Any]) -> Any:
+        backend.synchronize()
+        backend.reset_peak_memory_stats()
+        out = fn()
+        backend.synchronize()
+        res[phase] = backend.memory_stats()["peak_allocated"] - res["baseline"]
+        return out
+
+    for _ in range(2):  # the first step makes Adam's state; the second is measured
+        opt.zero_grad(set_to_none=True)
+        backend.synchronize()
+        res["baseline"] = backend.memory_stats()["allocated"]
+        loss = measure("forward", lambda: nn.functional.cross_entropy(model(x), y))
+        backend.synchronize()
+        res["live after forward"] = backend.memory_stats()["allocated"] - res["baseline"]
+        measure("backward", loss.backward)
+        measure("optimizer step", opt.step)
+        del loss
+    return res
+
+
+def torch_cpu_memory(torch: Any, batch: int = BATCH) -> dict[str, int]:
+    """The same step in PyTorch on the CPU, counted from the profiler's allocation events."""
+    from gpt_memory import CpuAllocations
+
+    nn, F = torch.nn, torch.nn.functional
+    xh, yh = host_data()
+    x, y = torch.from_numpy(xh[:batch]), torch.from_numpy(yh[:batch])
+    torch.manual_seed(0)
+    model = build("cnn", nn)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    opt.zero_grad(set_to_none=True)
+    F.cross_entropy(model(x), y).backward()  # the warm-up step: Adam's state
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    mem = CpuAllocations()
+    with mem.prof:
+        with mem.phase("forward"):
+            loss = F.cross_entropy(model(x), y)
+        with mem.phase("backward"):
+            loss.backward()
+        with mem.phase("optimizer step"):
+            opt.step()
+    return mem.peaks()
+
+
+def memory_table(devices: list[str], torch: Any, batch: int = BATCH) -> None:
+    results = {f"vkblas {d}": vkblas_memory(d, batch) for d in devices}
+    if torch is not None:
+        results["torch cpu"] = torch_cpu_memory(torch, batch)
+    rows = []
+    for key in ("live after forward", *MEMORY_PHASES):
+        rows.append((key if key.startswith("live") else f"peak in {key}", *(r[key] / 2**20 for r in results.values())))
+    rows.append(("peak of the step", *(max(r[k] for k in MEMORY_PHASES) / 2**20 for r in results.values())))
+    print_table(
+        f"\ncnn: batch {batch}, Adam; MiB above the baseline (weights, Adam state, the batch)",
+        ("", *results),
+        rows,
+    )
+
+
 # ---------------------------------------------------------------- table
 def table(model: str, ours: list[Result], theirs: list[Result]) -> None:
     ref = {r.mode: r for r in theirs}
@@ -254,9 +341,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", default="mlp,cnn", help="comma-separated: mlp, cnn")
     p.add_argument("--modes", default=",".join(MODES), help=f"vkblas modes, comma-separated: {', '.join(MODES)}")
     p.add_argument("--max-seconds", type=float, default=15.0, help="stop one measurement after this (default 15)")
+    p.add_argument("--memory", action="store_true", help="the CNN step's memory table instead of its speed")
+    p.add_argument("--memory-devices", default="cpu,vulkan", help="vkblas devices for --memory (default cpu,vulkan)")
+    p.add_argument("--memory-batch", type=int, default=BATCH, help=f"batch size for --memory (default {BATCH})")
     args = p.parse_args(argv)
 
     import vkblas as vk
+
+    if args.memory:
+        present = vk.devices()
+        wanted = [d for d in args.memory_devices.split(",") if d]
+        memory_table([d for d in wanted if any(p.startswith(d) for p in present)], torch_or_none(), args.memory_batch)
+        return 0
 
     device = args.device or ("vulkan" if any(d.startswith("vulkan") for d in vk.devices()) else "cpu")
     modes = [m for m in args.modes.split(",") if m]

@@ -11,6 +11,7 @@ from conftest import require_torch
 from references import conv_ref, pad_hw, pool_ref
 from vkblas.backend.base import View
 from vkblas.nn import functional as F
+from vkblas.ops import conv as conv_ops
 from vkblas.ops.conv import fold as vk_fold
 
 HAS_VULKAN = any(d.startswith("vulkan") for d in vk.devices())
@@ -382,3 +383,74 @@ def test_bench_conv_runs(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "conv", "--help"])
     assert "conv2d" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------ chunks of images
+# conv2d and max_pool2d's composition go through the batch in chunks whose window columns fit COLUMN_BUDGET; a budget
+# of one byte makes every image a chunk of its own, which must change nothing
+CHUNK_CASES = [
+    dict(stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1),
+    dict(stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2),
+    dict(stride=(1, 2), padding=(2, 1), dilation=(2, 1), groups=1),
+]
+
+
+def _conv_forward_backward(device, dt, x, w, b, g, kw):
+    xt, wt, bt = (vk.tensor(a, dtype=dt, device=device, requires_grad=True) for a in (x, w, b))
+    y = F.conv2d(xt, wt, bt, **kw)
+    y.backward(vk.tensor(g, dtype=dt, device=device))
+    return y.detach().numpy(), xt.grad.numpy(), wt.grad.numpy(), bt.grad.numpy()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kw", CHUNK_CASES, ids=str)
+def test_conv2d_in_chunks_of_images_matches_loop_and_one_chunk(device, kw, monkeypatch):
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((3, 4, 7, 8))
+    w, b = rng.standard_normal((6, 4 // kw["groups"], 3, 2)), rng.standard_normal(6)
+    want = conv_ref(x, w, b, **kw)
+    g = rng.standard_normal(want.shape)
+    dt = vk.float64 if device == "cpu" else vk.float32
+    whole = _conv_forward_backward(device, dt, x, w, b, g, kw)
+    monkeypatch.setattr(conv_ops, "COLUMN_BUDGET", 1)
+    assert len(conv_ops._chunks(3, 4 * 6 * 56 * 8)) == 3
+    chunked = _conv_forward_backward(device, dt, x, w, b, g, kw)
+    tol = 1e-10 if device == "cpu" else 1e-4
+    for got, one, ref in zip(chunked, whole, (want, *conv_grads_ref(x, w, g, **kw)), strict=True):
+        np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
+        np.testing.assert_allclose(got, one, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("kw", [*CONV_CASES, dict(padding="same", dilation=(2, 1))], ids=str)
+def test_conv2d_in_chunks_gradcheck(kw, monkeypatch):
+    monkeypatch.setattr(conv_ops, "COLUMN_BUDGET", 1)
+    rng = np.random.default_rng(16)
+    groups = kw.get("groups", 1)
+    x = vk.tensor(rng.standard_normal((3, 2, 5, 4)), dtype=vk.float64, device="cpu", requires_grad=True)
+    w = vk.tensor(rng.standard_normal((2, 2 // groups, 2, 2)), dtype=vk.float64, device="cpu", requires_grad=True)
+    b = vk.tensor(rng.standard_normal(2), dtype=vk.float64, device="cpu", requires_grad=True)
+    assert vk.gradcheck(lambda a, ww, bb: F.conv2d(a, ww, bb, **kw), [x, w, b])
+    assert vk.gradcheck(lambda a, ww: F.conv2d(a, ww, None, **kw), [x, w])  # no bias, and unbatched
+    assert vk.gradcheck(lambda a, ww: F.conv2d(a[0], ww, **kw), [x, w])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("k,s,p", [(2, 2, 0), (3, 2, 1), (2, 1, 1)])
+def test_max_pool2d_in_chunks_of_images_matches_loop(device, k, s, p, monkeypatch):
+    x = np.random.default_rng(17).permutation(3 * 2 * 7 * 6).reshape(3, 2, 7, 6) / 10.0  # distinct: unique argmax
+    x[1, 0, 0, 0] = np.nan  # the NaN rule, per chunk
+    dt = vk.float64 if device == "cpu" else vk.float32
+    xt = vk.tensor(x, dtype=dt, device=device, requires_grad=True)
+    whole = F.max_pool2d(xt, k, s, p, return_indices=True)[1].numpy()
+    monkeypatch.setattr(conv_ops, "COLUMN_BUDGET", 1)
+    y, index = F.max_pool2d(xt, k, s, p, return_indices=True)
+    np.testing.assert_allclose(y.detach().numpy(), pool_ref(x, k, s, p, "max"), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(index.numpy(), whole)
+    with vk.no_grad():  # inference's path (no argmax)
+        np.testing.assert_array_equal(F.max_pool2d(xt, k, s, p).numpy(), y.detach().numpy())
+    x[1, 0, 0, 0] = -1.0  # the gradient of the NaN-free problem against the loop
+    xt = vk.tensor(x, dtype=dt, device=device, requires_grad=True)
+    y = F.max_pool2d(xt, k, s, p)
+    g = np.random.default_rng(18).standard_normal(y.shape)
+    y.backward(vk.tensor(g, dtype=dt, device=device))
+    np.testing.assert_allclose(xt.grad.numpy(), pool_grad_ref(x, g, k, s, p, "max"), rtol=1e-5, atol=1e-5)

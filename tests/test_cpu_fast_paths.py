@@ -202,9 +202,12 @@ def test_max_pool_primitive_matches_composition_and_torch(device: str, kw: dict[
         np.testing.assert_array_equal(fused[2], tx.grad.numpy().astype(fused[2].dtype))
 
 
-def test_max_pool_primitive_is_optional() -> None:
-    """The base class leaves max pooling to the composition; the cpu backend takes integers too."""
-    be = backend.get("cpu")
+@pytest.mark.parametrize("device", ["cpu", pytest.param("vulkan", marks=pytest.mark.vulkan)])
+def test_max_pool_primitive_is_optional(device: str) -> None:
+    """The base class leaves max pooling to the composition; the cpu and Vulkan backends take integers too."""
+    if device == "vulkan" and not any(d.startswith("vulkan") for d in vk.devices()):
+        pytest.skip("no Vulkan adapter")
+    be = vk.zeros(1, device=device)._backend
     x = View.of(be.from_numpy(np.arange(16, dtype=np.int32), vk.int32), (1, 1, 4, 4))
     vals, idx = (View.of(be.alloc(4, d), (1, 1, 2, 2)) for d in (vk.int32, vk.int32))
     assert not Backend.max_pool2d(be, vals, idx, x, (2, 2))

@@ -13,6 +13,7 @@ import numpy as np
 import vkblas as vb
 import vkblas.nn.functional as F
 from vkblas.models import GPT, GPTConfig
+from vkblas.ops import conv as conv_ops
 
 
 def stats(device: str) -> Any:
@@ -98,3 +99,51 @@ def test_a_gpts_forward_keeps_what_pytorchs_does_per_layer() -> None:
     rows_stats = x.numel() * 4 * (2 * (2 * cfg.n_layer + 1) + cfg.n_head * cfg.n_layer) + 2048
     expected = (16 * cfg.n_layer + 2) * per_tensor + logits.numel() * 4
     assert expected <= held <= expected + rows_stats, (held, expected, per_tensor)
+
+
+def test_conv2d_keeps_its_input_and_weight_and_a_budget_of_columns(monkeypatch) -> None:
+    """conv2d saves its input and weight (the caller's) and nothing else, and its forward and backward hold one
+    chunk of images' im2col columns (and the chunk's GEMM result or gradient copy) at a time. It held the whole
+    batch's columns for backward, and backward made a second set for the input gradient."""
+    monkeypatch.setattr(conv_ops, "COLUMN_BUDGET", 64 * 1024)
+    x, w, b = randn("cpu", 32, 8, 12, 12, grad=True), randn("cpu", 16, 8, 3, 3, grad=True), randn("cpu", 16, grad=True)
+    columns = x.shape[0] * 8 * 9 * 100 * 4  # the whole batch's: 14x the budget
+    before = allocated("cpu")
+    y, peak = peak_above("cpu", lambda: F.conv2d(x, w, b))
+    out = y.numel() * 4
+    assert allocated("cpu") - before == out
+    assert peak <= out + 2 * conv_ops.COLUMN_BUDGET < columns, peak
+    grads = (x.numel() + w.numel() + b.numel()) * 4
+    _, peak = peak_above("cpu", lambda: y.backward(vb.ones(*y.shape, device="cpu")))
+    assert peak <= out + grads + w.numel() * 4 + 3 * conv_ops.COLUMN_BUDGET < columns, peak
+
+
+def test_a_cnns_step_peaks_at_its_activations_not_its_columns(monkeypatch) -> None:
+    """The issue's CNN (conv 1->32, ReLU, conv 32->64, ReLU, max-pool, fc 9216->128, ReLU, fc): the step peaks in
+    the second ReLU's backward, holding the first ReLU's output (conv2's input), the second's (its saved output)
+    and the gradient into and out of it, beside the parameters' gradients and at most a budget of columns. At batch
+    512 that is 263 MiB, under PyTorch CPU's 275 (``benchmarks/speed.py --memory``); with the whole batch's columns
+    in the graph, and ReLU saving its input beside the conv, it was 779 MiB. Here batch 64, and the budget scaled
+    with it (the default's 32 MiB at 512 images: 4 MiB), so conv2's columns are still two chunks."""
+    from vkblas import nn
+
+    batch = 64
+    monkeypatch.setattr(conv_ops, "COLUMN_BUDGET", conv_ops.COLUMN_BUDGET * batch // 512)
+    vb.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(1, 32, 3),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(9216, 128),
+        nn.ReLU(),
+        nn.Linear(128, 10),
+    ).to("cpu")
+    x = randn("cpu", batch, 1, 28, 28)
+    y = vb.tensor(np.arange(batch) % 10, device="cpu")
+    _, peak = peak_above("cpu", lambda: F.cross_entropy(model(x), y).backward())
+    act1, act2 = batch * 32 * 26 * 26 * 4, batch * 64 * 24 * 24 * 4
+    params = sum(p.numel() for p in model.parameters()) * 4
+    assert peak <= act1 + 3 * act2 + params + conv_ops.COLUMN_BUDGET, (peak, act1, act2, params)

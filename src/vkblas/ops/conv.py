@@ -1,13 +1,20 @@
 """Convolution and pooling on the ``unfold`` (im2col) and ``fold`` (col2im) backend primitives.
 
 * ``unfold`` / ``fold`` are differentiable ops and each other's backward (fold is unfold's adjoint).
-* ``conv2d`` unfolds into a (C*kh*kw, N, L) layout (``L = OH*OW``), viewed as (groups, C/groups*kh*kw, N*L), so
-  one matmul per group does the whole batch: ``out = W @ cols``; backward, by the matmul rule, is
-  ``dW = g @ cols^T`` (one matmul with the batch folded into its K dim, no per-image sum) and
-  ``dcols = W^T @ g`` followed by ``fold`` (a gather: no atomics, deterministic).
-* ``max_pool2d`` unfolds with -inf padding and takes max/argmax over the window dim; backward puts ``g`` at the
-  argmax (a one-hot from ``eq`` against an arange over the window) and folds.
-* ``avg_pool2d`` unfolds with 0 padding and averages; backward is the fold of the broadcast ``g / count``.
+* ``conv2d`` is one autograd node that saves only its input and weight, as PyTorch's does. The batch goes through
+  in chunks of images whose unfolded columns fit in ``COLUMN_BUDGET`` bytes: per chunk, unfold into a
+  (C*kh*kw, n, L) layout (``L = OH*OW``), viewed as (groups, C/groups*kh*kw, n*L), so one matmul per group does the
+  chunk: ``out = W @ cols``. Backward, per chunk: the columns are unfolded again for ``dW += g @ cols^T`` (the
+  chunk's images folded into the GEMM's K dim, no per-image sum), and ``dcols = W^T @ g`` is folded into the
+  chunk's slice of the input gradient (a gather: no atomics, deterministic). Holding the whole batch's columns
+  for backward (and making them again for the input gradient) took the MNIST CNN's step at batch 512 to ~3x
+  PyTorch's memory; the chunks bound that at the price of one more unfold per chunk in backward.
+* ``max_pool2d`` saves the argmax only. Non-overlapping windows (stride = kernel, no padding) go through the
+  backend's ``max_pool2d`` primitive where it has one (cpu, Vulkan); otherwise it unfolds with -inf padding and
+  takes max/argmax over the window dim, and backward puts ``g`` at the argmax (a one-hot from ``eq`` against an
+  arange over the window) and folds, both in chunks of images as conv2d's (their temporaries are window-sized).
+* ``avg_pool2d`` unfolds with 0 padding and averages; backward is the fold of the broadcast ``g / count`` (the
+  window-sized columns are a temporary of forward: the sum over the window saves nothing).
 """
 
 from __future__ import annotations
@@ -72,18 +79,11 @@ def _out_hw(op: str, shape: tuple[int, ...], k: Pair, s: Pair, p: Pair, d: Pair)
         ) from None
 
 
-def _unfold(x: Tensor, k: Pair, s: Pair, p: Pair, d: Pair, value: float, op: str, rows_outer: bool = False) -> Tensor:
-    """(N, C, H, W) -> (N, C*kh*kw, L) windows, padded with ``value``; differentiable (backward: fold).
-
-    ``rows_outer`` stores the result as (C*kh*kw, N, L) -- the same logical tensor through permuted strides -- so
-    conv2d can view it as one (C*kh*kw, N*L) matrix for a single whole-batch matmul."""
+def _unfold(x: Tensor, k: Pair, s: Pair, p: Pair, d: Pair, value: float, op: str) -> Tensor:
+    """(N, C, H, W) -> (N, C*kh*kw, L) windows, padded with ``value``; differentiable (backward: fold)."""
     n, c, h, w = x.shape
     oh, ow = _out_hw(op, x.shape, k, s, p, d)
-    rows = c * k[0] * k[1]
-    if rows_outer:
-        out = empty((rows, n, oh * ow), x.dtype, x._backend).permute(1, 0, 2)
-    else:
-        out = empty((n, rows, oh * ow), x.dtype, x._backend)
+    out = empty((n, c * k[0] * k[1], oh * ow), x.dtype, x._backend)
     if out.numel():
         x._backend.unfold(out._view, x._view, k, s, p, d, value)
     return record(out, "UnfoldBackward", (x,), lambda node, g: (_fold(g, (h, w), k, s, p, d, op),))
@@ -205,14 +205,90 @@ def conv2d(
     left, right, top, bottom = _conv_padding(padding, (kh, kw), d, s)
     if (left, top) != (right, bottom):  # 'same' with an even dilated extent: the primitive pads symmetrically
         x = pad(x, (0, right - left, 0, bottom - top))
-    cols = _unfold(x, (kh, kw), s, (top, left), d, 0.0, "conv2d", rows_outer=True)
-    ho, wo = _out_hw("conv2d", x.shape, (kh, kw), s, (top, left), d)
-    # (N, C*kh*kw, L) stored as (C*kh*kw, N, L): a free view as (groups, C/groups*kh*kw, N*L)
-    mat = cols.permute(1, 0, 2).reshape(groups, cg * kh * kw, n * ho * wo)
-    out = weight.reshape(groups, o // groups, cg * kh * kw).matmul(mat)  # (groups, O/groups, N*L)
-    out = out.reshape(o, n, ho, wo).permute(1, 0, 2, 3)  # (N, O, OH, OW) through strides
-    # the bias add (or a copy) makes the result contiguous, as PyTorch's is
-    out = out + bias.reshape(1, o, 1, 1) if bias is not None else out.contiguous()
+    return _conv2d_node(x, weight, bias, s, (top, left), d, groups, unbatched)
+
+
+#: the most bytes of window columns (im2col) an op holds at once: conv2d and max_pool2d's composition go through
+#: the batch in chunks of whole images that fit (one image at least). Measured on the MNIST CNN at batch 512
+#: (benchmarks/speed.py --memory, cpu): up to 40 MiB its step peaks at 263 MiB, under PyTorch's 275; 48 MiB gave
+#: 267, 64 MiB 303. At 32 MiB its second conv's chunks are 50 images (GEMMs of N = 28,800 columns, still large
+#: tiles on a GPU). Tests set it tiny to check that chunks change nothing.
+COLUMN_BUDGET = 32 * 2**20
+
+
+def _chunks(n: int, per_image: int) -> list[tuple[int, int]]:
+    """[start, stop) ranges of images whose columns (``per_image`` bytes each) fit in ``COLUMN_BUDGET``."""
+    step = max(1, COLUMN_BUDGET // max(per_image, 1))
+    return [(i, min(n, i + step)) for i in range(0, n, step)]
+
+
+#: max-pooling's composition holds about this many window-sized tensors at once (the windows, the NaN rule's int32
+#: mask and its reversed argmax in forward; the one-hot mask and the gradient's windows in backward)
+_POOL_TEMPORARIES = 3
+
+
+def _images(t: Tensor, i0: int, i1: int) -> Tensor:
+    """Images [i0, i1) of a batch (``t`` itself for the whole batch)."""
+    return t if (i0, i1) == (0, t.shape[0]) else t[i0:i1]
+
+
+def _columns(x: Tensor, k: Pair, s: Pair, p: Pair, d: Pair, groups: int) -> Tensor:
+    """x's unfold, stored (C*kh*kw, N, L) and viewed as one (C/groups*kh*kw, N*L) matrix per group (no autograd)."""
+    n, c = x.shape[:2]
+    oh, ow = _out_hw("conv2d", x.shape, k, s, p, d)
+    rows = c * k[0] * k[1]
+    cols = empty((rows, n, oh * ow), x.dtype, x._backend)
+    if cols.numel():
+        x._backend.unfold(cols.permute(1, 0, 2)._view, x._view, k, s, p, d, 0.0)
+    return cols.reshape(groups, rows // groups, n * oh * ow)
+
+
+def _conv2d_node(
+    x: Tensor, weight: Tensor, bias: Tensor | None, s: Pair, p: Pair, d: Pair, groups: int, unbatched: bool
+) -> Tensor:
+    """The convolution of a batched, symmetrically padded problem, chunked over images (see the module's notes)."""
+    o, cg, kh, kw = weight.shape
+    k = (kh, kw)
+    n, c = x.shape[:2]
+    ho, wo = _out_hw("conv2d", x.shape, k, s, p, d)
+    length = ho * wo
+    # a chunk's columns, and its GEMM result (forward) or gradient copy (backward) beside them, fit the budget
+    chunks = _chunks(n, max(c * kh * kw, o) * length * x.dtype.itemsize)
+
+    with no_grad():
+        wm = weight.reshape(groups, o // groups, cg * kh * kw)
+        out = empty((n, o, ho, wo), x.dtype, x._backend)
+        for i0, i1 in chunks:
+            prod = wm.matmul(_columns(_images(x, i0, i1), k, s, p, d, groups))  # (groups, O/groups, n*L)
+            prod = prod.reshape(o, i1 - i0, ho, wo).permute(1, 0, 2, 3)  # (n, O, OH, OW) through strides
+            # the bias add (or a copy) writes the chunk into the contiguous result, as PyTorch's is
+            if bias is not None:
+                write_into(_images(out, i0, i1), "add", prod, bias.reshape(1, o, 1, 1))
+            else:
+                write_into(_images(out, i0, i1), "copy", prod)
+        out._view.storage.version = 0
+
+    def rule(node: Node, g: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        xs, ws = node.saved
+        need_x, need_w, need_b = node.needs
+        wg = ws.reshape(groups, o // groups, cg * kh * kw)
+        gx = empty(xs.shape, g.dtype, g._backend) if need_x else None
+        gw = None
+        for i0, i1 in chunks if need_x or need_w else ():
+            nb = i1 - i0
+            gm = _images(g, i0, i1).permute(1, 0, 2, 3).reshape(groups, o // groups, nb * length)  # a copy
+            if need_w:
+                part = gm.matmul(_columns(_images(xs, i0, i1), k, s, p, d, groups).mT)
+                gw = part if gw is None else write_into(gw, "add", gw, part)
+            if need_x and gx is not None and gx.numel():
+                cols = wg.mT.matmul(gm).reshape(c * kh * kw, nb, length).permute(1, 0, 2)  # (n, C*kh*kw, L)
+                g._backend.fold(_images(gx, i0, i1)._view, cols._view, k, s, p, d)
+        if need_w and gw is None:  # an empty batch
+            gw = full(tuple(ws.shape), 0.0, ws.dtype, ws._backend)
+        gb = g.sum(dim=(0, 2, 3)) if need_b else None
+        return gx, None if gw is None else gw.reshape(ws.shape), gb
+
+    out = record(out, "ConvolutionBackward", (x, weight, bias), rule, (x, weight))
     return out.squeeze(0) if unbatched else out
 
 
@@ -305,12 +381,7 @@ def max_pool2d(
         if fused is not None:
             values, indices = fused
         else:
-            windows = _unfold(src, k, s, sp, d, lowest, "max_pool2d").reshape(n, c, kk, oh * ow)
-            if needs_grad or return_indices:
-                values, indices = windows.max(dim=2, keepdim=True)
-                indices = _last_nan(windows, values, indices, kk)
-            else:  # inference: no argmax pass
-                values = windows.amax(dim=2, keepdim=True)
+            values, indices = _max_pool_windows(src, k, s, sp, d, lowest, oh * ow, needs_grad or return_indices)
     out = values.reshape(n, c, oh, ow)
     if needs_grad:
         ph, pw = src.shape[-2:]
@@ -321,10 +392,14 @@ def max_pool2d(
                 g4, i4 = g.reshape(n, c, oh, ow), indices.reshape(n, c, oh, ow)
                 if g._backend.max_pool2d_backward(grad._view, g4._view, i4._view, k):
                     return (grad,)
-            # g at the argmax of each window (a one-hot over the window dim), then summed back onto the image
-            hot = elementwise("eq", indices, _taps(g._backend, kk))
-            cols_g = elementwise("where", hot, g.reshape(n, c, 1, oh * ow), 0.0)
-            grad = _fold(cols_g.reshape(n, c * kk, oh * ow), (ph, pw), k, s, sp, d, "max_pool2d")
+            # g at the argmax of each window (a one-hot over the window dim), then summed back onto the image; in
+            # chunks of images, as forward's windows
+            grad = empty((n, c, ph, pw), g.dtype, g._backend)
+            g4, taps = g.reshape(n, c, 1, oh * ow), _taps(g._backend, kk)
+            for i0, i1 in _chunks(n, _POOL_TEMPORARIES * c * kk * oh * ow * g.dtype.itemsize) if grad.numel() else ():
+                hot = elementwise("eq", _images(indices, i0, i1), taps)
+                cols_g = elementwise("where", hot, _images(g4, i0, i1), 0.0).reshape(i1 - i0, c * kk, oh * ow)
+                g._backend.fold(_images(grad, i0, i1)._view, cols_g._view, k, s, sp, d)
             return (grad[..., p[0] : p[0] + h, p[1] : p[1] + w] if (ph, pw) != (h, w) else grad,)
 
         out = record(out, "MaxPool2DBackward", (x,), rule)
@@ -334,6 +409,35 @@ def max_pool2d(
     origin, taps = (x.new_tensor(a, int32) for a in _window_origins(w, k, s, p, d, oh, ow))
     flat = elementwise("add", origin, _take_taps(taps, indices)).reshape(n, c, oh, ow)
     return out, flat.squeeze(0) if unbatched else flat
+
+
+def _max_pool_windows(
+    src: Tensor, k: Pair, s: Pair, p: Pair, d: Pair, lowest: float, length: int, argmax: bool
+) -> tuple[Tensor, Tensor | None]:
+    """(values, indices or None) as (N, C, 1, L) by the composition: unfold with ``lowest`` padding, then max (and
+    argmax, with PyTorch's NaN rule) over the window dim, in chunks of images whose temporaries fit
+    ``COLUMN_BUDGET``."""
+    n, c = src.shape[:2]
+    kk = k[0] * k[1]
+    chunks = _chunks(n, _POOL_TEMPORARIES * c * kk * length * src.dtype.itemsize)
+    values = indices = None
+    if len(chunks) > 1:
+        values = empty((n, c, 1, length), src.dtype, src._backend)
+        indices = empty((n, c, 1, length), int32, src._backend) if argmax else None
+    for i0, i1 in chunks:
+        windows = _unfold(_images(src, i0, i1), k, s, p, d, lowest, "max_pool2d").reshape(i1 - i0, c, kk, length)
+        if argmax:
+            v, i = windows.max(dim=2, keepdim=True)
+            i = _last_nan(windows, v, i, kk)
+        else:  # inference: no argmax pass
+            v, i = windows.amax(dim=2, keepdim=True), None
+        if values is None:  # one chunk: its results are the results
+            values, indices = v, i
+            continue
+        write_into(values[i0:i1], "copy", v)
+        if indices is not None:
+            write_into(indices[i0:i1], "copy", i)
+    return values, indices
 
 
 def _fused_max_pool(x: Tensor, k: Pair, oh: int, ow: int) -> tuple[Tensor, Tensor] | None:

@@ -102,7 +102,7 @@ tanh = _unary_op("tanh", lambda m, a: m.tanh(a), float_only=True, fused_grad=lam
 sigmoid = _unary_op("sigmoid", _sigmoid, float_only=True, fused_grad=lambda m, g, out: g * out * (1.0 - out))
 # relu(nan) = nan and relu(-0) = -0, its gradient g where x > 0 or x is NaN (PyTorch's threshold rules)
 relu = _unary_op(
-    "relu", lambda m, a: m.where(a < 0, 0, a), fused_grad=lambda m, g, x: m.where(x <= 0, 0, g), inplace=True
+    "relu", lambda m, a: m.where(a < 0, 0, a), fused_grad=lambda m, g, out: m.where(out <= 0, 0, g), inplace=True
 )
 silu = _unary_op(
     "silu",

@@ -908,6 +908,34 @@ class VulkanBackend(Backend):
         except NeedsSplitting:
             self.large.window_op(op, out, src, geometry, scalars)
 
+    def max_pool2d(self, values: View, indices: View, x: View, kernel_size: tuple[int, int]) -> bool:
+        n, c, h, w = x.shape
+        oh, ow = h // kernel_size[0], w // kernel_size[1]
+        if x[0].dtype not in (float32, float16, int32) or values.shape != (n, c, oh, ow) != indices.shape:
+            return False
+        return self._max_pool("max_pool2d", False, (values, indices, x), kernel_size)
+
+    def max_pool2d_backward(self, grad_input: View, grad: View, indices: View, kernel_size: tuple[int, int]) -> bool:
+        n, c, h, w = grad_input.shape
+        pooled = (n, c, h // kernel_size[0], w // kernel_size[1])
+        dtype = grad_input[0].dtype
+        if dtype not in (float32, float16) or grad[0].dtype is not dtype or grad.shape != pooled != indices.shape:
+            return False
+        return self._max_pool("max_pool2d backward", True, (grad_input, grad, indices), kernel_size)
+
+    def _max_pool(self, op: str, backward: bool, views: tuple[View, View, View], kernel_size: tuple[int, int]) -> bool:
+        """One dispatch of the max-pooling kernel (kernels/window.py); views beyond a binding: the composition."""
+        key = (op, *((v[0].dtype, v[1], v[2]) for v in views), tuple(kernel_size))
+        plan = self.plans.get(key)
+        if plan is None:
+            build = lambda: window.build_max_pool(self.dev, backward, *views, kernel_size)  # noqa: E731
+            plan = self._plan(key, op, list(views), build)
+        try:
+            self.launch(op, plan, views)
+        except NeedsSplitting:
+            return False
+        return True
+
     def window_dispatch(
         self, op: str, out: View, src: View, geometry: tuple[int, ...], scalars: tuple[float, ...]
     ) -> None:

@@ -1,4 +1,5 @@
-"""Sliding-window kernels: ``unfold`` (im2col) and ``fold`` (col2im, its adjoint), see ``backend/base.py``.
+"""Sliding-window kernels: ``unfold`` (im2col), ``fold`` (col2im, its adjoint) and max pooling over
+non-overlapping windows (``max_pool2d`` and its backward), see ``backend/base.py``.
 
 Both are pure gathers (every output element is written by exactly one invocation), so neither needs atomics and
 both are deterministic:
@@ -8,7 +9,10 @@ both are deterministic:
   ``cols[n, (c*kh + i)*kw + j, oh*OW + ow]``,
 * fold: one invocation per image pixel ``(n, c, y, x)``; it loops over the kernel taps ``(i, j)`` and adds the
   ``cols`` entry of the window ``(oh, ow)`` that tap maps onto, if ``y + ph - i*dh`` is a non-negative multiple of
-  ``sh`` below ``OH*sh`` (likewise for x), accumulating in f32 for half storage.
+  ``sh`` below ``OH*sh`` (likewise for x), accumulating in f32 for half storage,
+* max_pool2d: one invocation per window, which writes its maximum and that tap's index; its backward one
+  invocation per image pixel, which takes its window's gradient where the index names it (the windows do not
+  overlap, so no sum): no window-sized temporaries, one dispatch each way.
 
 Kernels are specialised on the dtype only; the geometry and every stride are params, so one compiled pipeline
 serves every layer. Every view is addressed through its strides (conv2d writes cols in a (C*kh*kw, N, L) layout).
@@ -126,3 +130,80 @@ def build(
     fmt = dyn + "i" * len(static)
     spans = (span(out.shape, out.strides), span(src.shape, src.strides))
     return Plan(kernel, fmt, static, grid(-(-total // WORKGROUP)), spans)
+
+
+# ------------------------------------------------------------------------------ max pooling (non-overlapping windows)
+# ``Backend.max_pool2d``: windows of stride = kernel, no padding or dilation; NaN is found by its bits (a compiler
+# that assumes no NaN may fold ``v == v`` to true), see wgsl.guard_nan
+_POOL_GEOMETRY = ("NT", "C", "H", "W", "KH", "KW", "OH", "OW")
+
+
+def _pool_prelude(base: int, strides: tuple[str, ...]) -> str:
+    lines = [f"    let {name} = pi({base + i}u);" for i, name in enumerate(_POOL_GEOMETRY)]
+    w = base + len(_POOL_GEOMETRY)
+    for prefix in strides:
+        lines += [f"    let {prefix}{d} = pi({w + d}u);" for d in range(4)]
+        w += 4
+    return "\n".join(lines) + "\n"
+
+
+def _is_nan(code: str, acc: str) -> str:
+    if acc == "i32":
+        return "false"
+    return f"((bitcast<u32>(f32({code})) & 0x7fffffffu) > 0x7f800000u)"
+
+
+def _max_pool_source(dtype: Any) -> str:
+    # params: 0..2 offsets of values, indices, x; 3.. geometry, then the strides of values, indices and x
+    ty, acc = STORAGE_TYPE[dtype], _ACC[dtype]
+    src = header([("b0", ty), ("b1", "i32"), ("b2", ty)], ty == "f16") + MAIN_1D
+    src += _pool_prelude(3, ("sv", "si", "sx"))
+    src += "    if (gid >= u32(NT)) { return; }\n"
+    src += _decompose(("n", "c", "oh", "ow"), ("N", "C", "OH", "OW"))
+    src += "    let ix = pi(2u) + n * sx0 + c * sx1 + oh * KH * sx2 + ow * KW * sx3;\n"
+    # the first maximum, or the last NaN once there is one (PyTorch's index)
+    src += f"    var best = {acc}({load('b2', 'u32(ix)', dtype)});\n"
+    src += f"    var nan = {_is_nan('best', acc)};\n    var at = 0;\n"
+    src += "    for (var i = 0; i < KH; i++) {\n        for (var j = 0; j < KW; j++) {\n"
+    src += "            let t = i * KW + j;\n            if (t == 0) { continue; }\n"
+    src += f"            let v = {acc}({load('b2', 'u32(ix + i * sx2 + j * sx3)', dtype)});\n"
+    src += f"            if ({_is_nan('v', acc)}) {{ best = v; at = t; nan = true; }}\n"
+    src += "            else if (!nan && v > best) { best = v; at = t; }\n        }\n    }\n"
+    src += f"    b0[u32(pi(0u) + n * sv0 + c * sv1 + oh * sv2 + ow * sv3)] = {store_value('best', acc, dtype)};\n"
+    src += "    b1[u32(pi(1u) + n * si0 + c * si1 + oh * si2 + ow * si3)] = at;\n}\n"
+    return src
+
+
+def _max_pool_backward_source(dtype: Any) -> str:
+    # params: 0..2 offsets of grad_input, grad, indices; 3.. geometry, then the strides of the three
+    ty, acc = STORAGE_TYPE[dtype], _ACC[dtype]
+    src = header([("b0", ty), ("b1", ty), ("b2", "i32")], ty == "f16") + MAIN_1D
+    src += _pool_prelude(3, ("so", "sg", "si"))
+    src += "    if (gid >= u32(NT)) { return; }\n"
+    src += _decompose(("n", "c", "y", "x"), ("N", "C", "H", "W"))
+    # each pixel lies in at most one window: it takes that window's gradient if it holds its maximum; 0 + g, as
+    # fold's sum of the one-hot windows gives, so -0 comes out +0 (by its bits: a compiler may fold 0 + g into g)
+    grad_at = "u32(pi(1u) + n * sg0 + c * sg1 + oh * sg2 + ow * sg3)"
+    src += f"    var s = {acc}(0);\n    let oh = y / KH;\n    let ow = x / KW;\n"
+    src += "    if (oh < OH && ow < OW) {\n"
+    src += "        let at = b2[u32(pi(2u) + n * si0 + c * si1 + oh * si2 + ow * si3)];\n"
+    src += "        if (at == (y - oh * KH) * KW + (x - ow * KW)) {\n"
+    src += f"            let bits = bitcast<u32>(f32({load('b1', grad_at, dtype)}));\n"
+    src += f"            s = {acc}(bitcast<f32>(select(bits, 0u, (bits & 0x7fffffffu) == 0u)));\n"
+    src += "        }\n    }\n"
+    src += f"    b0[u32(pi(0u) + n * so0 + c * so1 + y * so2 + x * so3)] = {store_value('s', acc, dtype)};\n}}\n"
+    return src
+
+
+def build_max_pool(dev: Device, backward: bool, out: Any, a: Any, b: Any, kernel_size: tuple[int, int]) -> Plan:
+    """The plan of ``max_pool2d`` (``out`` = values, ``a`` = indices, ``b`` = x) or of its backward (``out`` =
+    grad_input, ``a`` = grad, ``b`` = indices)."""
+    image = out if backward else b
+    pooled = a if backward else out
+    n, c, h, w = image.shape
+    total = out.numel if backward else pooled.numel  # invocations: input pixels, or windows
+    source = (_max_pool_backward_source if backward else _max_pool_source)(image.dtype)
+    geometry = (total, c, h, w, *kernel_size, pooled.shape[2], pooled.shape[3])
+    static = (*geometry, *out.strides, *a.strides, *b.strides)
+    spans = tuple(span(v.shape, v.strides) for v in (out, a, b))
+    return Plan(dev.kernel(source, 3), "<iii" + "i" * len(static), static, grid(-(-total // WORKGROUP)), spans)
