@@ -31,8 +31,9 @@ gradients set to None first), the bytes above the step's *baseline* (weights, Ad
 what is live after forward (the graph's saved tensors, the loss), and the peak of forward, backward and the
 optimizer step. vkblas counts its backend statistics (``memory_stats``: live storages on cpu, the buffer pool's
 buckets on Vulkan); PyTorch on the CPU counts the profiler's allocation events (``profile_memory=True``) in time
-order, as benchmarks/gpt_memory.py does. Memory is deterministic, so the CPU's counts are a GPU's up to allocator
-rounding.
+order, as benchmarks/gpt_memory.py does; on a machine with CUDA, PyTorch's CUDA caching allocator is counted too
+(``max_memory_allocated`` per phase, the same baseline). Memory is deterministic, so the CPU's counts are a GPU's up
+to allocator rounding.
 """
 
 from __future__ import annotations
@@ -301,10 +302,43 @@ def torch_cpu_memory(torch: Any, batch: int = BATCH) -> dict[str, int]:
     return mem.peaks()
 
 
+def torch_cuda_memory(torch: Any, batch: int = BATCH) -> dict[str, int]:
+    """The same step in PyTorch on CUDA: the caching allocator's peak of allocated bytes in each phase (what
+    tensors hold, not what the allocator reserved), above the same baseline."""
+    nn, F, cuda = torch.nn, torch.nn.functional, torch.cuda
+    xh, yh = host_data()
+    x, y = torch.from_numpy(xh[:batch]).cuda(), torch.from_numpy(yh[:batch]).cuda()
+    torch.manual_seed(0)
+    model = build("cnn", nn).cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    res: dict[str, int] = {}
+
+    def measure(phase: str, fn: Callable[[], Any]) -> Any:
+        cuda.synchronize()
+        cuda.reset_peak_memory_stats()
+        out = fn()
+        cuda.synchronize()
+        res[phase] = cuda.max_memory_allocated() - res["baseline"]
+        return out
+
+    for _ in range(2):  # the first step makes Adam's state; the second is measured
+        opt.zero_grad(set_to_none=True)
+        cuda.synchronize()
+        res["baseline"] = cuda.memory_allocated()
+        loss = measure("forward", lambda: F.cross_entropy(model(x), y))
+        res["live after forward"] = cuda.memory_allocated() - res["baseline"]
+        measure("backward", loss.backward)
+        measure("optimizer step", opt.step)
+        del loss
+    return res
+
+
 def memory_table(devices: list[str], torch: Any, batch: int = BATCH) -> None:
     results = {f"vkblas {d}": vkblas_memory(d, batch) for d in devices}
     if torch is not None:
         results["torch cpu"] = torch_cpu_memory(torch, batch)
+        if torch.cuda.is_available():
+            results["torch cuda"] = torch_cuda_memory(torch, batch)
     rows = []
     for key in ("live after forward", *MEMORY_PHASES):
         rows.append((key if key.startswith("live") else f"peak in {key}", *(r[key] / 2**20 for r in results.values())))
