@@ -420,9 +420,11 @@ class Backend(ABC):
         message: str,
         error: type[Exception] = IndexError,
         inside: bool = True,
+        allow: float | None = None,
     ) -> None:
         """Raise ``error(message.format(bad=value))`` if a value of ``view`` lies outside ``[low, high]`` (NaN
-        counts as outside), or, with ``inside=False``, if one lies inside it (a divisor equal to 0).
+        counts as outside), or, with ``inside=False``, if one lies inside it (a divisor equal to 0). A value equal
+        to ``allow`` always passes (a cross-entropy target's ``ignore_index``).
 
         Synchronous backends check at once. An asynchronous backend may instead record the check on the device and
         raise at its next sync point, as CUDA's device-side asserts do, so a training step needs no host round
@@ -430,7 +432,8 @@ class Backend(ABC):
         a = self.to_numpy(view)
         with np.errstate(invalid="ignore"):
             within = (a >= low) & (a <= high)
-        bad = a[~within if inside else within]
+        failed = ~within if inside else within
+        bad = a[failed if allow is None else failed & (a != allow)]
         if bad.size:
             raise error(message.format(bad=bad.reshape(-1)[0].item()))
 

@@ -358,12 +358,13 @@ def _nll_rows(
     flat = target.reshape(-1)
     ignored = flat == ignore_index
     safe = where(ignored, 0, flat)
-    check_index(
-        safe,
+    check_index(  # of the target itself, ignore_index allowed: the check keeps no tensor of the step alive
+        flat,
         0,
         n_classes,
         f"{op}: target class index {{bad}} is out of range for {n_classes} classes "
         f"(input shape {input_shape}; valid targets are 0..{n_classes - 1} or ignore_index={ignore_index})",
+        allow=ignore_index if -(2**31) <= ignore_index < 2**31 else None,
     )
     safe = safe.to(int32)
     keep = (~ignored).to(logp.dtype)
@@ -493,15 +494,16 @@ def _fused_cross_entropy(
     sdt = float64 if xr.dtype is float64 else float32
     with no_grad():
         small_ii = -(2**31) <= ignore_index < 2**31
-        # with ignore_index -1 (nanoGPT's) the valid targets are one interval, checked without a masked copy
+        # with ignore_index -1 (nanoGPT's) the valid targets are one interval; otherwise ignore_index is allowed
+        # besides it (the check keeps the target itself, no masked copy: see device_checks.Check)
         adjacent = ignore_index == -1
-        safe = flat if adjacent or not small_ii else _elementwise("ce_safe", flat, ignore_index)
         check_index(
-            safe,
+            flat,
             -1 if adjacent else 0,
             n_classes,
             f"{op}: target class index {{bad}} is out of range for {n_classes} classes "
             f"(input shape {shape}; valid targets are 0..{n_classes - 1} or ignore_index={ignore_index})",
+            allow=ignore_index if small_ii and not adjacent else None,
         )
         tgt = flat if flat.dtype is int32 else flat.to(int32)
         wd = None if weight is None else weight.detach().to(xr.dtype)
@@ -520,7 +522,7 @@ def _fused_cross_entropy(
 
         def composition_rows() -> list[Tensor]:
             if not composed:
-                masked = _elementwise("ce_safe", flat, ignore_index) if adjacent else safe
+                masked = _elementwise("ce_safe", flat, ignore_index) if small_ii else flat
                 index = masked.to(int32).unsqueeze(1)
                 keep = _elementwise("ce_keep", flat, ignore_index, out_dtype=xr.dtype).unsqueeze(1)
                 composed.extend((index, keep))

@@ -50,11 +50,13 @@ def _check_range(idx: Tensor, size: int, dim: int, shape: tuple[int, ...]) -> Te
     return where(elementwise("lt", idx, 0), elementwise("add", idx, size), idx)
 
 
-def check_index(idx: Tensor, low: int, high: int, message: str, error: type[Exception] = IndexError) -> None:
-    """Raise ``error`` (formatted with ``bad=``) if a value of ``idx`` is outside ``[low, high)``; see
-    ``Backend.check_values`` for when an asynchronous device reports it."""
+def check_index(
+    idx: Tensor, low: int, high: int, message: str, error: type[Exception] = IndexError, allow: int | None = None
+) -> None:
+    """Raise ``error`` (formatted with ``bad=``) if a value of ``idx`` other than ``allow`` is outside
+    ``[low, high)``; see ``Backend.check_values`` for when an asynchronous device reports it."""
     if idx.numel():
-        idx._backend.check_values(idx._view, low, high - 1, message, error)
+        idx._backend.check_values(idx._view, low, high - 1, message, error, allow=allow)
 
 
 @numpy_aliases

@@ -232,12 +232,13 @@ class VulkanBackend(Backend):
         message: str,
         error: type[Exception] = IndexError,
         inside: bool = True,
+        allow: float | None = None,
     ) -> None:
         """Record the check (two dispatches, no host round trip). A failure raises at the next
         ``to_numpy``/``synchronize``; kernels never read out of bounds meanwhile (gather reads 0, scatter_add
         skips)."""
         if view.numel:
-            self.checks.record(Check(view, low, high, message, error, inside))
+            self.checks.record(Check(view, low, high, message, error, inside, allow))
 
     # -- graph capture (the optional interface of backend/base.py; vkblas.graphs drives it)
     def capture_begin(self) -> Recording:
