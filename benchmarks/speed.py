@@ -29,10 +29,12 @@ under 3), far longer on lavapipe, where ``--steps 3 --warmup 2`` is the useful s
 ``optimizer.step()`` and ``zero_grad`` at a tiny batch (``--batch``, default 4), vkblas on each ``--devices`` entry
 (default: cpu and vulkan) beside PyTorch CPU eager (one thread) doing the same step at the same batch, in the same
 run; minimum over ``--repeat`` runs of ``--steps`` steps. *host* is the time until the last step returns (Python
-and the runtime issuing the work: on Vulkan the device runs it later), *wall* until the sync after it. On the cpu
-backend both include numpy's arithmetic (Adam over the 0.5 M parameters is most of it); ``--hidden 32,16`` shrinks
-the model until that is negligible. ``--profile N`` adds cProfile's top N functions (by own time) of the vkblas
-step on each device.
+and the runtime issuing the work: on Vulkan the device runs it later), *wall* until the sync after it. The default
+run (20 steps of ~50 dispatches) stays under the runtime's 2048 dispatches per submit, so nothing is submitted
+before the sync: on lavapipe, which runs a submit's work in the submitting thread, host then holds no device
+time. On the cpu backend both include numpy's arithmetic (Adam over the 0.5 M parameters is most of it);
+``--hidden 32,16`` shrinks the model until that is negligible. ``--profile N`` adds cProfile's top N functions
+(by own time) of the vkblas step on each device.
 
     python3 benchmarks/speed.py --host                              # cpu and vulkan (lavapipe here), batch 4
     python3 benchmarks/speed.py --host --devices cpu --profile 25   # where cpu's step time goes
@@ -373,7 +375,9 @@ def table(model: str, ours: list[Result], theirs: list[Result]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=300, help="timed training steps per measurement (default 300)")
+    p.add_argument(
+        "--steps", type=int, default=None, help="timed training steps per measurement (default 300; --host: 20 per run)"
+    )
     p.add_argument("--warmup", type=int, default=5, help="untimed steps before timing (default 5)")
     p.add_argument("--device", default=None, help="vkblas device (default: vulkan when present, else cpu)")
     p.add_argument("--torch-device", default=None, help="PyTorch device (default: cuda when present, else cpu)")
@@ -383,14 +387,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", action="store_true", help="host cost of the eager MLP step at a tiny batch (see above)")
     p.add_argument("--batch", type=int, default=4, help="batch of --host (default 4)")
     p.add_argument("--devices", default=None, help="vkblas devices of --host, comma-separated (default: cpu,vulkan)")
-    p.add_argument("--repeat", type=int, default=5, help="timed runs of --host; the minimum is shown (default 5)")
+    p.add_argument("--repeat", type=int, default=20, help="timed runs of --host; the minimum is shown (default 20)")
     p.add_argument("--profile", type=int, default=0, help="with --host: print cProfile's top N functions")
     p.add_argument("--hidden", default="512,256", help="the MLP's two hidden widths in --host (default 512,256)")
     args = p.parse_args(argv)
     if args.host:
-        if "--steps" not in (argv if argv is not None else sys.argv):
-            args.steps = 200
+        args.steps = args.steps or 20
         return host_main(args)
+    args.steps = args.steps or 300
 
     import vkblas as vk
 

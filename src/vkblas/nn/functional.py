@@ -21,6 +21,7 @@ from ..ops.conv import avg_pool2d, conv2d, max_pool2d, unfold
 from ..ops.conv_variants import conv1d, conv_transpose2d
 from ..ops.dropout import alpha_dropout, dropout, dropout1d, dropout2d, dropout3d, feature_alpha_dropout
 from ..ops.indexing import check_index, gather_unchecked, one_hot, take_along
+from ..ops.linalg import linear as _linear
 from ..ops.norm import normalize_rows
 from ..ops.padding import pad
 from ..ops.parametric import celu, elu, hardtanh, softplus
@@ -148,8 +149,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             f"linear: input of shape {input.shape} does not match weight of shape {weight.shape} "
             f"(expected input of shape (*, {weight.shape[-1]}))"
         )
-    out = input.matmul(weight.mT)
-    return out if bias is None else out + bias
+    return _linear(input, weight, bias)
 
 
 def embedding(

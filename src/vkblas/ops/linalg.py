@@ -78,6 +78,52 @@ def matmul(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     return out
 
 
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002
+    """``input @ weight.T + bias`` (input (*, k), weight (n, k), bias (n,)), checked by the caller. Operands of
+    one dtype and device, with (*) foldable into rows without a copy, give one autograd node (PyTorch's addmm):
+    the GEMM, the bias added in place, and a backward of two GEMMs and a column sum, each reading its operands
+    where they lie. That is the arithmetic of the composition below (a transpose view, a matmul, a broadcast
+    add), with one node and no views in between: a fraction of an eager step's host time."""
+    x = input
+    rows = x.numel() // x.shape[-1] if x.ndim and x.shape[-1] else 0
+    if (
+        rows
+        and weight.ndim == 2
+        and x.ndim >= 2
+        and x.dtype is weight.dtype
+        and x.dtype.is_floating
+        and x._backend is weight._backend
+        and (bias is None or (bias.dtype is x.dtype and bias._backend is x._backend and bias.shape == weight.shape[:1]))
+    ):
+        if x.ndim == 2:
+            return _linear_node(x, weight, bias)
+        if _strides_for_view(x._view, (rows, x.shape[-1])) is not None:
+            return _linear_node(x.reshape(rows, x.shape[-1]), weight, bias).reshape(*x.shape[:-1], weight.shape[0])
+    out = matmul(x, weight.mT)
+    return out if bias is None else out + bias
+
+
+def _linear_node(x: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
+    backend = x._backend
+    m, n = x.shape[0], w.shape[0]
+    out = empty((m, n), x.dtype, backend)
+    wv = w._view
+    backend.matmul(out._view, x._view, View(wv.storage, wv.shape[::-1], wv.strides[::-1], wv.offset))
+    if bias is not None:
+        backend.elementwise("add", out._view, [out._view, expand_view(bias._view, (m, n))])
+    return record(out, "AddmmBackward", (x, w, bias), _linear_rule, (x, w))
+
+
+def _linear_rule(node: Node, g: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    x, w = node.saved
+    need_x, need_w, need_b = node.needs
+    return (
+        _matmul_nd(g, w) if need_x else None,
+        _matmul_nd(g.mT, x) if need_w else None,  # (n, k): contiguous, kept as the weight's .grad without a copy
+        g.sum(0) if need_b else None,
+    )
+
+
 def mm(input: Tensor, mat2: Tensor) -> Tensor:  # noqa: A002
     if input.ndim != 2 or mat2.ndim != 2:
         raise RuntimeError(f"mm: expected 2D tensors, got {input.ndim}D and {mat2.ndim}D")
