@@ -549,9 +549,9 @@ def _fused_cross_entropy(
         elif reduction == "sum":
             out, den = row.sum(), None
         elif fused and pair is not None:
-            sums = _raw_reduce("sum", pair, (0,), False)
-            den = sums[1]
-            out = sums[0] / den
+            sums = _raw_reduce("sum", pair, (0,), False)._view  # (loss sum, weight sum): their 0-d views
+            den = Tensor._make(View(sums.storage, (), (), 1), backend)
+            out = _elementwise("div", Tensor._make(View(sums.storage, (), (), 0), backend), den)
         else:
             den = cast(wk.sum(), xr.dtype)
             out = row.sum() / den

@@ -291,19 +291,27 @@ def foreach(program: ForeachProgram, tensors: Sequence[Sequence[Tensor]], scalar
     (the optimizers' multi-tensor update)."""
     if not tensors:
         return
-    everything = [t for ts in tensors for t in ts] + [s for s in scalars if isinstance(s, Tensor)]
-    backend = same_backend("foreach", everything)
-    for ts in tensors:
-        for t in ts[1:]:
-            if t.shape != ts[0].shape or t.dtype is not ts[0].dtype:
-                raise RuntimeError(
-                    f"foreach: the tensors of one entry must share shape and dtype, got {ts[0].shape} "
-                    f"{ts[0].dtype.name} and {t.shape} {t.dtype.name}"
+    backend = tensors[0][0]._backend
+    views, mixed, bad = [], False, None
+    for ts in tensors:  # one pass over every tensor (the optimizers run this for every parameter every step)
+        vs = [t._view for t in ts]
+        shape, dtype = vs[0].shape, vs[0].storage.dtype
+        for t, v in zip(ts, vs, strict=True):
+            mixed = mixed or t._backend is not backend
+            if bad is None and (v.shape != shape or v.storage.dtype is not dtype):
+                bad = RuntimeError(
+                    f"foreach: the tensors of one entry must share shape and dtype, got {shape} "
+                    f"{dtype.name} and {v.shape} {v.storage.dtype.name}"
                 )
-    for s in scalars:
-        if isinstance(s, Tensor) and s.ndim:
+        views.append(vs)
+    tensor_scalars = [s for s in scalars if isinstance(s, Tensor)]
+    if mixed or any(s._backend is not backend for s in tensor_scalars):
+        same_backend("foreach", [t for ts in tensors for t in ts] + tensor_scalars)  # raises, naming the devices
+    if bad is not None:
+        raise bad
+    for s in tensor_scalars:
+        if s.ndim:
             raise RuntimeError(f"foreach: a tensor scalar must be 0-d, got shape {s.shape}")
-    views = [[t._view for t in ts] for ts in tensors]
     backend.foreach(program, views, [s._view if isinstance(s, Tensor) else s for s in scalars])
     written = {dst for dst, _, _ in program}
     for ts in tensors:

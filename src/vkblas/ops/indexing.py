@@ -230,12 +230,16 @@ def _index_items(x: Tensor, index: Index) -> Index:
 
 
 def getitem(x: Tensor, index: Index) -> Tensor:
-    index = _index_items(x, index)
-    if isinstance(index, Tensor) and index.dtype is bool_:
-        return _mask_select(x, index)
-    items = _expand_items(x, index)
-    # bool tensor masks inside a tuple become integer indices (host round trip; data-dependent shape)
-    items = [_bool_to_int(it, x) if isinstance(it, Tensor) and it.dtype is bool_ else it for it in items]
+    cls = index.__class__
+    if (cls is int or cls is slice) and x._view.shape:  # x[i], x[a:b] (a batch): the general steps give this
+        items = [index, *[slice(None)] * (len(x._view.shape) - 1)]
+    else:
+        index = _index_items(x, index)
+        if isinstance(index, Tensor) and index.dtype is bool_:
+            return _mask_select(x, index)
+        items = _expand_items(x, index)
+        # bool tensor masks inside a tuple become integer indices (host round trip; data-dependent shape)
+        items = [_bool_to_int(it, x) if isinstance(it, Tensor) and it.dtype is bool_ else it for it in items]
     view, advanced = _basic(x, items)
     out = Tensor._make(view, x._backend)
     in_shape = x.shape

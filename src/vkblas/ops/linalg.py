@@ -7,6 +7,7 @@ from ..backend.base import View
 from ..tensor import Tensor, empty
 from ._core import broadcast_shapes, expand_view, same_backend
 from .autocast import lower
+from .reduction import _raw_reduce
 from .shape import _strides_for_view
 
 
@@ -115,12 +116,16 @@ def _linear_node(x: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
 
 
 def _linear_rule(node: Node, g: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    # (the engine runs rules under no_grad: the transposed view and the column sum need no autograd layer)
     x, w = node.saved
     need_x, need_w, need_b = node.needs
+    if need_w:
+        gv = g._view
+        gt = Tensor._make(View(gv.storage, gv.shape[::-1], gv.strides[::-1], gv.offset), g._backend)
     return (
         _matmul_nd(g, w) if need_x else None,
-        _matmul_nd(g.mT, x) if need_w else None,  # (n, k): contiguous, kept as the weight's .grad without a copy
-        g.sum(0) if need_b else None,
+        _matmul_nd(gt, x) if need_w else None,  # (n, k): contiguous, kept as the weight's .grad without a copy
+        _raw_reduce("sum", g, (0,), False) if need_b else None,
     )
 
 

@@ -34,6 +34,7 @@ from ..base import (
     Scalar,
     UnsupportedError,
     View,
+    numel,
 )
 from .autotune import startup_check
 from .device import Device
@@ -89,16 +90,22 @@ _RANDOM_WORDS = struct.Struct("<II")
 _WINDOW_BYTES = PARAM_WORDS * 4
 
 
-def _foreach_bindable(v: View, n: int) -> bool:
-    """Whether ``foreach``'s fused kernel can take the view: float32, contiguous, ``n`` elements, in one binding."""
-    st = v.storage
-    return (
-        st.dtype is float32
-        and isinstance(getattr(st, "buffer", None), (PoolBuffer, Window))
-        and v.numel == n
-        and v.offset + n <= st.numel
-        and v.is_contiguous()
-    )
+def _foreach_bindable(views: Sequence[View], n: int) -> bool:
+    """Whether ``foreach``'s fused kernel can take the views: float32, contiguous, ``n`` elements, in one binding."""
+    for v in views:  # (a loop, not all() of a generator: the optimizers run this for every parameter every step)
+        st = v.storage
+        if not (
+            st.dtype is float32
+            and getattr(st, "buffer", None).__class__ in _BINDABLE
+            and v.offset + n <= st.numel
+            and numel(v.shape) == n
+            and v.is_contiguous()
+        ):
+            return False
+    return True
+
+
+_BINDABLE = (PoolBuffer, Window)
 
 
 class VulkanBackend(Backend):
@@ -427,9 +434,9 @@ class VulkanBackend(Backend):
             return super().foreach(program, tensors, scalars)
         fused, rest = [], []
         for views in tensors:
-            n = views[0].numel
+            n = numel(views[0].shape)
             if n:
-                (fused if len(views) == nslot and all(_foreach_bindable(v, n) for v in views) else rest).append(views)
+                (fused if len(views) == nslot and _foreach_bindable(views, n) else rest).append(views)
         limit = self.dev.limits["max-storage-buffers-per-shader-stage"]
         chunk: list[Sequence[View]] = []
         bufs: dict[Any, int] = {s.storage.buffer: 0 for s in dev_scal}
