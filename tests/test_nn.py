@@ -511,6 +511,19 @@ def test_loss_modules_and_stability():
     assert repr(nn.MSELoss(reduction="sum")) == "MSELoss(reduction='sum')"
 
 
+@pytest.mark.parametrize("loss", ["cross_entropy", "nll_loss"])
+def test_target_check_allows_ignore_index_and_names_a_bad_target(device, loss):
+    """The target check allows ``ignore_index`` beside 0..C-1 (on Vulkan the device check skips it, without a
+    masked copy of the target) and names a bad target, at the next sync point on Vulkan."""
+    fn = getattr(F, loss)
+    x = vk.zeros(4, 3, device=device)
+    for ignore in (-100, 7):
+        out = fn(x, vk.tensor([0, ignore, 2, ignore], device=device), ignore_index=ignore, reduction="sum")
+        assert np.isfinite(out.item())
+        with pytest.raises(IndexError, match="target class index 3 is out of range for 3 classes"):
+            fn(x, vk.tensor([0, ignore, 3, 1], device=device), ignore_index=ignore).item()
+
+
 def test_loss_errors():
     x = vk.zeros(3, 4, device="cpu")
     with pytest.raises(IndexError, match="target class index 4 is out of range for 4 classes"):

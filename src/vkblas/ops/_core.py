@@ -143,10 +143,21 @@ def elementwise(op: str, *operands: Any, out_dtype: DType | None = None, dtype: 
     (tensors of one shape and dtype, plain Python numbers) avoids the general broadcasting and promotion code.
     """
     spec = OPS[op]
-    if len(operands) == 2 and dtype is None and out_dtype is None:
-        fast = _binary_fast(op, spec, operands[0], operands[1])
-        if fast is not None:
-            return fast
+    if dtype is None and out_dtype is None:
+        if len(operands) == 2:
+            fast = _binary_fast(op, spec, operands[0], operands[1])
+            if fast is not None:
+                return fast
+        elif len(operands) == 1 and operands[0].__class__ is Tensor and spec.bool_operand is None:
+            # one tensor (relu, exp ...): its dtype is the result's unless the op computes in float
+            a = operands[0]
+            va = a._view
+            dt = va.storage.dtype
+            if dt.is_floating or not spec.float_only:
+                out = empty(va.shape, bool_ if spec.returns_bool else dt, a._backend)
+                if out._view.storage.numel:
+                    a._backend.elementwise(op, out._view, [va])
+                return out
     tensors = [o for o in operands if isinstance(o, Tensor)]
     if not tensors:
         raise TypeError(f"{op}: expected at least one Tensor operand")
