@@ -105,10 +105,7 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
 
 
 def numel(shape: Sequence[int]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
+    return math.prod(shape)
 
 
 class Storage:
@@ -141,6 +138,11 @@ class View(NamedTuple):
         return numel(self.shape)
 
     def is_contiguous(self) -> bool:
+        shape, strides = self.shape, self.strides
+        if len(shape) == 2:  # the loop below, written out for the common ranks (every op asks)
+            return (shape[1] == 1 or strides[1] == 1) and (shape[0] == 1 or strides[0] == shape[1])
+        if len(shape) == 1:
+            return shape[0] == 1 or strides[0] == 1
         expected = 1
         for n, s in zip(reversed(self.shape), reversed(self.strides), strict=True):
             if n != 1 and s != expected:

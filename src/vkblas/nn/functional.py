@@ -511,8 +511,11 @@ def _fused_cross_entropy(
         # each row's loss and weight side by side (when of one dtype): one reduction sums both for the mean
         paired = xr.dtype is sdt
         pair = empty((m, 2), sdt, backend) if paired else None
-        row = pair[:, 0] if pair is not None else empty((m,), xr.dtype, backend)
-        wk = pair[:, 1] if pair is not None else empty((m,), sdt, backend)
+        if pair is not None:  # its columns (pair[:, 0], pair[:, 1]) as views, without the indexing machinery
+            row = Tensor._make(View(pair._view.storage, (m,), (2,), 0), backend)
+            wk = Tensor._make(View(pair._view.storage, (m,), (2,), 1), backend)
+        else:
+            row, wk = empty((m,), xr.dtype, backend), empty((m,), sdt, backend)
         lse = empty((m,), sdt, backend)
         fused = small_ii and xr.numel() > 0
         fused = fused and backend.cross_entropy(
