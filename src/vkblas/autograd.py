@@ -253,7 +253,7 @@ def backward(tensor: Tensor, gradient: Tensor, retain_graph: bool = False) -> No
             f"grad can be implicitly created only for matching shapes: gradient has shape "
             f"{tuple(gradient.shape)} but the output has shape {tuple(tensor.shape)}"
         )
-    if gradient.device != tensor.device:
+    if gradient._backend is not tensor._backend and gradient.device != tensor.device:
         raise RuntimeError(f"gradient is on {gradient.device} but the output is on {tensor.device}")
     root = tensor.grad_fn
     with no_grad(), autocast_off():

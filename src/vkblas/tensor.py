@@ -93,8 +93,8 @@ class Tensor:
             raise TypeError("iteration over a 0-d tensor")
         return (self[i] for i in range(self.shape[0]))
 
-    def __hash__(self) -> int:
-        return id(self)
+    # by identity (== is elementwise), in C: optimizer state, autograd's sets and caches hash tensors every step
+    __hash__ = object.__hash__
 
     # ------------------------------------------------------------------ host transfer (sync points)
     def numpy(self) -> np.ndarray:

@@ -17,7 +17,7 @@ def _matmul_nd(a: Tensor, b: Tensor) -> Tensor:
             f"mat1 and mat2 shapes cannot be multiplied ({'x'.join(map(str, a.shape))} and "
             f"{'x'.join(map(str, b.shape))})"
         )
-    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], op="matmul")
+    batch = () if len(a.shape) == 2 == len(b.shape) else broadcast_shapes(a.shape[:-2], b.shape[:-2], op="matmul")
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     out = empty((*batch, m, n), a.dtype, a._backend)
     if out.numel():
