@@ -59,6 +59,7 @@ BATCH = 512
 BATCHES = 16  # distinct batches held on the device
 NUM_CLASSES = 10
 MODES = ("eager", "graph", "compile")
+WARM_STEPS = 10  # untimed steps before --host measures
 
 
 def build(model: str, nn: Any, hidden: tuple[int, int] = (512, 256)) -> Any:
@@ -281,8 +282,9 @@ def host_step_torch(torch: Any, batch: int, hidden: tuple[int, ...]) -> tuple[Ca
 
 def host_us(step: Callable[[], None], sync: Callable[[], None], steps: int, repeat: int) -> tuple[float, float]:
     """(host, wall) µs per step, each the minimum over ``repeat`` runs of ``steps`` steps: host until the last step
-    returns (what Python and the runtime spend issuing the work), wall until the sync after it."""
-    for _ in range(3):
+    returns (what Python and the runtime spend issuing the work), wall until the sync after it. The first steps
+    compile pipelines, tune GEMMs and settle the buffer pool (and the bind groups of its buffers): not timed."""
+    for _ in range(WARM_STEPS):
         step()
     sync()
     host = wall = float("inf")
@@ -301,7 +303,7 @@ def host_profile(step: Callable[[], None], sync: Callable[[], None], steps: int,
     import cProfile
     import pstats
 
-    for _ in range(3):
+    for _ in range(WARM_STEPS):
         step()
     sync()
     prof = cProfile.Profile()

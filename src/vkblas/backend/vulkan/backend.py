@@ -801,10 +801,15 @@ class VulkanBackend(Backend):
 
     # -- row normalisation (kernels/norm.py); a view of a large storage is left to the composition
     def _rows_plan(self, kind: str, views: Sequence[View | None], build: Any) -> tuple[Plan, list[View]]:
-        key: tuple[Any, ...] = (kind,)
+        parts: list[Any] = [kind]
+        present = []
         for v in views:
-            key += (None,) if v is None else (v[0].dtype, v[1], v[2])
-        present = [v for v in views if v is not None]
+            if v is None:
+                parts.append(None)
+            else:
+                parts += (v[0].dtype, v[1], v[2])
+                present.append(v)
+        key = tuple(parts)
         plan = self.plans.get(key)
         if plan is None:
             plan = self._plan(key, kind, present, build)
