@@ -42,8 +42,9 @@ Primitives (all outputs are views the caller allocated; inputs may be any views,
 ``random``             fill ``out`` from the counter-based generator: ``uniform`` in [0, 1) or ``normal`` (0, 1),
                        from ``(seed, counter)``; the same numbers on every backend (up to float rounding).
 ``to_numpy`` / ``from_numpy``   the only host transfers; ``to_numpy`` is a sync point.
-``check_values``       values of a view must lie in (or outside) a closed interval: indices, probabilities,
-                       divisors; an asynchronous backend may report a failure at its next sync point.
+``check_values``       values of a view must lie in (or outside) a closed interval, or equal one allowed value:
+                       indices (a loss's ``ignore_index``), probabilities, divisors; an asynchronous backend may
+                       report a failure at its next sync point.
 ``foreach``            a short *program* of elementwise formulas run over many tensors at once (PyTorch's
                        ``_foreach`` / multi-tensor apply; the optimizers' update of every parameter): a default
                        built from ``elementwise`` is given; a GPU backend fuses it into one dispatch per few tensors.
