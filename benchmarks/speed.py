@@ -26,6 +26,20 @@ under 3), far longer on lavapipe, where ``--steps 3 --warmup 2`` is the useful s
     python3 benchmarks/speed.py --models mlp --modes eager,graph
     python3 benchmarks/speed.py --memory              # the CNN step's memory instead (cpu and vulkan, PyTorch CPU)
 
+``--host``: the host cost of one eager MLP step instead (issue 15's "eager cost"): forward, loss, backward,
+``optimizer.step()`` and ``zero_grad`` at a tiny batch (``--batch``, default 4), vkblas on each ``--devices`` entry
+(default: cpu and vulkan) beside PyTorch CPU eager (one thread) doing the same step at the same batch, in the same
+run; minimum over ``--repeat`` runs of ``--steps`` steps. *host* is the time until the last step returns (Python
+and the runtime issuing the work: on Vulkan the device runs it later), *wall* until the sync after it. The default
+run (20 steps of ~50 dispatches) stays under the runtime's 2048 dispatches per submit, so nothing is submitted
+before the sync: on lavapipe, which runs a submit's work in the submitting thread, host then holds no device
+time. On the cpu backend both include numpy's arithmetic (Adam over the 0.5 M parameters is most of it);
+``--hidden 32,16`` shrinks the model until that is negligible. ``--profile N`` adds cProfile's top N functions
+(by own time) of the vkblas step on each device.
+
+    python3 benchmarks/speed.py --host                              # cpu and vulkan (lavapipe here), batch 4
+    python3 benchmarks/speed.py --host --devices cpu --profile 25   # where cpu's step time goes
+
 ``--memory`` prints, for one CNN training step at batch 512 (after a warm-up step, so Adam's state exists; the
 gradients set to None first), the bytes above the step's *baseline* (weights, Adam's two moments and the batch):
 what is live after forward (the graph's saved tensors, the loss), and the peak of forward, backward and the
@@ -55,18 +69,20 @@ BATCH = 512
 BATCHES = 16  # distinct batches held on the device
 NUM_CLASSES = 10
 MODES = ("eager", "graph", "compile")
+WARM_STEPS = 10  # untimed steps before --host measures
 
 
-def build(model: str, nn: Any) -> Any:
-    """The issue's two models, for ``nn`` = ``vkblas.nn`` or ``torch.nn`` (same layers, same order)."""
+def build(model: str, nn: Any, hidden: tuple[int, int] = (512, 256)) -> Any:
+    """The issue's two models, for ``nn`` = ``vkblas.nn`` or ``torch.nn`` (same layers, same order); ``hidden``: the
+    MLP's hidden widths."""
     if model == "mlp":
         return nn.Sequential(
             nn.Flatten(),
-            nn.Linear(784, 512),
+            nn.Linear(784, hidden[0]),
             nn.ReLU(),
-            nn.Linear(512, 256),
+            nn.Linear(hidden[0], hidden[1]),
             nn.ReLU(),
-            nn.Linear(256, NUM_CLASSES),
+            nn.Linear(hidden[1], NUM_CLASSES),
         )
     return mnist_example_cnn(nn, NUM_CLASSES)
 
@@ -350,6 +366,120 @@ def memory_table(devices: list[str], torch: Any, batch: int = BATCH) -> None:
     )
 
 
+# ---------------------------------------------------------------- host cost of the eager step (--host)
+def host_step_vkblas(device: str, batch: int, hidden: tuple[int, ...]) -> tuple[Callable[[], None], Callable[[], None]]:
+    """The eager MLP training step at ``batch`` on ``device``, and its sync."""
+    import vkblas as vk
+    from vkblas import nn
+
+    xh, yh = host_data()
+    x, y = vk.tensor(xh[:batch], device=device), vk.tensor(yh[:batch].astype(np.int32), device=device)
+    vk.manual_seed(0)
+    model = build("mlp", nn, hidden).to(device)
+    opt = vk.optim.Adam(model.parameters(), lr=1e-3)
+
+    def step() -> None:
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    return step, x._backend.synchronize
+
+
+def host_step_torch(torch: Any, batch: int, hidden: tuple[int, ...]) -> tuple[Callable[[], None], Callable[[], None]]:
+    xh, yh = host_data()
+    x, y = torch.from_numpy(xh[:batch].copy()), torch.from_numpy(yh[:batch].copy())
+    torch.manual_seed(0)
+    model = build("mlp", torch.nn, hidden)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    return step, lambda: None
+
+
+def host_us(step: Callable[[], None], sync: Callable[[], None], steps: int, repeat: int) -> tuple[float, float]:
+    """(host, wall) µs per step, each the minimum over ``repeat`` runs of ``steps`` steps: host until the last step
+    returns (what Python and the runtime spend issuing the work), wall until the sync after it. The first steps
+    compile pipelines, tune GEMMs and settle the buffer pool (and the bind groups of its buffers): not timed."""
+    for _ in range(WARM_STEPS):
+        step()
+    sync()
+    host = wall = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        t1 = time.perf_counter()
+        sync()
+        host, wall = min(host, t1 - t0), min(wall, time.perf_counter() - t0)
+    return host / steps * 1e6, wall / steps * 1e6
+
+
+def host_profile(step: Callable[[], None], sync: Callable[[], None], steps: int, top: int, title: str) -> None:
+    """cProfile's ``top`` functions by own time over ``steps`` steps (the final sync not included), per step."""
+    import cProfile
+    import pstats
+
+    for _ in range(WARM_STEPS):
+        step()
+    sync()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        step()
+    prof.disable()
+    sync()
+    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]
+    calls = sum(v[1] for v in stats.values()) / steps
+    print_table(
+        f"\n{title}: cProfile, top {top} by own time ({calls:,.0f} calls per step)",
+        ("function", "calls/step", "own µs/step", "cum µs/step"),
+        [
+            (
+                f"{Path(f).name}:{line} {fn}",
+                f"{v[1] / steps:.0f}",
+                f"{v[2] / steps * 1e6:.1f}",
+                f"{v[3] / steps * 1e6:.1f}",
+            )
+            for (f, line, fn), v in rows
+        ],
+    )
+
+
+def host_main(args: argparse.Namespace) -> int:
+    import vkblas as vk
+
+    devices = args.devices.split(",") if args.devices else ["cpu"] + [d for d in vk.devices() if d != "cpu"][:1]
+    hidden = tuple(int(n) for n in args.hidden.split(","))
+    torch = torch_or_none()
+    ref = None
+    if torch is not None:
+        torch.set_num_threads(1)  # the step is host-bound: threads only add noise to the comparison
+        ref, _ = host_us(*host_step_torch(torch, args.batch, hidden), args.steps, args.repeat)
+    rows = []
+    for dev in devices:
+        step, sync = host_step_vkblas(dev, args.batch, hidden)
+        host, wall = host_us(step, sync, args.steps, args.repeat)
+        rows.append((f"vkblas {dev}", f"{host:,.0f}", f"{wall:,.0f}", f"{host / ref:.2f}x" if ref else ""))
+        if args.profile:
+            host_profile(step, sync, args.steps, args.profile, f"vkblas {dev}")
+    if ref is not None:
+        rows.append((f"torch {torch.__version__} cpu (1 thread)", f"{ref:,.0f}", f"{ref:,.0f}", "1.00x"))
+    widths = "-".join(str(n) for n in (784, *hidden, NUM_CLASSES))
+    print_table(
+        f"\nhost cost of one eager MLP {widths} step (batch {args.batch}, Adam, zero_grad), min of {args.repeat} x "
+        f"{args.steps} steps",
+        ("framework", "host µs/step", "wall µs/step", "host vs torch cpu"),
+        rows,
+    )
+    return 0
+
+
 # ---------------------------------------------------------------- table
 def table(model: str, ours: list[Result], theirs: list[Result]) -> None:
     ref = {r.mode: r for r in theirs}
@@ -368,7 +498,9 @@ def table(model: str, ours: list[Result], theirs: list[Result]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=300, help="timed training steps per measurement (default 300)")
+    p.add_argument(
+        "--steps", type=int, default=None, help="timed training steps per measurement (default 300; --host: 20 per run)"
+    )
     p.add_argument("--warmup", type=int, default=5, help="untimed steps before timing (default 5)")
     p.add_argument("--device", default=None, help="vkblas device (default: vulkan when present, else cpu)")
     p.add_argument("--torch-device", default=None, help="PyTorch device (default: cuda when present, else cpu)")
@@ -378,7 +510,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory", action="store_true", help="the CNN step's memory table instead of its speed")
     p.add_argument("--memory-devices", default="cpu,vulkan", help="vkblas devices for --memory (default cpu,vulkan)")
     p.add_argument("--memory-batch", type=int, default=BATCH, help=f"batch size for --memory (default {BATCH})")
+    p.add_argument("--host", action="store_true", help="host cost of the eager MLP step at a tiny batch (see above)")
+    p.add_argument("--batch", type=int, default=4, help="batch of --host (default 4)")
+    p.add_argument("--devices", default=None, help="vkblas devices of --host, comma-separated (default: cpu,vulkan)")
+    p.add_argument("--repeat", type=int, default=20, help="timed runs of --host; the minimum is shown (default 20)")
+    p.add_argument("--profile", type=int, default=0, help="with --host: print cProfile's top N functions")
+    p.add_argument("--hidden", default="512,256", help="the MLP's two hidden widths in --host (default 512,256)")
     args = p.parse_args(argv)
+    if args.host:
+        args.steps = args.steps or 20
+        return host_main(args)
+    args.steps = args.steps or 300
 
     import vkblas as vk
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pytest
 
 import vkblas as vb
 import vkblas.nn.functional as F
@@ -51,6 +52,31 @@ def test_cross_entropy_of_class_indices_makes_no_copy_of_the_logits(device: str)
     assert peak < 0.1 * x.numel() * 4, peak
     _, peak = peak_above(device, loss.backward)
     assert peak <= 1.2 * x.numel() * 4, peak  # the logits' gradient, and no more
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "nll_loss"])
+def test_repeated_eager_steps_hold_nothing_past_the_step(device: str, loss: str) -> None:
+    """Until the next sync point a device-side target check keeps a view of the caller's target, not a masked copy
+    of it: a copy held per step grew memory without a sync, and on Vulkan shifted the pool's reuse order so that
+    the step's dispatches bound new combinations of buffers (a bind group created per dispatch)."""
+    vb.manual_seed(0)
+    model = vb.nn.Linear(8, 4).to(device)
+    opt = vb.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = randn(device, 3, 8), vb.tensor([0, -100, 3], device=device)
+    fn = F.cross_entropy if loss == "cross_entropy" else (lambda z, t: F.nll_loss(F.log_softmax(z, 1), t))
+
+    def step() -> None:
+        opt.zero_grad()
+        fn(model(x), y).backward()
+        opt.step()
+
+    for _ in range(3):
+        step()
+    backend = stats(device)
+    before = backend.memory_stats()["allocated"]
+    for _ in range(4):  # no sync in between
+        step()
+    assert backend.memory_stats()["allocated"] == before
 
 
 def test_a_node_keeps_only_what_its_rule_saves(device: str) -> None:

@@ -289,6 +289,30 @@ def test_layer_gradcheck_float64(name):
     assert vk.gradcheck(fn, [x, *[p.detach().clone().requires_grad_() for p in params]])
 
 
+@pytest.mark.parametrize("case", ["2d", "3d", "3d-not-foldable", "no-bias", "only-bias-grad", "1d"])
+def test_functional_linear_equals_its_composition(device, case):
+    """``F.linear``'s single node (input folded into rows where a view allows) gives the values and gradients of
+    ``x @ w.T + b``, the composition it replaces, on every input layout it takes."""
+    rng = np.random.default_rng(3)
+    shape = {"2d": (5, 4), "1d": (4,)}.get(case, (2, 3, 4))
+    xs = rng.standard_normal((3, 2, 4) if case == "3d-not-foldable" else shape).astype(np.float32)
+    ws, bs = rng.standard_normal((6, 4)).astype(np.float32), rng.standard_normal(6).astype(np.float32)
+    results = []
+    for fused in (True, False):
+        x = vk.tensor(xs, device=device, requires_grad=case != "only-bias-grad")
+        w = vk.tensor(ws, device=device, requires_grad=case != "only-bias-grad")
+        b = None if case == "no-bias" else vk.tensor(bs, device=device, requires_grad=True)
+        xi = x.transpose(0, 1) if case == "3d-not-foldable" else x  # (2, 3, 4) with strides no view folds
+        y = F.linear(xi, w, b) if fused else (xi @ w.T if b is None else xi @ w.T + b)
+        y.backward(vk.tensor(np.linspace(-1, 1, y.numel()).reshape(y.shape).astype(np.float32), device=device))
+        results.append(
+            [y.detach().numpy()] + [t.grad.numpy() for t in (x, w, b) if t is not None and t.grad is not None]
+        )
+    assert len(results[0]) == len(results[1])
+    for got, want in zip(*results, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def _with_params(m, params, values, x):
     """Run m with its parameters replaced by ``values`` (tensors in the graph), then put the originals back."""
     saved = [(mod, k, v) for mod in m.modules() for k, v in mod._parameters.items() if v is not None]
@@ -485,6 +509,19 @@ def test_loss_modules_and_stability():
     bce = nn.BCEWithLogitsLoss()(vk.tensor([200.0, -200.0], device="cpu"), vk.tensor([0.0, 1.0], device="cpu"))
     np.testing.assert_allclose(bce.item(), 200.0, rtol=1e-5)
     assert repr(nn.MSELoss(reduction="sum")) == "MSELoss(reduction='sum')"
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "nll_loss"])
+def test_target_check_allows_ignore_index_and_names_a_bad_target(device, loss):
+    """The target check allows ``ignore_index`` beside 0..C-1 (on Vulkan the device check skips it, without a
+    masked copy of the target) and names a bad target, at the next sync point on Vulkan."""
+    fn = getattr(F, loss)
+    x = vk.zeros(4, 3, device=device)
+    for ignore in (-100, 7):
+        out = fn(x, vk.tensor([0, ignore, 2, ignore], device=device), ignore_index=ignore, reduction="sum")
+        assert np.isfinite(out.item())
+        with pytest.raises(IndexError, match="target class index 3 is out of range for 3 classes"):
+            fn(x, vk.tensor([0, ignore, 3, 1], device=device), ignore_index=ignore).item()
 
 
 def test_loss_errors():

@@ -367,6 +367,8 @@ FORMULA_REFERENCES = {
     "pow_grad_exponent": lambda g, a, b, out: np.where((a == 0) & (b >= 0), 0, g * out * np.log(a)),
     "outside": lambda v, lo, hi: ~((v >= lo) & (v <= hi)),
     "inside": lambda v, lo, hi: (v >= lo) & (v <= hi),
+    "outside_but": lambda v, lo, hi, a: ~((v >= lo) & (v <= hi)) & (v != a),
+    "inside_but": lambda v, lo, hi, a: (v >= lo) & (v <= hi) & (v != a),
     "flag_or": np.maximum,
     "where": np.where,
     "clamp": lambda a, lo, hi: np.minimum(np.maximum(a, lo), hi),

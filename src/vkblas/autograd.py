@@ -175,8 +175,8 @@ class Node:
         self.inputs: tuple[Edge | None, ...] | None = edges
         self.needs = tuple([e is not None for e in edges])
         self.rule: Rule | None = rule
-        self.saved = tuple(saved)
-        self._versions = tuple(getattr(s, "_version", None) for s in self.saved)
+        self.saved = saved = tuple(saved)
+        self._versions = tuple([getattr(s, "_version", None) for s in saved]) if saved else ()
         self.extra = extra
         self.seq = next(_seq)
 
@@ -191,6 +191,8 @@ class Node:
         return tuple(e.node for e in self.inputs or () if e is not None and e.node is not None)
 
     def check_saved(self) -> None:
+        if not self.saved:
+            return
         for i, (s, v) in enumerate(zip(self.saved, self._versions, strict=True)):
             if v is not None and s._version != v:
                 raise RuntimeError(
@@ -202,9 +204,12 @@ class Node:
 
 def record(out: Tensor, name: str, inputs: Sequence[Tensor | None], rule: Rule, saved: Sequence[Any] = (), **extra):
     """Attach a Node to ``out`` if grad mode is on and some input requires grad. Returns ``out``."""
-    if _mode.enabled and any(t is not None and t.requires_grad for t in inputs):
-        out.grad_fn = Node(name, inputs, rule, saved, **extra)
-        out.requires_grad = True
+    if _mode.enabled:
+        for t in inputs:  # (a loop, not any() over a generator: this runs for every op)
+            if t is not None and t.requires_grad:
+                out.grad_fn = Node(name, inputs, rule, saved, **extra)
+                out.requires_grad = True
+                break
     return out
 
 
@@ -248,7 +253,7 @@ def backward(tensor: Tensor, gradient: Tensor, retain_graph: bool = False) -> No
             f"grad can be implicitly created only for matching shapes: gradient has shape "
             f"{tuple(gradient.shape)} but the output has shape {tuple(tensor.shape)}"
         )
-    if gradient.device != tensor.device:
+    if gradient._backend is not tensor._backend and gradient.device != tensor.device:
         raise RuntimeError(f"gradient is on {gradient.device} but the output is on {tensor.device}")
     root = tensor.grad_fn
     with no_grad(), autocast_off():
@@ -288,8 +293,9 @@ def backward(tensor: Tensor, gradient: Tensor, retain_graph: bool = False) -> No
             for e, gi in zip(node.inputs, in_grads, strict=True):
                 if e is None or gi is None:
                     continue
-                gi = _sum_to_shape(gi, e.shape)
-                if gi.dtype != e.dtype:
+                if gi._view.shape != e.shape:
+                    gi = _sum_to_shape(gi, e.shape)
+                if gi._view.storage.dtype is not e.dtype:
                     gi = gi.to(e.dtype)
                 if e.node is None:
                     e.leaf._accumulate_grad(gi, owned(gi))  # type: ignore[union-attr]

@@ -93,8 +93,8 @@ class Tensor:
             raise TypeError("iteration over a 0-d tensor")
         return (self[i] for i in range(self.shape[0]))
 
-    def __hash__(self) -> int:
-        return id(self)
+    # by identity (== is elementwise), in C: optimizer state, autograd's sets and caches hash tensors every step
+    __hash__ = object.__hash__
 
     # ------------------------------------------------------------------ host transfer (sync points)
     def numpy(self) -> np.ndarray:
@@ -223,6 +223,19 @@ def empty(shape: tuple[int, ...], dtype: DType, backend: Backend) -> Tensor:
     """A new contiguous tensor of uninitialised storage on ``backend``."""
     if not backend.supports(dtype):
         check_backend(backend, dtype, "empty")
+    rank = len(shape)
+    if rank <= 2:  # most tensors of a step: their layout written out (the loop below gives the same)
+        if rank == 2:
+            a, b = shape
+            if a.__class__ is int and b.__class__ is int and a >= 0 and b >= 0:
+                view = View(backend.alloc(a * b, dtype), (a, b), (b or 1, 1), 0)
+                return Tensor._make(view, backend)
+        elif rank == 1:
+            (a,) = shape
+            if a.__class__ is int and a >= 0:
+                return Tensor._make(View(backend.alloc(a, dtype), (a,), (1,), 0), backend)
+        else:
+            return Tensor._make(View(backend.alloc(1, dtype), (), (), 0), backend)
     strides, n = [], 1
     for k in reversed(shape):
         if k.__class__ is not int:

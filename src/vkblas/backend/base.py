@@ -42,8 +42,9 @@ Primitives (all outputs are views the caller allocated; inputs may be any views,
 ``random``             fill ``out`` from the counter-based generator: ``uniform`` in [0, 1) or ``normal`` (0, 1),
                        from ``(seed, counter)``; the same numbers on every backend (up to float rounding).
 ``to_numpy`` / ``from_numpy``   the only host transfers; ``to_numpy`` is a sync point.
-``check_values``       values of a view must lie in (or outside) a closed interval: indices, probabilities,
-                       divisors; an asynchronous backend may report a failure at its next sync point.
+``check_values``       values of a view must lie in (or outside) a closed interval, or equal one allowed value:
+                       indices (a loss's ``ignore_index``), probabilities, divisors; an asynchronous backend may
+                       report a failure at its next sync point.
 ``foreach``            a short *program* of elementwise formulas run over many tensors at once (PyTorch's
                        ``_foreach`` / multi-tensor apply; the optimizers' update of every parameter): a default
                        built from ``elementwise`` is given; a GPU backend fuses it into one dispatch per few tensors.
@@ -105,10 +106,7 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
 
 
 def numel(shape: Sequence[int]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
+    return math.prod(shape)
 
 
 class Storage:
@@ -141,6 +139,11 @@ class View(NamedTuple):
         return numel(self.shape)
 
     def is_contiguous(self) -> bool:
+        shape, strides = self.shape, self.strides
+        if len(shape) == 2:  # the loop below, written out for the common ranks (every op asks)
+            return (shape[1] == 1 or strides[1] == 1) and (shape[0] == 1 or strides[0] == shape[1])
+        if len(shape) == 1:
+            return shape[0] == 1 or strides[0] == 1
         expected = 1
         for n, s in zip(reversed(self.shape), reversed(self.strides), strict=True):
             if n != 1 and s != expected:
@@ -420,9 +423,11 @@ class Backend(ABC):
         message: str,
         error: type[Exception] = IndexError,
         inside: bool = True,
+        allow: float | None = None,
     ) -> None:
         """Raise ``error(message.format(bad=value))`` if a value of ``view`` lies outside ``[low, high]`` (NaN
-        counts as outside), or, with ``inside=False``, if one lies inside it (a divisor equal to 0).
+        counts as outside), or, with ``inside=False``, if one lies inside it (a divisor equal to 0). A value equal
+        to ``allow`` always passes (a cross-entropy target's ``ignore_index``).
 
         Synchronous backends check at once. An asynchronous backend may instead record the check on the device and
         raise at its next sync point, as CUDA's device-side asserts do, so a training step needs no host round
@@ -430,7 +435,8 @@ class Backend(ABC):
         a = self.to_numpy(view)
         with np.errstate(invalid="ignore"):
             within = (a >= low) & (a <= high)
-        bad = a[~within if inside else within]
+        failed = ~within if inside else within
+        bad = a[failed if allow is None else failed & (a != allow)]
         if bad.size:
             raise error(message.format(bad=bad.reshape(-1)[0].item()))
 

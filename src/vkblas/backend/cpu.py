@@ -8,6 +8,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from .base import (
     PCG_OUT,
     Backend,
     DeviceOutOfMemoryError,
+    ForeachProgram,
     Scalar,
     Storage,
     View,
@@ -115,6 +117,11 @@ def _np(view: View) -> np.ndarray:
     if view.offset == 0 and view.storage.numel == view.numel and view.is_contiguous():
         return base.reshape(view.shape)
     item = base.itemsize
+    if view.offset < base.size:
+        try:  # the C constructor: several times cheaper than as_strided (a broadcast bias, a transposed weight)
+            return np.ndarray(view.shape, base.dtype, base, view.offset * item, tuple(s * item for s in view.strides))
+        except (TypeError, ValueError):  # a view reaching past its storage: as_strided's answer, as before
+            pass
     return np.lib.stride_tricks.as_strided(
         base[view.offset :] if view.offset < base.size else base[:0],
         shape=view.shape,
@@ -259,6 +266,33 @@ class CpuBackend(Backend):
         else:
             np.copyto(target, result, casting="unsafe")
 
+    def foreach(self, program: ForeachProgram, tensors: Sequence[Sequence[View]], scalars: Sequence[Any]) -> None:
+        """The default's steps (``Backend.foreach``: one ``elementwise`` per step and tensor, the same numbers),
+        with each entry's arrays made once instead of per step: the optimizers' update of every parameter."""
+        if any(isinstance(s, View) for s in scalars):  # device scalars (capturable): the default broadcasts them
+            super().foreach(program, tensors, scalars)
+            return
+        for views in tensors:
+            if not views or not views[0].numel:
+                continue
+            dtype = views[0].dtype
+            slots: list[View | None] = list(views)
+            arrays: list[np.ndarray | None] = [_np(v) for v in views]
+            for dst, op, args in program:
+                while len(slots) <= dst:
+                    slots.append(None)
+                    arrays.append(None)
+                out = slots[dst]
+                if out is None:
+                    out = slots[dst] = View.of(self.alloc(views[0].numel, dtype), views[0].shape)
+                    arrays[dst] = _np(out)
+                fast = _FAST_ELEMENTWISE.get(op)
+                if fast is not None and out.dtype not in BYTES:
+                    vals = [arrays[a] if a >= 0 else scalars[-1 - a] for a in args]
+                    if self._fast_elementwise(op, fast, arrays[dst], vals):
+                        continue
+                self.elementwise(op, out, [slots[a] if a >= 0 else scalars[-1 - a] for a in args])
+
     def _fast_elementwise(
         self, op: str, fast: Callable[[np.ndarray, Sequence[object]], bool], target: np.ndarray, args: Sequence[object]
     ) -> bool:
@@ -266,13 +300,13 @@ class CpuBackend(Backend):
         broadcast to the output's shape, and none overlapping the output except exactly (an in-place op): one
         chunk's writes must not reach another chunk's operands."""
         vals = [_np(a) if isinstance(a, View) else a for a in args]
-        arrays = [v for v in vals if isinstance(v, np.ndarray)]
-        splittable = target.ndim > 0 and target.shape[0] > 1 and target.size >= PARALLEL_MIN and cpu_threads() > 1
+        splittable = target.size >= PARALLEL_MIN and target.ndim > 0 and target.shape[0] > 1 and cpu_threads() > 1
         if splittable:
             splittable = all(
                 not np.may_share_memory(target, v)
                 or (v.shape == target.shape and v.strides == target.strides and _same_start(v, target))
-                for v in arrays
+                for v in vals
+                if isinstance(v, np.ndarray)
             )
         with np.errstate(all="ignore"):
             if not splittable:

@@ -145,5 +145,12 @@ define("copy", lambda m, a: a)
 # value checks (device_checks.py): true where lo <= v <= hi fails (NaN fails), or where it holds
 define("outside", lambda m, v, lo, hi: m.logical_not(m.logical_and(v >= lo, v <= hi)), returns_bool=True)
 define("inside", lambda m, v, lo, hi: m.logical_and(v >= lo, v <= hi), returns_bool=True)
+# the same, where v == a passes whatever the interval says
+define(
+    "outside_but",
+    lambda m, v, lo, hi, a: m.logical_and(m.logical_not(m.logical_and(v >= lo, v <= hi)), v != a),
+    returns_bool=True,
+)
+define("inside_but", lambda m, v, lo, hi, a: m.logical_and(m.logical_and(v >= lo, v <= hi), v != a), returns_bool=True)
 # the device-side index checks merge the flags of several steps
 define("flag_or", lambda m, a, b: m.maximum(a, b))

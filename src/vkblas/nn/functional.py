@@ -21,6 +21,7 @@ from ..ops.conv import avg_pool2d, conv2d, max_pool2d, unfold
 from ..ops.conv_variants import conv1d, conv_transpose2d
 from ..ops.dropout import alpha_dropout, dropout, dropout1d, dropout2d, dropout3d, feature_alpha_dropout
 from ..ops.indexing import check_index, gather_unchecked, one_hot, take_along
+from ..ops.linalg import linear as _linear
 from ..ops.norm import normalize_rows
 from ..ops.padding import pad
 from ..ops.parametric import celu, elu, hardtanh, softplus
@@ -148,8 +149,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             f"linear: input of shape {input.shape} does not match weight of shape {weight.shape} "
             f"(expected input of shape (*, {weight.shape[-1]}))"
         )
-    out = input.matmul(weight.mT)
-    return out if bias is None else out + bias
+    return _linear(input, weight, bias)
 
 
 def embedding(
@@ -358,12 +358,13 @@ def _nll_rows(
     flat = target.reshape(-1)
     ignored = flat == ignore_index
     safe = where(ignored, 0, flat)
-    check_index(
-        safe,
+    check_index(  # of the target itself, ignore_index allowed: the check keeps no tensor of the step alive
+        flat,
         0,
         n_classes,
         f"{op}: target class index {{bad}} is out of range for {n_classes} classes "
         f"(input shape {input_shape}; valid targets are 0..{n_classes - 1} or ignore_index={ignore_index})",
+        allow=ignore_index if -(2**31) <= ignore_index < 2**31 else None,
     )
     safe = safe.to(int32)
     keep = (~ignored).to(logp.dtype)
@@ -493,15 +494,16 @@ def _fused_cross_entropy(
     sdt = float64 if xr.dtype is float64 else float32
     with no_grad():
         small_ii = -(2**31) <= ignore_index < 2**31
-        # with ignore_index -1 (nanoGPT's) the valid targets are one interval, checked without a masked copy
+        # with ignore_index -1 (nanoGPT's) the valid targets are one interval; otherwise ignore_index is allowed
+        # besides it (the check keeps the target itself, no masked copy: see device_checks.Check)
         adjacent = ignore_index == -1
-        safe = flat if adjacent or not small_ii else _elementwise("ce_safe", flat, ignore_index)
         check_index(
-            safe,
+            flat,
             -1 if adjacent else 0,
             n_classes,
             f"{op}: target class index {{bad}} is out of range for {n_classes} classes "
             f"(input shape {shape}; valid targets are 0..{n_classes - 1} or ignore_index={ignore_index})",
+            allow=ignore_index if small_ii and not adjacent else None,
         )
         tgt = flat if flat.dtype is int32 else flat.to(int32)
         wd = None if weight is None else weight.detach().to(xr.dtype)
@@ -509,8 +511,11 @@ def _fused_cross_entropy(
         # each row's loss and weight side by side (when of one dtype): one reduction sums both for the mean
         paired = xr.dtype is sdt
         pair = empty((m, 2), sdt, backend) if paired else None
-        row = pair[:, 0] if pair is not None else empty((m,), xr.dtype, backend)
-        wk = pair[:, 1] if pair is not None else empty((m,), sdt, backend)
+        if pair is not None:  # its columns (pair[:, 0], pair[:, 1]) as views, without the indexing machinery
+            row = Tensor._make(View(pair._view.storage, (m,), (2,), 0), backend)
+            wk = Tensor._make(View(pair._view.storage, (m,), (2,), 1), backend)
+        else:
+            row, wk = empty((m,), xr.dtype, backend), empty((m,), sdt, backend)
         lse = empty((m,), sdt, backend)
         fused = small_ii and xr.numel() > 0
         fused = fused and backend.cross_entropy(
@@ -520,7 +525,7 @@ def _fused_cross_entropy(
 
         def composition_rows() -> list[Tensor]:
             if not composed:
-                masked = _elementwise("ce_safe", flat, ignore_index) if adjacent else safe
+                masked = _elementwise("ce_safe", flat, ignore_index) if small_ii else flat
                 index = masked.to(int32).unsqueeze(1)
                 keep = _elementwise("ce_keep", flat, ignore_index, out_dtype=xr.dtype).unsqueeze(1)
                 composed.extend((index, keep))
@@ -547,9 +552,9 @@ def _fused_cross_entropy(
         elif reduction == "sum":
             out, den = row.sum(), None
         elif fused and pair is not None:
-            sums = _raw_reduce("sum", pair, (0,), False)
-            den = sums[1]
-            out = sums[0] / den
+            sums = _raw_reduce("sum", pair, (0,), False)._view  # (loss sum, weight sum): their 0-d views
+            den = Tensor._make(View(sums.storage, (), (), 1), backend)
+            out = _elementwise("div", Tensor._make(View(sums.storage, (), (), 0), backend), den)
         else:
             den = cast(wk.sum(), xr.dtype)
             out = row.sum() / den

@@ -143,10 +143,21 @@ def elementwise(op: str, *operands: Any, out_dtype: DType | None = None, dtype: 
     (tensors of one shape and dtype, plain Python numbers) avoids the general broadcasting and promotion code.
     """
     spec = OPS[op]
-    if len(operands) == 2 and dtype is None and out_dtype is None:
-        fast = _binary_fast(op, spec, operands[0], operands[1])
-        if fast is not None:
-            return fast
+    if dtype is None and out_dtype is None:
+        if len(operands) == 2:
+            fast = _binary_fast(op, spec, operands[0], operands[1])
+            if fast is not None:
+                return fast
+        elif len(operands) == 1 and operands[0].__class__ is Tensor and spec.bool_operand is None:
+            # one tensor (relu, exp ...): its dtype is the result's unless the op computes in float
+            a = operands[0]
+            va = a._view
+            dt = va.storage.dtype
+            if dt.is_floating or not spec.float_only:
+                out = empty(va.shape, bool_ if spec.returns_bool else dt, a._backend)
+                if out._view.storage.numel:
+                    a._backend.elementwise(op, out._view, [va])
+                return out
     tensors = [o for o in operands if isinstance(o, Tensor)]
     if not tensors:
         raise TypeError(f"{op}: expected at least one Tensor operand")
@@ -291,19 +302,27 @@ def foreach(program: ForeachProgram, tensors: Sequence[Sequence[Tensor]], scalar
     (the optimizers' multi-tensor update)."""
     if not tensors:
         return
-    everything = [t for ts in tensors for t in ts] + [s for s in scalars if isinstance(s, Tensor)]
-    backend = same_backend("foreach", everything)
-    for ts in tensors:
-        for t in ts[1:]:
-            if t.shape != ts[0].shape or t.dtype is not ts[0].dtype:
-                raise RuntimeError(
-                    f"foreach: the tensors of one entry must share shape and dtype, got {ts[0].shape} "
-                    f"{ts[0].dtype.name} and {t.shape} {t.dtype.name}"
+    backend = tensors[0][0]._backend
+    views, mixed, bad = [], False, None
+    for ts in tensors:  # one pass over every tensor (the optimizers run this for every parameter every step)
+        vs = [t._view for t in ts]
+        shape, dtype = vs[0].shape, vs[0].storage.dtype
+        for t, v in zip(ts, vs, strict=True):
+            mixed = mixed or t._backend is not backend
+            if bad is None and (v.shape != shape or v.storage.dtype is not dtype):
+                bad = RuntimeError(
+                    f"foreach: the tensors of one entry must share shape and dtype, got {shape} "
+                    f"{dtype.name} and {v.shape} {v.storage.dtype.name}"
                 )
-    for s in scalars:
-        if isinstance(s, Tensor) and s.ndim:
+        views.append(vs)
+    tensor_scalars = [s for s in scalars if isinstance(s, Tensor)]
+    if mixed or any(s._backend is not backend for s in tensor_scalars):
+        same_backend("foreach", [t for ts in tensors for t in ts] + tensor_scalars)  # raises, naming the devices
+    if bad is not None:
+        raise bad
+    for s in tensor_scalars:
+        if s.ndim:
             raise RuntimeError(f"foreach: a tensor scalar must be 0-d, got shape {s.shape}")
-    views = [[t._view for t in ts] for ts in tensors]
     backend.foreach(program, views, [s._view if isinstance(s, Tensor) else s for s in scalars])
     written = {dst for dst, _, _ in program}
     for ts in tensors:

@@ -50,11 +50,13 @@ def _check_range(idx: Tensor, size: int, dim: int, shape: tuple[int, ...]) -> Te
     return where(elementwise("lt", idx, 0), elementwise("add", idx, size), idx)
 
 
-def check_index(idx: Tensor, low: int, high: int, message: str, error: type[Exception] = IndexError) -> None:
-    """Raise ``error`` (formatted with ``bad=``) if a value of ``idx`` is outside ``[low, high)``; see
-    ``Backend.check_values`` for when an asynchronous device reports it."""
+def check_index(
+    idx: Tensor, low: int, high: int, message: str, error: type[Exception] = IndexError, allow: int | None = None
+) -> None:
+    """Raise ``error`` (formatted with ``bad=``) if a value of ``idx`` other than ``allow`` is outside
+    ``[low, high)``; see ``Backend.check_values`` for when an asynchronous device reports it."""
     if idx.numel():
-        idx._backend.check_values(idx._view, low, high - 1, message, error)
+        idx._backend.check_values(idx._view, low, high - 1, message, error, allow=allow)
 
 
 @numpy_aliases
@@ -228,12 +230,16 @@ def _index_items(x: Tensor, index: Index) -> Index:
 
 
 def getitem(x: Tensor, index: Index) -> Tensor:
-    index = _index_items(x, index)
-    if isinstance(index, Tensor) and index.dtype is bool_:
-        return _mask_select(x, index)
-    items = _expand_items(x, index)
-    # bool tensor masks inside a tuple become integer indices (host round trip; data-dependent shape)
-    items = [_bool_to_int(it, x) if isinstance(it, Tensor) and it.dtype is bool_ else it for it in items]
+    cls = index.__class__
+    if (cls is int or cls is slice) and x._view.shape:  # x[i], x[a:b] (a batch): the general steps give this
+        items = [index, *[slice(None)] * (len(x._view.shape) - 1)]
+    else:
+        index = _index_items(x, index)
+        if isinstance(index, Tensor) and index.dtype is bool_:
+            return _mask_select(x, index)
+        items = _expand_items(x, index)
+        # bool tensor masks inside a tuple become integer indices (host round trip; data-dependent shape)
+        items = [_bool_to_int(it, x) if isinstance(it, Tensor) and it.dtype is bool_ else it for it in items]
     view, advanced = _basic(x, items)
     out = Tensor._make(view, x._backend)
     in_shape = x.shape

@@ -203,8 +203,7 @@ def _register(
 
 def _attach(rec: OpRecord, out: Tensor, a: Any, b: Any) -> None:
     """Record the autograd node of ``out = rec(a, b)``, keeping what the rules need (``out`` detached: no cycle)."""
-    values = {"x": a, "y": b}
-    saved = tuple(out.detach() if k == "out" else values[k] for k in rec.saves)
+    saved = tuple([out.detach() if k == "out" else a if k == "x" else b for k in rec.saves])
     inputs = (a,) if rec.arity == 1 else (a if isinstance(a, Tensor) else None, b if isinstance(b, Tensor) else None)
     assert rec.rule is not None
     record(out, rec.title, inputs, rec.rule, saved)
@@ -216,7 +215,7 @@ def _rule(grads: tuple[GradRule, ...], picks: tuple[tuple[int, ...], ...]) -> Ca
     def rule(n: Node, g: Tensor) -> tuple[Any, ...]:
         s = n.saved
         return tuple(
-            fn(g, *[s[i] for i in idx]) if need else None for fn, idx, need in zip(grads, picks, n.needs, strict=True)
+            [fn(g, *[s[i] for i in idx]) if need else None for fn, idx, need in zip(grads, picks, n.needs, strict=True)]
         )
 
     return rule

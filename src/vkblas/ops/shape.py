@@ -140,12 +140,20 @@ def permute(input: Tensor, *dims: Any) -> Tensor:  # noqa: A002
 
 
 def transpose(input: Tensor, dim0: int, dim1: int) -> Tensor:  # noqa: A002
-    order = list(range(input.ndim))
-    a, b = norm_dim(dim0, input.ndim), norm_dim(dim1, input.ndim)
-    if input.ndim == 0:  # dims 0 / -1 of a 0-d tensor
+    ndim = len(input._view.shape)
+    a, b = norm_dim(dim0, ndim), norm_dim(dim1, ndim)
+    if ndim == 0:  # dims 0 / -1 of a 0-d tensor
         return input
-    order[a], order[b] = order[b], order[a]
-    return permute(input, order)
+    # the swap written out, not a permute: ``mT`` runs it in every linear layer's backward
+    v = input._view
+    shape, strides = list(v.shape), list(v.strides)
+    shape[a], shape[b], strides[a], strides[b] = shape[b], shape[a], strides[b], strides[a]
+    return _view_of(
+        input,
+        View(v.storage, tuple(shape), tuple(strides), v.offset),
+        "TransposeBackward",
+        lambda n, g: (g.transpose(a, b),),
+    )
 
 
 def t(input: Tensor) -> Tensor:  # noqa: A002

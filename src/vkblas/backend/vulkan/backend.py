@@ -34,6 +34,7 @@ from ..base import (
     Scalar,
     UnsupportedError,
     View,
+    numel,
 )
 from .autotune import startup_check
 from .device import Device
@@ -89,16 +90,22 @@ _RANDOM_WORDS = struct.Struct("<II")
 _WINDOW_BYTES = PARAM_WORDS * 4
 
 
-def _foreach_bindable(v: View, n: int) -> bool:
-    """Whether ``foreach``'s fused kernel can take the view: float32, contiguous, ``n`` elements, in one binding."""
-    st = v.storage
-    return (
-        st.dtype is float32
-        and isinstance(getattr(st, "buffer", None), (PoolBuffer, Window))
-        and v.numel == n
-        and v.offset + n <= st.numel
-        and v.is_contiguous()
-    )
+def _foreach_bindable(views: Sequence[View], n: int) -> bool:
+    """Whether ``foreach``'s fused kernel can take the views: float32, contiguous, ``n`` elements, in one binding."""
+    for v in views:  # (a loop, not all() of a generator: the optimizers run this for every parameter every step)
+        st = v.storage
+        if not (
+            st.dtype is float32
+            and getattr(st, "buffer", None).__class__ in _BINDABLE
+            and v.offset + n <= st.numel
+            and numel(v.shape) == n
+            and v.is_contiguous()
+        ):
+            return False
+    return True
+
+
+_BINDABLE = (PoolBuffer, Window)
 
 
 class VulkanBackend(Backend):
@@ -232,12 +239,13 @@ class VulkanBackend(Backend):
         message: str,
         error: type[Exception] = IndexError,
         inside: bool = True,
+        allow: float | None = None,
     ) -> None:
         """Record the check (two dispatches, no host round trip). A failure raises at the next
         ``to_numpy``/``synchronize``; kernels never read out of bounds meanwhile (gather reads 0, scatter_add
         skips)."""
         if view.numel:
-            self.checks.record(Check(view, low, high, message, error, inside))
+            self.checks.record(Check(view, low, high, message, error, inside, allow))
 
     # -- graph capture (the optional interface of backend/base.py; vkblas.graphs drives it)
     def capture_begin(self) -> Recording:
@@ -426,9 +434,9 @@ class VulkanBackend(Backend):
             return super().foreach(program, tensors, scalars)
         fused, rest = [], []
         for views in tensors:
-            n = views[0].numel
+            n = numel(views[0].shape)
             if n:
-                (fused if len(views) == nslot and all(_foreach_bindable(v, n) for v in views) else rest).append(views)
+                (fused if len(views) == nslot and _foreach_bindable(views, n) else rest).append(views)
         limit = self.dev.limits["max-storage-buffers-per-shader-stage"]
         chunk: list[Sequence[View]] = []
         bufs: dict[Any, int] = {s.storage.buffer: 0 for s in dev_scal}
@@ -519,7 +527,11 @@ class VulkanBackend(Backend):
             and a.shape[-1] == b.shape[-2]
             and a.dtype is b.dtype
         ):
-            self._check_dtypes("matmul", [out, a, b])
+            for v in (out, a, b):  # the common case checked inline; _check_dtypes words the errors
+                st = v.storage
+                if st.__class__ is not VulkanStorage or st.dtype is not float32:
+                    self._check_dtypes("matmul", [out, a, b])
+                    break
         else:
             raise self._error(
                 InvalidArgumentError,
@@ -789,10 +801,15 @@ class VulkanBackend(Backend):
 
     # -- row normalisation (kernels/norm.py); a view of a large storage is left to the composition
     def _rows_plan(self, kind: str, views: Sequence[View | None], build: Any) -> tuple[Plan, list[View]]:
-        key: tuple[Any, ...] = (kind,)
+        parts: list[Any] = [kind]
+        present = []
         for v in views:
-            key += (None,) if v is None else (v[0].dtype, v[1], v[2])
-        present = [v for v in views if v is not None]
+            if v is None:
+                parts.append(None)
+            else:
+                parts += (v[0].dtype, v[1], v[2])
+                present.append(v)
+        key = tuple(parts)
         plan = self.plans.get(key)
         if plan is None:
             plan = self._plan(key, kind, present, build)

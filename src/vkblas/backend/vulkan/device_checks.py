@@ -31,8 +31,11 @@ SLOTS = 64
 
 
 class Check(NamedTuple):
-    """Every value of ``view`` must lie in ``[low, high]`` (``inside``; NaN fails) or outside it (not ``inside``);
-    otherwise ``error(message.format(bad=value))``. (A NamedTuple: one is made per checked index tensor.)"""
+    """Every value of ``view`` must lie in ``[low, high]`` (``inside``; NaN fails) or outside it (not ``inside``),
+    or equal ``allow``; otherwise ``error(message.format(bad=value))``. (A NamedTuple: one is made per checked
+    index tensor.) The check keeps ``view`` until the sync point reports it: a view of the caller's tensor, not a
+    masked copy, so that no buffer of the step is held past it (a held one shifts the pool's reuse order, and every
+    later dispatch then binds a new combination of buffers: a bind group created per dispatch)."""
 
     view: View
     low: float
@@ -40,11 +43,13 @@ class Check(NamedTuple):
     message: str
     error: type[Exception]
     inside: bool
+    allow: float | None = None
 
     def bad_mask(self, values: np.ndarray) -> np.ndarray:
         with np.errstate(invalid="ignore"):
             within = (values >= self.low) & (values <= self.high)
-        return ~within if self.inside else within
+        bad = ~within if self.inside else within
+        return bad if self.allow is None else bad & (values != self.allow)
 
 
 class DeviceChecks:
@@ -91,7 +96,11 @@ class DeviceChecks:
         """Reduced later over all axes: 1 where a value fails the check (bool stored as int)."""
         v = check.view
         bad = View.of(self.backend.alloc(v.numel, int32), v.shape)
-        self.backend.elementwise("outside" if check.inside else "inside", bad, [v, check.low, check.high])
+        if check.allow is None:
+            self.backend.elementwise("outside" if check.inside else "inside", bad, [v, check.low, check.high])
+        else:
+            op = "outside_but" if check.inside else "inside_but"
+            self.backend.elementwise(op, bad, [v, check.low, check.high, check.allow])
         return bad
 
     def _record_captured(self, rec: Recording, check: Check) -> None:

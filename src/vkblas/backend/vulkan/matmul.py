@@ -27,12 +27,13 @@ def encode_matmul(backend: Any, out: View, a: View, b: View) -> None:
         a.offset % 4 == 0,
         b.offset % 4 == 0,
     )
-    if any(isinstance(v.storage, LargeStorage) for v in (out, a, b)):
-        # before the tuner, which times the call's own operands: those of a large tensor are cut into pieces that
-        # fit a binding (large.py), whose matmuls come back here
-        raise NeedsSplitting("matmul")
     gp = backend.plans.get(key)
     if gp is None:
+        if any(isinstance(v.storage, LargeStorage) for v in (out, a, b)):
+            # before the tuner, which times the call's own operands: those of a large tensor are cut into pieces
+            # that fit a binding (large.py), whose matmuls come back here. (A cached plan needs no such check:
+            # binding a large storage raises NeedsSplitting before anything is recorded.)
+            raise NeedsSplitting("matmul")
         # never tuned or self-checked inside a graph capture: that work runs eagerly, unrecorded
         with backend.rt.paused():
             gp = backend.plans[key] = tuner(backend).plan(out, a, b)
