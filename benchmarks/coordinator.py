@@ -18,10 +18,12 @@ len), and ``--threads`` sets each worker's BLAS/OpenMP threads. Example (the H20
     PYTHONPATH=src python benchmarks/coordinator.py --devices vulkan:0,cpu,cpu,cpu --threads 4 --json out.json
 
 The clock of a run starts when every worker has registered and a unit is out (a worker still importing is not
-scaling). The scaling table's samples/s, speedup, idle % and coordinator CPU per update are the *steady* figures:
-from the first moment every worker has ``WARM_UNITS`` units done (its start-up, the dataset download and the units
-that calibrate its speed lie before) to the end of the run; idle is the difference of each worker's own clocks over
-that span. "idle % (whole run)" is each worker's idle over its whole life, start-up included.
+scaling). The scaling table's samples/s, speedup, idle % and coordinator CPU per update are the *steady* figures,
+after the first moment every worker has ``WARM_UNITS`` units done (its start-up, the dataset download and the units
+that calibrate its speed lie before): samples/s from the first model version applied after it to the last one
+(rounds are applied whole, so a span that ends mid-round would drop that round's work), idle as the difference of
+each worker's own clocks from it to the end of the run. "idle % (whole run)" is each worker's idle over its whole
+life, start-up included.
 
 ``--preset h200`` is issue 11's figures on the H200 machine in one bounded command: full MNIST, scaling runs of 20
 epochs cut at ``--time-cap 35`` s (a capped run's samples/s is still a rate; its accuracy is the model's at the cap;
@@ -56,6 +58,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: a worker's first units warm it up and calibrate its speed (the coordinator's RateMeter: one unit of warm-up, two
 #: of calibration); the steady figures start once every worker is past them
 WARM_UNITS = 3
+POLL_S = 0.25  # how often a run's status is read (the steady span's ends are known to within this)
 
 #: --preset NAME: (the flags' values, then the stages: a section with the values it overrides)
 PRESETS: dict[str, tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]] = {
@@ -159,8 +162,12 @@ class Run:
             timeline.append((t, sent, received, acc))
             if warm is None and all(w["units_done"] >= WARM_UNITS for w in st["workers"]):
                 warm = {"t": t, "samples_applied": st["samples_applied"], "accepted": st["accepted"],
-                        "cpu": cpu_seconds(self.server.pid),
+                        "cpu": cpu_seconds(self.server.pid), "applied": [],
                         "workers": {w["name"]: (w["wall_s"], w["idle_s"]) for w in st["workers"]}}  # fmt: skip
+            elif warm is not None:
+                last = warm["applied"][-1][1] if warm["applied"] else warm["samples_applied"]
+                if st["samples_applied"] > last:  # a new version: its time as this poll saw it
+                    warm["applied"].append((t, st["samples_applied"], st["accepted"], cpu_seconds(self.server.pid)))
             if kill_half_at is not None and not killed and st["samples_leased"] >= kill_half_at * st["samples_total"]:
                 for p in self.workers[: self.n // 2]:
                     os.killpg(p.pid, signal.SIGKILL)
@@ -171,7 +178,7 @@ class Run:
                 st["samples_timed"], st["updates_timed"] = st["samples_applied"] - applied0, st["accepted"] - accepted0
                 st["steady"] = steady_window(warm, st, t, cpu_seconds(self.server.pid))
                 return st
-            time.sleep(0.5)
+            time.sleep(POLL_S)
 
     def close(self) -> None:
         for p in self.procs:
@@ -184,9 +191,12 @@ class Run:
 
 
 def steady_window(warm: dict[str, Any] | None, st: dict[str, Any], t: float, cpu: float) -> dict[str, Any] | None:
-    """Figures over the steady part of a run: from the first poll at which every worker had ``WARM_UNITS`` units
-    done (start-up, the dataset download and the calibration units behind it) to the end. Idle per worker is the
-    difference of its own reported clocks (``idle_s`` / ``wall_s``) over that span. None if the run ended first."""
+    """Figures over the steady part of a run, after the first poll at which every worker had ``WARM_UNITS`` units
+    done (start-up, the dataset download and the calibration units lie before). Samples/s is counted from the first
+    model version applied after that poll to the last one applied (as first seen by a poll): samples are applied a
+    round at a time, so a span that ended mid-round would leave out that round's work (a unit of 3 s is a sixth of
+    a 20 s span). Idle per worker is the difference of its own reported clocks (``idle_s`` / ``wall_s``) from that
+    poll to the end. None if the run ended first."""
     if warm is None or t - warm["t"] <= 0:
         return None
     idle = {}
@@ -194,12 +204,17 @@ def steady_window(warm: dict[str, Any] | None, st: dict[str, Any], t: float, cpu
         wall0, idle0 = warm["workers"].get(w["name"], (0.0, 0.0))
         span = w["wall_s"] - wall0
         idle[w["name"]] = (w["idle_s"] - idle0) / span if span > 0 else None
+    if len(warm["applied"]) >= 2:
+        (t0, s0, a0, c0), (t1, s1, a1, c1) = warm["applied"][0], warm["applied"][-1]
+    else:  # fewer than two versions after warm-up: from the warm-up poll to the end
+        t0, s0, a0, c0 = warm["t"], warm["samples_applied"], warm["accepted"], warm["cpu"]
+        t1, s1, a1, c1 = t, st["samples_applied"], st["accepted"], cpu
     return {
-        "from_s": warm["t"],
-        "seconds": t - warm["t"],
-        "samples": st["samples_applied"] - warm["samples_applied"],
-        "updates": st["accepted"] - warm["accepted"],
-        "coordinator_cpu_s": cpu - warm["cpu"],
+        "from_s": t0,
+        "seconds": t1 - t0,
+        "samples": s1 - s0,
+        "updates": a1 - a0,
+        "coordinator_cpu_s": c1 - c0,
         "idle_fraction": idle,
     }
 
