@@ -88,7 +88,7 @@ def test_pickled_tensors_arrive_on_the_device_asked_for() -> None:
     assert t.device.type == "vulkan" and t.dtype is vkblas.float32 and t.tolist() == [1.0, 2.0]
 
 
-MB3 = 3_145_728  # the pool's bucket for 3 000 000 bytes: 6 eighths of 4 MiB
+MB3 = 3_145_728  # the pool's bucket for 3 000 000 bytes: 12 sixteenths of 4 MiB
 
 
 @requires_vulkan

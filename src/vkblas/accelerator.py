@@ -101,7 +101,7 @@ class device_index:  # noqa: N801 - PyTorch's name
 
 # ---------------------------------------------------------------- memory (PyTorch >= 2.8's torch.accelerator names)
 # The numbers are the Vulkan backend's buffer pool: a tensor holds a pooled buffer of its bucket's size (a power of
-# two up to 1 MiB, then eighths of one), as PyTorch's caching allocator counts its rounded blocks.
+# two up to 1 MiB, then sixteenths of one), as PyTorch's caching allocator counts its rounded blocks.
 
 
 def _pool_backend(device_index: int | str | device | None) -> _backends.Backend:
