@@ -3,9 +3,10 @@
 Creating a wgpu buffer costs far more than a small kernel, so freed buffers go back to a pool keyed by bucket size
 and are handed out again. Buckets: powers of two from 256 B up to 1 MiB, above that sixteenths of the next power
 of two (at most 12.5 % waste, just above a power of two; eighths wasted up to 25 %, and kept the CNN step of
-issue 15 at 293 MiB against 264.5 with sixteenths, on the same tensors). Reuse is safe without tracking: every later use of a recycled buffer is recorded after the
-work that used it before, and the queue executes in order. The one exception, host uploads via
-``queue.write_buffer`` (they run *before* the next submit's dispatches), is handled by ``Runtime.upload``.
+issue 15 at 293 MiB against 264.5 with sixteenths, on the same tensors). Reuse is safe without tracking: every
+later use of a recycled buffer is recorded after the work that used it before, and the queue executes in order. The
+one exception, host uploads via ``queue.write_buffer`` (they run *before* the next submit's dispatches), is handled
+by ``Runtime.upload``.
 
 A buffer returns to the pool from ``VulkanStorage.__del__`` (cheaper than ``weakref.finalize`` on the hot path).
 
