@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmark scripts: timing, device discovery, table printing."""
+"""Helpers shared by the benchmark scripts: timing, device discovery, table printing, per-phase memory peaks."""
 
 from __future__ import annotations
 
@@ -61,3 +61,43 @@ def mnist_example_cnn(nn: Any, num_classes: int = 10) -> Any:
         nn.ReLU(),
         nn.Linear(128, num_classes),
     )
+
+
+class PhasePeaks:
+    """Bytes above a step's baseline, per phase, from an allocator's counters: ``sync`` waits for the device,
+    ``reset`` restarts its peak, ``peak`` and ``allocated`` read it (vkblas's backend statistics, or
+    ``torch.cuda``'s). ``res`` collects the figures by name."""
+
+    def __init__(
+        self, sync: Callable[[], Any], reset: Callable[[], Any], peak: Callable[[], int], allocated: Callable[[], int]
+    ) -> None:
+        self.sync, self.reset, self.peak, self.allocated = sync, reset, peak, allocated
+        self.res: dict[str, Any] = {}
+
+    @classmethod
+    def of_backend(cls, backend: Any) -> PhasePeaks:
+        """A vkblas backend's ``memory_stats`` (live storages on cpu, the buffer pool's buckets on Vulkan)."""
+        return cls(
+            backend.synchronize,
+            backend.reset_peak_memory_stats,
+            lambda: backend.memory_stats()["peak_allocated"],
+            lambda: backend.memory_stats()["allocated"],
+        )
+
+    def start(self) -> None:
+        """The step's baseline: what is allocated now."""
+        self.sync()
+        self.res["baseline"] = self.allocated()
+
+    def measure(self, phase: str, fn: Callable[[], Any]) -> Any:
+        """``fn()``, recording its peak above the baseline as ``phase``."""
+        self.sync()
+        self.reset()
+        out = fn()
+        self.sync()
+        self.res[phase] = self.peak() - self.res["baseline"]
+        return out
+
+    def live(self, name: str) -> None:
+        """What is allocated now above the baseline, as ``name`` (after a ``measure``, which ended in a sync)."""
+        self.res[name] = self.allocated() - self.res["baseline"]

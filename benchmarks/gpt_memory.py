@@ -41,7 +41,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _common import print_table  # noqa: E402
+from _common import PhasePeaks, print_table  # noqa: E402
 
 PRESETS: dict[str, dict[str, int]] = {
     "small": dict(n_layer=2, n_embd=256, n_head=8, vocab_size=50304, block_size=256, batch=4),
@@ -135,33 +135,23 @@ def run_vkblas(cfg: dict[str, int], device: str, checkpointing: bool) -> dict[st
     vb.manual_seed(0)
     model = GPT(GPTConfig(**model_config(cfg), activation_checkpointing=checkpointing)).to(device)
     opt = model.configure_optimizers(0.1, 3e-4, (0.9, 0.95))
-    backend = model.lm_head.weight._backend
     x, y = (vb.tensor(a, device=device) for a in batch(cfg))
     exclude = {id(p._view.storage) for p in model.parameters()} | {id(b._view.storage) for b in model.buffers()}
-    res: dict[str, Any] = {}
-
-    def measure(phase: str, fn: Callable[[], Any]) -> Any:
-        backend.synchronize()
-        backend.reset_peak_memory_stats()
-        out = fn()
-        backend.synchronize()
-        res[phase] = backend.memory_stats()["peak_allocated"] - res["baseline"]
-        return out
+    meter = PhasePeaks.of_backend(model.lm_head.weight._backend)
 
     def step(record: bool) -> None:  # the caller holds the logits until the step ends, as gpt_scale.py's does
         opt.zero_grad(set_to_none=True)
-        backend.synchronize()
-        res["baseline"] = backend.memory_stats()["allocated"]
-        logits, loss = measure("forward", lambda: model(x, y))
+        meter.start()
+        logits, loss = meter.measure("forward", lambda: model(x, y))
         if record:
-            res["live after forward"] = backend.memory_stats()["allocated"] - res["baseline"]
-            res["graph"] = vkblas_graph_bytes(loss.grad_fn, exclude)
-        measure("backward", loss.backward)
-        measure("optimizer step", opt.step)
+            meter.live("live after forward")
+            meter.res["graph"] = vkblas_graph_bytes(loss.grad_fn, exclude)
+        meter.measure("backward", loss.backward)
+        meter.measure("optimizer step", opt.step)
 
     step(False)  # the warm-up step: AdamW's state
     step(True)
-    return res
+    return meter.res
 
 
 # ---------------------------------------------------------------- PyTorch

@@ -63,7 +63,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import mnist_example_cnn, print_table, torch_or_none  # noqa: E402
+from _common import PhasePeaks, mnist_example_cnn, print_table, torch_or_none  # noqa: E402
 
 BATCH = 512
 BATCHES = 16  # distinct batches held on the device
@@ -259,6 +259,20 @@ def torch_runs(model_name: str, torch: Any, device: str, args: argparse.Namespac
 MEMORY_PHASES = ("forward", "backward", "optimizer step")
 
 
+def cnn_step_peaks(model: Any, opt: Any, x: Any, y: Any, cross_entropy: Callable, meter: PhasePeaks) -> dict:
+    """Live after forward and each phase's peak of the CNN's second training step (the first makes Adam's state),
+    above the step's baseline."""
+    for _ in range(2):
+        opt.zero_grad(set_to_none=True)
+        meter.start()
+        loss = meter.measure("forward", lambda: cross_entropy(model(x), y))
+        meter.live("live after forward")
+        meter.measure("backward", loss.backward)
+        meter.measure("optimizer step", opt.step)
+        del loss
+    return meter.res
+
+
 def vkblas_memory(device: str, batch: int = BATCH) -> dict[str, int]:
     """Bytes above the baseline of one CNN step on ``device``: live after forward and each phase's peak."""
     import vkblas as vk
@@ -266,31 +280,10 @@ def vkblas_memory(device: str, batch: int = BATCH) -> dict[str, int]:
 
     xh, yh = host_data()
     x, y = vk.tensor(xh[:batch], device=device), vk.tensor(yh[:batch].astype(np.int32), device=device)
-    backend = x._backend
     vk.manual_seed(0)
     model = build("cnn", nn).to(device)
     opt = vk.optim.Adam(model.parameters(), lr=1e-3)
-    res: dict[str, int] = {}
-
-    def measure(phase: str, fn: Callable[[], Any]) -> Any:
-        backend.synchronize()
-        backend.reset_peak_memory_stats()
-        out = fn()
-        backend.synchronize()
-        res[phase] = backend.memory_stats()["peak_allocated"] - res["baseline"]
-        return out
-
-    for _ in range(2):  # the first step makes Adam's state; the second is measured
-        opt.zero_grad(set_to_none=True)
-        backend.synchronize()
-        res["baseline"] = backend.memory_stats()["allocated"]
-        loss = measure("forward", lambda: nn.functional.cross_entropy(model(x), y))
-        backend.synchronize()
-        res["live after forward"] = backend.memory_stats()["allocated"] - res["baseline"]
-        measure("backward", loss.backward)
-        measure("optimizer step", opt.step)
-        del loss
-    return res
+    return cnn_step_peaks(model, opt, x, y, nn.functional.cross_entropy, PhasePeaks.of_backend(x._backend))
 
 
 def torch_cpu_memory(torch: Any, batch: int = BATCH) -> dict[str, int]:
@@ -321,32 +314,14 @@ def torch_cpu_memory(torch: Any, batch: int = BATCH) -> dict[str, int]:
 def torch_cuda_memory(torch: Any, batch: int = BATCH) -> dict[str, int]:
     """The same step in PyTorch on CUDA: the caching allocator's peak of allocated bytes in each phase (what
     tensors hold, not what the allocator reserved), above the same baseline."""
-    nn, F, cuda = torch.nn, torch.nn.functional, torch.cuda
+    cuda = torch.cuda
     xh, yh = host_data()
     x, y = torch.from_numpy(xh[:batch]).cuda(), torch.from_numpy(yh[:batch]).cuda()
     torch.manual_seed(0)
-    model = build("cnn", nn).cuda()
+    model = build("cnn", torch.nn).cuda()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    res: dict[str, int] = {}
-
-    def measure(phase: str, fn: Callable[[], Any]) -> Any:
-        cuda.synchronize()
-        cuda.reset_peak_memory_stats()
-        out = fn()
-        cuda.synchronize()
-        res[phase] = cuda.max_memory_allocated() - res["baseline"]
-        return out
-
-    for _ in range(2):  # the first step makes Adam's state; the second is measured
-        opt.zero_grad(set_to_none=True)
-        cuda.synchronize()
-        res["baseline"] = cuda.memory_allocated()
-        loss = measure("forward", lambda: F.cross_entropy(model(x), y))
-        res["live after forward"] = cuda.memory_allocated() - res["baseline"]
-        measure("backward", loss.backward)
-        measure("optimizer step", opt.step)
-        del loss
-    return res
+    meter = PhasePeaks(cuda.synchronize, cuda.reset_peak_memory_stats, cuda.max_memory_allocated, cuda.memory_allocated)
+    return cnn_step_peaks(model, opt, x, y, torch.nn.functional.cross_entropy, meter)
 
 
 def memory_table(devices: list[str], torch: Any, batch: int = BATCH) -> None:
