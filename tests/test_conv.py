@@ -454,3 +454,150 @@ def test_max_pool2d_in_chunks_of_images_matches_loop(device, k, s, p, monkeypatc
     g = np.random.default_rng(18).standard_normal(y.shape)
     y.backward(vk.tensor(g, dtype=dt, device=device))
     np.testing.assert_allclose(xt.grad.numpy(), pool_grad_ref(x, g, k, s, p, "max"), rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------ implicit GEMM (Vulkan)
+# the Vulkan backend's ``convolution`` primitive: forward, input and weight gradient as one GEMM each, the operands
+# read through the convolution's geometry. Shapes chosen so that K (C*kh*kw, O*kh*kw, N*OH*OW) and the pixel grids
+# cross tile and K-step edges, with stride, padding and dilation per axis, 1x1 kernels and one image, pixel counts
+# with and without a multiple of 4
+IMPLICIT_CASES = [
+    ((2, 4, 7, 8), (6, 3, 2), dict(stride=(1, 1), padding=(0, 0), dilation=(1, 1))),
+    ((3, 5, 11, 9), (7, 3, 3), dict(stride=(2, 3), padding=(1, 2), dilation=(1, 1))),
+    ((2, 3, 13, 12), (5, 3, 2), dict(stride=(1, 2), padding=(2, 1), dilation=(2, 3))),
+    ((1, 9, 6, 6), (33, 1, 1), dict(stride=(1, 1), padding=(0, 0), dilation=(1, 1))),
+    ((4, 2, 9, 9), (3, 5, 5), dict(stride=(3, 2), padding=(2, 2), dilation=(1, 1))),
+    # channels a multiple of the K step (16, 32): one (ky, kx) per K tile of the forward and input products
+    ((2, 16, 6, 5), (32, 3, 3), dict(stride=(1, 1), padding=(1, 1), dilation=(1, 1))),
+    ((3, 32, 9, 8), (16, 3, 2), dict(stride=(2, 1), padding=(1, 0), dilation=(2, 2))),
+    # fewer pixels than channels, and pixel planes smaller than a tile
+    ((2, 3, 4, 4), (40, 3, 3), dict(stride=(1, 1), padding=(0, 0), dilation=(1, 1))),
+    ((2, 20, 3, 3), (5, 2, 2), dict(stride=(1, 1), padding=(1, 1), dilation=(1, 1))),
+]
+
+
+def _conv_primitive_calls(monkeypatch):
+    """Records (kind, did it) of every call of the Vulkan backend's convolution primitive."""
+    from vkblas.backend.vulkan.backend import VulkanBackend
+
+    calls, original = [], VulkanBackend.convolution
+
+    def spy(self, kind, *args):
+        done = original(self, kind, *args)
+        calls.append((kind, done))
+        return done
+
+    monkeypatch.setattr(VulkanBackend, "convolution", spy)
+    return calls
+
+
+@pytest.mark.skipif(not HAS_VULKAN, reason="no Vulkan adapter")
+@pytest.mark.parametrize("xshape,wshape,kw", IMPLICIT_CASES, ids=str)
+def test_vulkan_conv2d_implicit_gemm_matches_loop(xshape, wshape, kw, monkeypatch):
+    calls = _conv_primitive_calls(monkeypatch)
+    rng = np.random.default_rng(20)
+    o, kh, kwid = wshape
+    x, w, b = rng.standard_normal(xshape), rng.standard_normal((o, xshape[1], kh, kwid)), rng.standard_normal(o)
+    want = conv_ref(x, w, b, **kw)
+    g = rng.standard_normal(want.shape)
+    got = _conv_forward_backward("vulkan", vk.float32, x, w, b, g, kw)
+    # the input gradient's product needs output channels in multiples of 16 (whole-tile taps), else composition
+    assert sorted(calls) == [("forward", True), ("input", o % 16 == 0), ("weight", True)]
+    for out, ref in zip(got, (want, *conv_grads_ref(x, w, g, groups=1, **kw)), strict=True):
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not HAS_VULKAN, reason="no Vulkan adapter")
+def test_vulkan_conv2d_implicit_gemm_reads_any_strides(monkeypatch):
+    """A non-contiguous input (every other channel, H and W swapped) and an expanded output gradient (strides 0,
+    from ``sum().backward()``) are read through their strides, not copied."""
+    calls = _conv_primitive_calls(monkeypatch)
+    rng = np.random.default_rng(21)
+    x, w = rng.standard_normal((3, 6, 9, 11)), rng.standard_normal((4, 3, 3, 3))
+    xt, wt = (vk.tensor(a, dtype=vk.float32, device="vulkan", requires_grad=True) for a in (x, w))
+    view = xt[:, ::2].transpose(2, 3)
+    assert not view._view.is_contiguous()
+    y = F.conv2d(view, wt, None, padding=1)
+    y.sum().backward()
+    xv = x[:, ::2].transpose(0, 1, 3, 2)
+    kw = dict(stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1)
+    dx, dw, _ = conv_grads_ref(xv, w, np.ones(y.shape), **kw)
+    full_dx = np.zeros_like(x)
+    full_dx[:, ::2] = dx.transpose(0, 1, 3, 2)
+    np.testing.assert_allclose(y.detach().numpy(), conv_ref(xv, w, None, padding=1), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(xt.grad.numpy(), full_dx, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(wt.grad.numpy(), dw, rtol=1e-4, atol=1e-4)
+    assert calls == [("forward", True), ("input", False), ("weight", True)]  # 4 output channels: see above
+
+
+@pytest.mark.skipif(not HAS_VULKAN, reason="no Vulkan adapter")
+@pytest.mark.parametrize("stride", [1, 2])
+def test_vulkan_conv2d_input_gradient_adds_only_real_terms(stride, monkeypatch):
+    """An inf and a NaN weight: the input gradient is NaN / inf exactly where a real term carries them (PyTorch's
+    col2im), not also at the border pixels whose missing taps a GEMM would otherwise add as ``0 * w``."""
+    calls = _conv_primitive_calls(monkeypatch)
+    rng = np.random.default_rng(24)
+    x, w = rng.standard_normal((2, 3, 7, 6)), rng.standard_normal((16, 3, 3, 3))
+    w[2, 1, 0, 0], w[5, 0, 2, 1] = np.inf, np.nan
+    xt, wt = (vk.tensor(a, dtype=vk.float32, device="vulkan", requires_grad=True) for a in (x, w))
+    y = F.conv2d(xt, wt, None, stride=stride, padding=1)
+    g = np.abs(rng.standard_normal(y.shape)) + 0.5  # positive: inf stays inf where only it is non-finite
+    y.backward(vk.tensor(g, dtype=vk.float32, device="vulkan"))
+    kw = dict(stride=(stride, stride), padding=(1, 1), dilation=(1, 1), groups=1)
+    with np.errstate(invalid="ignore"):
+        want = conv_grads_ref(x, w, g, **kw)[0]
+    got = xt.grad.numpy()
+    assert ("input", True) in calls
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    assert 0 < finite.sum() < finite.size  # both kinds of pixel are there
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not HAS_VULKAN, reason="no Vulkan adapter")
+def test_vulkan_conv2d_float16_and_special_values_through_the_primitive(monkeypatch):
+    calls = _conv_primitive_calls(monkeypatch)
+    rng = np.random.default_rng(22)
+    x, w = rng.standard_normal((2, 3, 6, 5)), rng.standard_normal((4, 3, 3, 3))
+    got = F.conv2d(vk.tensor(x, dtype=vk.float16, device="vulkan"), vk.tensor(w, dtype=vk.float16, device="vulkan"))
+    assert got.dtype is vk.float16
+    np.testing.assert_allclose(got.numpy().astype(np.float64), conv_ref(x, w, None), rtol=2e-2, atol=2e-2)
+    x[1, 2, 3, 4], x[0, 0, 0, 0] = np.nan, np.inf  # NaN spreads over its windows, inf too (or NaN where 0*inf)
+    want = conv_ref(x, w, None, padding=1)
+    xt, wt = (vk.tensor(a, dtype=vk.float32, device="vulkan") for a in (x, w))
+    got = F.conv2d(xt, wt, padding=1)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
+    assert [done for _, done in calls] == [True, True]
+
+
+@pytest.mark.skipif(not HAS_VULKAN, reason="no Vulkan adapter")
+def test_vulkan_convolution_primitive_errors_name_the_shapes():
+    be = vk.tensor([0.0], device="vulkan")._backend
+    x, w = vk.empty((2, 3, 5, 5), device="vulkan"), vk.empty((4, 3, 3, 3), device="vulkan")
+    out = vk.empty((2, 4, 4, 4), device="vulkan")  # 3x3 kernel: 3x3 outputs, not 4x4
+    with pytest.raises(ValueError, match=r"convolution forward.*\(2, 4, 4, 4\) \(expected \(2, 4, 3, 3\)\)"):
+        be.convolution("forward", out._view, x._view, w._view, (3, 3), (1, 1), (0, 0), (1, 1))
+    out = vk.empty((2, 4, 3, 3), device="vulkan")
+    with pytest.raises(ValueError, match=r"weight of shape \(4, 3, 3, 3\), expected \(4, 3, 2, 2\)"):
+        be.convolution("forward", out._view, x._view, w._view, (2, 2), (1, 1), (0, 0), (1, 1))
+    with pytest.raises(ValueError, match="unknown convolution product 'sideways'"):
+        be.convolution("sideways", out._view, x._view, w._view, (3, 3), (1, 1), (0, 0), (1, 1))
+
+
+@pytest.mark.skipif(not HAS_VULKAN, reason="no Vulkan adapter")
+@pytest.mark.parametrize("kw", CHUNK_CASES[::2], ids=str)
+def test_vulkan_conv2d_composition_still_matches_without_the_primitive(kw, monkeypatch):
+    """Where the primitive declines (an operand of a large tensor), the chunked composition does the work: on
+    Vulkan too, with every image a chunk of its own."""
+    from vkblas.backend.vulkan.backend import VulkanBackend
+
+    monkeypatch.setattr(VulkanBackend, "convolution", lambda self, *a: False)
+    monkeypatch.setattr(conv_ops, "COLUMN_BUDGET", 1)
+    rng = np.random.default_rng(23)
+    x, w, b = rng.standard_normal((3, 4, 7, 8)), rng.standard_normal((6, 4, 3, 2)), rng.standard_normal(6)
+    want = conv_ref(x, w, b, **kw)
+    g = rng.standard_normal(want.shape)
+    got = _conv_forward_backward("vulkan", vk.float32, x, w, b, g, kw)
+    for out, ref in zip(got, (want, *conv_grads_ref(x, w, g, **kw)), strict=True):
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)

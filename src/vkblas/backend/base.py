@@ -30,6 +30,9 @@ Primitives (all outputs are views the caller allocated; inputs may be any views,
                        outside ``x``). ``out`` may have any strides (conv2d writes a (C*kh*kw, N, L) layout).
 ``fold``               col2im (``torch.nn.functional.fold``), the adjoint of ``unfold``: ``out`` (N, C, H, W) is
                        overwritten with, per pixel, the sum of the ``cols`` entries ``unfold`` read from it.
+``convolution``        optional (:meth:`Backend.convolution`): conv2d's forward, input gradient and weight gradient
+                       (groups 1) without im2col columns in memory; a backend without it gets ``unfold`` / ``fold``
+                       and ``matmul`` from ``vkblas.ops``, in chunks of images.
 ``max_pool2d``         optional (:meth:`Backend.max_pool2d`, :meth:`Backend.max_pool2d_backward`): max and argmax
                        over non-overlapping windows in one pass, and the gradient put back at the argmax; a backend
                        without them gets ``unfold`` + reductions and a one-hot ``fold`` from ``vkblas.ops``.
@@ -330,6 +333,29 @@ class Backend(ABC):
         """col2im, the adjoint of :meth:`unfold`: ``out`` (N, C, H, W) is overwritten with, for every pixel, the
         sum of the ``cols`` (N, C*kh*kw, OH*OW) entries that ``unfold`` reads from it (0 where none does).
         Deterministic: no atomics, each output pixel gathers its own terms. ``out`` must not overlap ``cols``."""
+
+    def convolution(
+        self,
+        kind: str,
+        out: View,
+        a: View,
+        b: View,
+        kernel_size: tuple[int, int],
+        stride: tuple[int, int],
+        padding: tuple[int, int],
+        dilation: tuple[int, int],
+    ) -> bool:
+        """Optional: one product of a 2-D convolution (groups 1, symmetric ``padding``), ``out`` contiguous:
+
+        * ``forward``: ``out`` (N, O, OH, OW) = conv2d(``a`` = x (N, C, H, W), ``b`` = weight (O, C, kh, kw));
+        * ``input``: ``out`` (N, C, H, W) = the input gradient from ``a`` = grad (N, O, OH, OW) and ``b`` = the
+          weight (O, C, kh, kw);
+        * ``weight``: ``out`` (O, C*kh*kw) = the weight gradient from ``a`` = grad (N, O, OH, OW), ``b`` = x.
+
+        Returns whether it did the work; the default leaves it to ``vkblas.ops``' ``unfold`` / ``matmul`` /
+        ``fold`` composition. Why a primitive: the composition stores C*kh*kw values per output pixel (the
+        MNIST CNN's second conv at batch 512: 340 MB), and moves them through memory twice more."""
+        return False
 
     def max_pool2d(self, values: View, indices: View, x: View, kernel_size: tuple[int, int]) -> bool:
         """Optional: max pooling of ``x`` (N, C, H, W) over the non-overlapping windows of ``unfold`` with stride =

@@ -1,7 +1,9 @@
 """Convolution and pooling on the ``unfold`` (im2col) and ``fold`` (col2im) backend primitives.
 
 * ``unfold`` / ``fold`` are differentiable ops and each other's backward (fold is unfold's adjoint).
-* ``conv2d`` is one autograd node that saves only its input and weight, as PyTorch's does. The batch goes through
+* ``conv2d`` is one autograd node that saves only its input and weight, as PyTorch's does. Where the backend has
+  the optional ``convolution`` primitive (Vulkan: implicit GEMM, no columns in memory), forward, input gradient and
+  weight gradient are one call each (groups 1); otherwise, and for grouped convolutions, the batch goes through
   in chunks of images whose unfolded columns fit in ``COLUMN_BUDGET`` bytes: per chunk, unfold into a
   (C*kh*kw, n, L) layout (``L = OH*OW``), viewed as (groups, C/groups*kh*kw, n*L), so one matmul per group does the
   chunk: ``out = W @ cols``. Backward, per chunk: the columns are unfolded again for ``dW += g @ cols^T`` (the
@@ -246,50 +248,86 @@ def _columns(x: Tensor, k: Pair, s: Pair, p: Pair, d: Pair, groups: int) -> Tens
 def _conv2d_node(
     x: Tensor, weight: Tensor, bias: Tensor | None, s: Pair, p: Pair, d: Pair, groups: int, unbatched: bool
 ) -> Tensor:
-    """The convolution of a batched, symmetrically padded problem, chunked over images (see the module's notes)."""
+    """The convolution of a batched, symmetrically padded problem: the backend's ``convolution`` primitive where it
+    has one (implicit GEMM, no columns in memory), else chunked over images (see the module's notes)."""
     o, cg, kh, kw = weight.shape
     k = (kh, kw)
     n, c = x.shape[:2]
     ho, wo = _out_hw("conv2d", x.shape, k, s, p, d)
     length = ho * wo
+    be = x._backend
     # a chunk's columns, and its GEMM result (forward) or gradient copy (backward) beside them, fit the budget
     chunks = _chunks(n, max(c * kh * kw, o) * length * x.dtype.itemsize)
 
+    def direct(kind: str, out: Tensor, a: Tensor, b: Tensor) -> bool:
+        return be.convolution(kind, out._view, a._view, b._view, k, s, p, d)
+
+    fast = groups == 1  # the primitive's products are groups-1 GEMMs
     with no_grad():
-        wm = weight.reshape(groups, o // groups, cg * kh * kw)
-        out = empty((n, o, ho, wo), x.dtype, x._backend)
-        for i0, i1 in chunks:
-            prod = wm.matmul(_columns(_images(x, i0, i1), k, s, p, d, groups))  # (groups, O/groups, n*L)
-            prod = prod.reshape(o, i1 - i0, ho, wo).permute(1, 0, 2, 3)  # (n, O, OH, OW) through strides
-            # the bias add (or a copy) writes the chunk into the contiguous result, as PyTorch's is
+        out = empty((n, o, ho, wo), x.dtype, be)
+        if fast and direct("forward", out, x, weight):
             if bias is not None:
-                write_into(_images(out, i0, i1), "add", prod, bias.reshape(1, o, 1, 1))
-            else:
-                write_into(_images(out, i0, i1), "copy", prod)
+                write_into(out, "add", out, bias.reshape(1, o, 1, 1))
+        else:
+            wm = weight.reshape(groups, o // groups, cg * kh * kw)
+            for i0, i1 in chunks:
+                prod = wm.matmul(_columns(_images(x, i0, i1), k, s, p, d, groups))  # (groups, O/groups, n*L)
+                prod = prod.reshape(o, i1 - i0, ho, wo).permute(1, 0, 2, 3)  # (n, O, OH, OW) through strides
+                # the bias add (or a copy) writes the chunk into the contiguous result, as PyTorch's is
+                if bias is not None:
+                    write_into(_images(out, i0, i1), "add", prod, bias.reshape(1, o, 1, 1))
+                else:
+                    write_into(_images(out, i0, i1), "copy", prod)
         out._view.storage.version = 0
 
     def rule(node: Node, g: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
         xs, ws = node.saved
         need_x, need_w, need_b = node.needs
-        wg = ws.reshape(groups, o // groups, cg * kh * kw)
         gx = empty(xs.shape, g.dtype, g._backend) if need_x else None
-        gw = None
-        for i0, i1 in chunks if need_x or need_w else ():
-            nb = i1 - i0
-            gm = _images(g, i0, i1).permute(1, 0, 2, 3).reshape(groups, o // groups, nb * length)  # a copy
-            if need_w:
-                part = gm.matmul(_columns(_images(xs, i0, i1), k, s, p, d, groups).mT)
-                gw = part if gw is None else write_into(gw, "add", gw, part)
-            if need_x and gx is not None and gx.numel():
-                cols = wg.mT.matmul(gm).reshape(c * kh * kw, nb, length).permute(1, 0, 2)  # (n, C*kh*kw, L)
-                g._backend.fold(_images(gx, i0, i1)._view, cols._view, k, s, p, d)
-        if need_w and gw is None:  # an empty batch
-            gw = full(tuple(ws.shape), 0.0, ws.dtype, ws._backend)
+        gw = empty((o, cg * kh * kw), g.dtype, g._backend) if need_w else None
+        x_left = gx is not None and not (fast and direct("input", gx, g, ws))
+        w_left = gw is not None and not (fast and direct("weight", gw, g, xs))
+        if x_left or w_left:
+            part = _conv2d_backward_chunks(g, xs, ws, gx if x_left else None, w_left, chunks, k, s, p, d, groups)
+            gw = part if w_left else gw
         gb = g.sum(dim=(0, 2, 3)) if need_b else None
         return gx, None if gw is None else gw.reshape(ws.shape), gb
 
     out = record(out, "ConvolutionBackward", (x, weight, bias), rule, (x, weight))
     return out.squeeze(0) if unbatched else out
+
+
+def _conv2d_backward_chunks(
+    g: Tensor,
+    xs: Tensor,
+    ws: Tensor,
+    gx: Tensor | None,
+    want_w: bool,
+    chunks: list[tuple[int, int]],
+    k: Pair,
+    s: Pair,
+    p: Pair,
+    d: Pair,
+    groups: int,
+) -> Tensor | None:
+    """The composition's backward, chunk by chunk: folds the input gradient into ``gx`` (when given) and returns
+    the weight gradient as (groups, O/groups, C/groups*kh*kw) (when ``want_w``)."""
+    o, cg, kh, kw = ws.shape
+    c, length = xs.shape[1], g.shape[2] * g.shape[3]
+    wg = ws.reshape(groups, o // groups, cg * kh * kw)
+    gw = None
+    for i0, i1 in chunks:
+        nb = i1 - i0
+        gm = _images(g, i0, i1).permute(1, 0, 2, 3).reshape(groups, o // groups, nb * length)  # a copy
+        if want_w:
+            part = gm.matmul(_columns(_images(xs, i0, i1), k, s, p, d, groups).mT)
+            gw = part if gw is None else write_into(gw, "add", gw, part)
+        if gx is not None and gx.numel():
+            cols = wg.mT.matmul(gm).reshape(c * kh * kw, nb, length).permute(1, 0, 2)  # (n, C*kh*kw, L)
+            g._backend.fold(_images(gx, i0, i1)._view, cols._view, k, s, p, d)
+    if want_w and gw is None:  # an empty batch
+        gw = full((o, cg * kh * kw), 0.0, ws.dtype, ws._backend)
+    return gw
 
 
 # ---------------------------------------------------------------------------------------------- pooling

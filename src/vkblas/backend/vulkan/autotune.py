@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import struct
@@ -48,9 +49,10 @@ def _bucket(n: int) -> int:
 
 
 def shape_class(spec: Spec, m: int, n: int, k: int, nbatch: int) -> str:
+    gathers = "".join(f"|{op}:{g.key()}" for op, g in (("a", spec.a_gather), ("b", spec.b_gather)) if g)
     return (
         f"{spec.dtype.name}|{spec.a_mode}{spec.b_mode}|{'o4' if spec.out_vec else 'o1'}|"
-        f"{'b' if nbatch > 1 else 's'}|{_bucket(m)}x{_bucket(n)}x{_bucket(k)}"
+        f"{'b' if nbatch > 1 else 's'}|{_bucket(m)}x{_bucket(n)}x{_bucket(k)}{gathers}"
     )
 
 
@@ -91,17 +93,18 @@ class Tuner:
             warnings.warn(f"vkblas: could not write the autotune cache {path}: {e}", stacklevel=3)
 
     # -- choice
-    def plan(self, out: View, a: View, b: View) -> GemmPlan:
+    def plan(self, out: View, a: View, b: View, gathers: gemm.Gathers = gemm.NO_GATHER) -> GemmPlan:
+        """The GEMM plan of ``out = a @ b`` (``gathers``: operands read through a convolution's geometry)."""
         M, N, K = out.shape[-2], out.shape[-1], a.shape[-1]
         nbatch = max(1, out.numel // max(1, M * N))
         limits = self.backend.dev.limits
-        spec = gemm.make_spec(out, a, b, False)
+        spec = gemm.make_spec(out, a, b, False, gathers)
         choice: tuple[Variant, int] | None = None
         if self.enabled and 2 * M * N * K * nbatch >= MIN_TUNE_FLOPS:
             cls = shape_class(spec, M, N, K, nbatch)
             choice = self._parse(self.table.get(cls))
             if choice is None:
-                choice = self.tune(out, a, b, cls)
+                choice = self.tune(out, a, b, cls, gathers)
         if choice is None or choice[0].name in self.disabled:
             choice = gemm.default_choice(a.dtype, M, N, K, nbatch, limits)
         # then the small fallback, then any other variant: a driver bug in one variant must not stop matmul
@@ -109,7 +112,7 @@ class Tuner:
         for v, s in tried:
             if v.name in self.disabled or not gemm.applicable(v, spec, limits):
                 continue
-            gp = gemm.build_plan(self.backend, out, a, b, v, s)
+            gp = gemm.build_plan(self.backend, out, a, b, v, s, gathers)
             if self.verify(gp):
                 return gp
         raise BackendError(
@@ -124,12 +127,14 @@ class Tuner:
         v = gemm.BY_NAME.get(name)
         return None if v is None or name in self.disabled else (v, int(splits or 1))
 
-    def tune(self, out: View, a: View, b: View, cls: str) -> tuple[Variant, int] | None:
+    def tune(
+        self, out: View, a: View, b: View, cls: str, gathers: gemm.Gathers = gemm.NO_GATHER
+    ) -> tuple[Variant, int] | None:
         """Time every candidate on the call's operands; remember and return the fastest."""
         M, N, K = out.shape[-2], out.shape[-1], a.shape[-1]
         nbatch = max(1, out.numel // max(1, M * N))
         limits = self.backend.dev.limits
-        spec = gemm.make_spec(out, a, b, False)
+        spec = gemm.make_spec(out, a, b, False, gathers)
         self.backend.rt.flush()  # pending work first: our passes then run after it, in queue order
         best: tuple[float, tuple[Variant, int]] | None = None
         results = {}
@@ -137,7 +142,7 @@ class Tuner:
             if v.name in self.disabled or not gemm.applicable(v, spec, limits):
                 continue
             try:
-                gp = gemm.build_plan(self.backend, out, a, b, v, s)
+                gp = gemm.build_plan(self.backend, out, a, b, v, s, gathers)
             except (BackendError, ValueError):
                 continue
             if not self.verify(gp):
@@ -215,8 +220,10 @@ class Tuner:
     # -- self-check
     def verify(self, gp: GemmPlan) -> bool:
         """Run ``gp``'s variant once per specialisation on a small problem with edge tiles; False (and the variant
-        disabled, with a warning) when it disagrees with numpy."""
-        return self.verify_variant(gp.variant, gp.spec)
+        disabled, with a warning) when it disagrees with numpy. A gathered spec checks the variant on strided
+        operands of the same scalar layouts (the gathers' own arithmetic is in the conv tests)."""
+        plain = dataclasses.replace(gp.spec, a_gather=None, b_gather=None)
+        return self.verify_variant(gp.variant, plain)
 
     def verify_variant(self, v: Variant, spec: Spec) -> bool:
         key = (v.name, spec)

@@ -37,6 +37,7 @@ from ..base import (
     numel,
 )
 from .autotune import startup_check
+from .conv import encode_conv
 from .device import Device
 from .device_checks import Check, DeviceChecks
 from .heaps import device_local_bytes
@@ -924,6 +925,30 @@ class VulkanBackend(Backend):
             self.launch(op, plan, (out, src), scalars)
         except NeedsSplitting:
             self.large.window_op(op, out, src, geometry, scalars)
+
+    def convolution(
+        self,
+        kind: str,
+        out: View,
+        a: View,
+        b: View,
+        kernel_size: tuple[int, int],
+        stride: tuple[int, int],
+        padding: tuple[int, int],
+        dilation: tuple[int, int],
+    ) -> bool:
+        views = [out, a, b]
+        if out[0].dtype not in (float32, float16) or any(v[0].dtype is not out[0].dtype for v in views):
+            return False
+        geometry = tuple(tuple(int(x) for x in g) for g in (kernel_size, stride, padding, dilation))
+        try:
+            return encode_conv(self, kind, out, a, b, geometry)  # type: ignore[arg-type]
+        except NeedsSplitting:  # raised before anything is recorded
+            return False
+        except BackendError:
+            raise
+        except ValueError as e:
+            raise self._error(InvalidArgumentError, f"convolution {kind}", views, str(e)) from e
 
     def max_pool2d(self, values: View, indices: View, x: View, kernel_size: tuple[int, int]) -> bool:
         n, c, h, w = x.shape

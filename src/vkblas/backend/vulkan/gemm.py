@@ -38,7 +38,8 @@ from ..base import View, contiguous_strides
 from .kernels.plan import Plan, span
 from .kernels.wgsl import MAIN_1D, PARAM_WORDS, WORKGROUP, coalesce, grid, header, strided_offsets
 
-TEMPLATE_VERSION = 1  # bump when generated code changes meaning: invalidates autotune caches
+TEMPLATE_VERSION = 2  # bump when generated code changes meaning: invalidates autotune caches
+MAX_SPLITS = 256  # split-K: the most K splits (each an f32 partial of the output in the workspace)
 
 # params words: 0..2 element offsets of out, a, b (filled by ``launch``); 3 first z of this dispatch; 4 M, 5 N, 6 K,
 # 7 a_sm, 8 a_sk, 9 b_sk, 10 b_sn, 11 splits, 12 k per split, 13 split stride of out; 14.. batch shape, then batch
@@ -99,8 +100,117 @@ BY_NAME = {v.name: v for v in VARIANTS}
 
 
 @dataclass(frozen=True, slots=True)
+class Gather:
+    """An operand read through a convolution's geometry instead of strides: implicit GEMM, the im2col matrix is
+    never stored. Element ``(i, k)`` of the operand (``i`` along M for a, N for b) is a *tap* and a *pixel*, one
+    on each index (``tap_on_k``); the pixel is ``(n, y, x)`` over ``images`` images of a ``grid`` (``images`` 1:
+    the image is the GEMM's batch, through the operand's batch stride). The source tensor is read through its
+    (n, c, h, w) ``strides`` (any non-negative ones), of ``channels`` x ``src`` (h, w).
+
+    * ``window``: ``src[n, c, y*sh + ky*dh - ph, x*sw + kx*dw - pw]`` (0 outside), tap ``(c, ky, kx)``: conv2d's
+      columns (forward: tap on K; the weight gradient: tap on N, pixel on K).
+    * ``transposed``: ``src[n, c, (y + ph - ky*dh) / sh, ...]`` where that divides and lands inside, tap
+      ``(c, ky, kx)`` over the output gradient's channels, pixel over the input's grid: the input gradient.
+
+    ``channels_last``: the tap runs ``(ky, kx, c)``, channel fastest (the weight matrix laid out to match). Where
+    the channels are a multiple of the K step, a K tile then has one ``(ky, kx)``: its bounds check and offset are
+    computed once per tile instead of per element, the index arithmetic that otherwise outweighs the FMAs.
+    * ``planes``: ``src[n, c, q]``, the tap is the channel ``c`` alone and the pixel ``(n, q)`` runs over the
+      source's own planes: the output gradient as the (C, N*OH*OW) matrix of the weight gradient.
+    """
+
+    kind: str
+    tap_on_k: bool
+    channels: int
+    src: tuple[int, int]
+    grid: tuple[int, int]
+    images: int
+    strides: tuple[int, int, int, int]
+    kernel: tuple[int, int] = (1, 1)
+    stride: tuple[int, int] = (1, 1)
+    padding: tuple[int, int] = (0, 0)
+    dilation: tuple[int, int] = (1, 1)
+    channels_last: bool = False
+
+    def masks_tiles(self, bk: int) -> bool:
+        """Whether the GEMM must add each K tile only to the columns its taps reach, and can: the input gradient's
+        taps past the output gradient's edge are not terms of its sum (PyTorch's col2im never adds them), and
+        loading them as 0 would still put ``0 * w`` into it, NaN for an inf or NaN weight. With channels-last
+        taps and the channels a multiple of the K step, a tile has one (ky, kx), so validity is per column."""
+        return self.kind == "transposed" and self.tap_on_k and self.channels_last and self.channels % bk == 0
+
+    @property
+    def mode(self) -> str:
+        """The scalar load layout that keeps neighbouring invocations on neighbouring pixels (coalesced reads)."""
+        return "si" if self.tap_on_k else "sk"
+
+    def extent(self) -> int:
+        """Elements past the operand's (per-batch) offset that the gather may reach."""
+        sn, sc, sy, sx = self.strides
+        return 1 + (self.images - 1) * sn + (self.channels - 1) * sc + (self.src[0] - 1) * sy + (self.src[1] - 1) * sx
+
+    def key(self) -> str:
+        """The geometry in the autotuner's shape class (a different gather can have a different best variant)."""
+        tag = f"{self.kind}{'k' if self.tap_on_k else 'i'}{'l' * self.channels_last}"
+        return f"{tag}{self.kernel}{self.stride}{self.dilation}".replace(" ", "")
+
+    def code(self, p: str, gi: str, gk: str, tile_k: tuple[str, str, int] | None = None) -> tuple[list[str], str, str]:
+        """(WGSL lines, validity condition, u32 element offset) of operand element (``gi``, ``gk``); ``p`` prefixes
+        the names. Everything is u32 arithmetic by constants (the driver turns the divisions into multiplies).
+        ``tile_k``: (the K tile's start, the element's place in it, the K step), for the per-tile taps."""
+        tap, pix = (gk, gi) if self.tap_on_k else (gi, gk)
+        sn, sc, sy, sx = self.strides
+        gy, gx = self.grid
+        lines = []
+        if self.images > 1:
+            lines.append(f"    let {p}n = {pix} / {gy * gx}u; let {p}q = {pix} % {gy * gx}u;")
+            base, q = f"{p}n * {sn}u + ", f"{p}q"
+        else:
+            base, q = "", pix
+        if self.kind == "planes":
+            if sy == gx * sx:  # rows of the plane are contiguous in each other: no (y, x) split
+                return lines, "true", f"{base}{tap} * {sc}u + {q} * {sx}u"
+            lines.append(f"    let {p}y = {q} / {gx}u; let {p}x = {q} % {gx}u;")
+            return lines, "true", f"{base}{tap} * {sc}u + {p}y * {sy}u + {p}x * {sx}u"
+        kh, kw = self.kernel
+        ch = self.channels
+        if not self.channels_last:
+            lines.append(
+                f"    let {p}c = {tap} / {kh * kw}u; let {p}r = {tap} % {kh * kw}u;"
+                f" let {p}ky = {p}r / {kw}u; let {p}kx = {p}r % {kw}u;"
+            )
+        else:
+            if tile_k is not None and self.tap_on_k and ch % tile_k[2] == 0:  # (ky, kx) of the whole tile
+                k0, kk, _ = tile_k
+                lines.append(f"    let {p}j = {k0} / {ch}u; let {p}c = {k0} % {ch}u + {kk};")
+            else:
+                lines.append(f"    let {p}j = {tap} / {ch}u; let {p}c = {tap} % {ch}u;")
+            lines.append(f"    let {p}ky = {p}j / {kw}u; let {p}kx = {p}j % {kw}u;")
+        lines.append(f"    let {p}y = {q} / {gx}u; let {p}x = {q} % {gx}u;")
+        conds, coords = [], []
+        for ax, (n, s, pd, d) in enumerate(zip(self.src, self.stride, self.padding, self.dilation, strict=True)):
+            o, k, u = f"{p}{'yx'[ax]}", f"{p}k{'yx'[ax]}", f"{p}u{'yx'[ax]}"
+            if self.kind == "window":  # u = o*s + k*d, the source coordinate plus the padding
+                lines.append(f"    let {u} = {o} * {s}u + {k} * {d}u;")
+                conds += ([f"{u} >= {pd}u"] if pd else []) + [f"{u} < {n + pd}u"]
+                coords.append(f"({u} - {pd}u)" if pd else u)
+            else:  # transposed: the output pixel o' with o'*s = o + p - k*d
+                lines.append(f"    let {u} = {o} + {pd}u; let {u}k = {k} * {d}u;")
+                t = f"({u} - {u}k)"
+                conds.append(f"{u} >= {u}k")
+                if s > 1:
+                    conds.append(f"{t} % {s}u == 0u")
+                    t = f"({t} / {s}u)"
+                conds.append(f"{t} < {n}u")
+                coords.append(t)
+        addr = f"{base}{p}c * {sc}u + {coords[0]} * {sy}u + {coords[1]} * {sx}u"
+        return lines, " && ".join(conds), addr
+
+
+@dataclass(frozen=True, slots=True)
 class Spec:
-    """What the operands dictate: dtype, batch rank, load mode of a and b, output vector stores, split-K."""
+    """What the operands dictate: dtype, batch rank, load mode of a and b, output vector stores, split-K, and a
+    convolution gather for an operand read through its geometry."""
 
     dtype: DType
     rank: int
@@ -108,6 +218,8 @@ class Spec:
     b_mode: str  # same with N for M
     out_vec: bool  # N % 4 == 0 (and offsets aligned): vec4 stores
     split: bool  # writes f32 partials to a workspace (split-K)
+    a_gather: Gather | None = None  # then a_mode is the gather's scalar layout
+    b_gather: Gather | None = None
 
 
 def applicable(v: Variant, spec: Spec, limits: dict[str, Any]) -> bool:
@@ -124,32 +236,48 @@ def applicable(v: Variant, spec: Spec, limits: dict[str, Any]) -> bool:
 
 
 def _load_code(
-    op: str, mode: str, tile: int, bk: int, nt: int, smem: str, ctype: str, row_v: int
+    op: str, mode: str, tile: int, bk: int, nt: int, smem: str, ctype: str, row_v: int, gather: Gather | None = None
 ) -> tuple[list[str], list[str]]:
     """(load-into-registers lines, store-to-workgroup-memory lines) for one operand tile of ``tile x bk``.
 
     ``op`` is "a" (tile rows = M) or "b" (tile rows = N); registers are ``{op}r{i}``; ``sbase`` is the vec4 offset
     of the workgroup buffer being filled. Globals used: {op}o (element offset), {op}si / {op}sk (strides), i0 (tile
-    start along M or N), k0, kend, I (M or N)."""
+    start along M or N), k0, kend, I (M or N). A ``gather`` replaces the strided address (scalar modes only)."""
     vec = mode[0] == "v"
     count = tile * bk // (4 if vec else 1)
     reps = -(-count // nt)
     loads, stores = [], []
     tv = f"vec4<{ctype}>"
+    # element l = lid + r*nt of the tile is (l % period, l / period) along (fast, slow); when nt is a multiple of
+    # the period, that is (lid % period, lid / period + r*nt/period): every rep of a thread has the same fast
+    # coordinate, spelled the same, so a gather's arithmetic on it is computed once (strided loads keep the
+    # plain spelling their tuning was measured with)
+    period = {"vi": tile // 4, "vk": bk // 4, "si": tile, "sk": bk}[mode]
     for r in range(reps):
         guard = f"l{op}{r} < {count}u" if count % nt else ""
         loads.append(f"    let l{op}{r} = lid + {r * nt}u;")
-        if mode == "vi":  # vec4 along M/N: l -> (k, i4)
-            ii, kk = f"(l{op}{r} % {tile // 4}u) * 4u", f"(l{op}{r} / {tile // 4}u)"
-        elif mode == "vk":  # vec4 along K: l -> (i, k4)
-            ii, kk = f"(l{op}{r} / {bk // 4}u)", f"(l{op}{r} % {bk // 4}u) * 4u"
-        elif mode == "si":
-            ii, kk = f"(l{op}{r} % {tile}u)", f"(l{op}{r} / {tile}u)"
+        if gather is not None and nt % period == 0:
+            fast, slow = f"(lid % {period}u)", f"(lid / {period}u + {r * nt // period}u)"
         else:
-            ii, kk = f"(l{op}{r} / {bk}u)", f"(l{op}{r} % {bk}u)"
+            fast, slow = f"(l{op}{r} % {period}u)", f"(l{op}{r} / {period}u)"
+        if mode == "vi":  # vec4 along M/N: l -> (k, i4)
+            ii, kk = f"{fast} * 4u", slow
+        elif mode == "vk":  # vec4 along K: l -> (i, k4)
+            ii, kk = slow, f"{fast} * 4u"
+        elif mode == "si":
+            ii, kk = fast, slow
+        else:
+            ii, kk = slow, fast
         loads.append(f"    let i{op}{r} = {ii}; let k{op}{r} = {kk};")
         cond = f"i0{op} + i{op}{r} < I{op} && k0 + k{op}{r} < kend" + (f" && {guard}" if guard else "")
-        if vec:
+        if gather is not None:
+            lines, valid, offset = gather.code(
+                f"g{op}{r}", f"(i0{op} + i{op}{r})", f"(k0 + k{op}{r})", ("k0", f"k{op}{r}", bk)
+            )
+            loads += lines
+            loads.append(f"    var {op}r{r} = {ctype}(0);")
+            loads.append(f"    if ({cond} && {valid}) {{ {op}r{r} = {ctype}(g{op}[u32({op}o) + {offset}]); }}")
+        elif vec:
             addr = f"u32(({op}o + i32(i0{op} + i{op}{r}) * {op}si + i32(k0 + k{op}{r}) * {op}sk) >> 2)"
             loads.append(f"    var {op}r{r} = {tv}({ctype}(0));")
             loads.append(f"    if ({cond}) {{ {op}r{r} = {tv}(g{op}[{addr}]); }}")
@@ -212,12 +340,20 @@ def source(v: Variant, spec: Spec) -> str:
     for i in range(gm * 4):
         for j in range(gn):
             src += f"    var c{i}_{j} = vec4<{acc}>({acc}(0));\n"
-    la, sa = _load_code("a", spec.a_mode, v.bm, v.bk, nt, "As", ctype, row_a)
-    lb, sb = _load_code("b", spec.b_mode, v.bn, v.bk, nt, "Bs", ctype, row_b)
+    la, sa = _load_code("a", spec.a_mode, v.bm, v.bk, nt, "As", ctype, row_a, spec.a_gather)
+    lb, sb = _load_code("b", spec.b_mode, v.bn, v.bk, nt, "Bs", ctype, row_b, spec.b_gather)
 
-    def compute(buf: str) -> str:
-        """The unrolled product of one K tile; each K step in its own block so the a*/b* names can repeat."""
+    gb_ = spec.b_gather
+    masked = gb_ is not None and gb_.masks_tiles(v.bk)
+    if gb_ is not None and gb_.kind == "transposed" and not masked:
+        raise ValueError(f"a transposed gather needs channels-last taps in multiples of the K step {v.bk}: {gb_}")
+
+    def compute(buf: str, tile_k0: str) -> str:
+        """The unrolled product of one K tile; each K step in its own block so the a*/b* names can repeat. A masked
+        gather's tile is summed apart and added only to the columns its taps reach (see ``Gather.masks_tiles``)."""
         lines = [f"    var p{i}_{j} = vec4<f16>(0h);" for i in range(gm * 4) for j in range(gn)] if v.f16_math else []
+        if masked:
+            lines = [f"    var p{i}_{j} = vec4<f32>(0.0);" for i in range(gm * 4) for j in range(gn)]
         for kk in range(v.bk):
             lines.append("    {")
             lines += [f"    let a{g} = As[{buf}a + {kk * row_a + g * wy}u + ty];" for g in range(gm)]
@@ -228,6 +364,8 @@ def source(v: Variant, spec: Spec) -> str:
                         c, p = f"c{g * 4 + r}_{h}", f"p{g * 4 + r}_{h}"
                         if v.f16_math:
                             lines.append(f"    {p} = fma(vec4<f16>(a{g}[{r}]), b{h}, {p});")
+                        elif masked:
+                            lines.append(f"    {p} = fma(vec4<f32>(a{g}[{r}]), b{h}, {p});")
                         elif is_int:
                             lines.append(f"    {c} += a{g}[{r}] * b{h};")
                         else:
@@ -235,6 +373,18 @@ def source(v: Variant, spec: Spec) -> str:
             lines.append("    }")
         if v.f16_math:
             lines += [f"    c{i}_{j} += vec4<f32>(p{i}_{j});" for i in range(gm * 4) for j in range(gn)]
+        if masked and gb_ is not None:
+            for h in range(gn):
+                valid = []
+                for c in range(4):
+                    code, cond, _ = gb_.code(
+                        f"m{h}_{c}", f"(i0b + {h * 4 * wx + c}u + tx * 4u)", tile_k0, (tile_k0, "0u", v.bk)
+                    )
+                    lines += code
+                    valid.append(cond)
+                lines.append(f"    let m{h} = vec4<bool>({', '.join(valid)});")
+            zero = "vec4<f32>(0.0)"
+            lines += [f"    c{i}_{j} += select({zero}, p{i}_{j}, m{j});" for i in range(gm * 4) for j in range(gn)]
         return "\n".join(lines) + "\n"
 
     src += "    let ntiles = (kend - min(kend, kbeg) + " + f"{v.bk - 1}u) / {v.bk}u;\n"
@@ -247,7 +397,7 @@ def source(v: Variant, spec: Spec) -> str:
         src += f"    let cura = (t & 1u) * {size_a}u; let curb = (t & 1u) * {size_b}u;\n"
         src += f"    k0 = kbeg + (t + 1u) * {v.bk}u;\n"  # loads past kend are masked off by the guards
         src += "\n".join(la + lb) + "\n"
-        src += compute("cur")
+        src += compute("cur", f"(kbeg + t * {v.bk}u)")
         src += f"    if (t + 1u < ntiles) {{\n    sbase = {size_a}u - cura;\n" + "\n".join(sa) + "\n"
         src += f"    sbase = {size_b}u - curb;\n" + "\n".join(sb) + "\n    }\n"
         src += "    workgroupBarrier();\n    }\n"
@@ -256,7 +406,7 @@ def source(v: Variant, spec: Spec) -> str:
         src += "    for (var t = 0u; t < ntiles; t++) {\n"
         src += f"    let k0 = kbeg + t * {v.bk}u;\n"
         src += "\n".join(la + lb + sa + sb) + "\n    workgroupBarrier();\n"
-        src += compute("cur") + "    workgroupBarrier();\n    }\n"
+        src += compute("cur", "k0") + "    workgroupBarrier();\n    }\n"
     # epilogue: guarded stores (out is contiguous: row stride N)
     cv = f"vec4<{out_t}>"
     for g in range(gm):
@@ -309,7 +459,13 @@ def _mode(v: View, i_axis: int, k_axis: int, vec_ok: bool) -> str:
     return "si" if abs(si) <= abs(sk) else "sk"
 
 
-def make_spec(out: View, a: View, b: View, split: bool) -> Spec:
+Gathers = tuple[Gather | None, Gather | None]
+NO_GATHER: Gathers = (None, None)
+
+
+def make_spec(out: View, a: View, b: View, split: bool, gathers: Gathers = NO_GATHER) -> Spec:
+    """The spec of ``out = a @ b``; a gathered operand's view is its logical (batch..., rows, cols) matrix over the
+    source's storage, with the source's per-image batch strides and zero inner strides."""
     if a.dtype not in _STYPE:
         raise TypeError(f"matmul of {a.dtype.name} tensors is not supported")
     bshape, _ = coalesce(out.shape[:-2], [out.strides[:-2], a.strides[:-2], b.strides[:-2]])
@@ -317,7 +473,19 @@ def make_spec(out: View, a: View, b: View, split: bool) -> Spec:
         raise ValueError(f"{len(out.shape) - 2} batch dims are too many for the params window")
     n = out.shape[-1]
     out_vec = n % 4 == 0 and (split or out.offset % 4 == 0)
-    return Spec(a.dtype, len(bshape), _mode(a, -2, -1, True), _mode(b, -1, -2, True), out_vec, split)
+    ga, gb = gathers
+    a_mode = ga.mode if ga else _mode(a, -2, -1, True)
+    b_mode = gb.mode if gb else _mode(b, -1, -2, True)
+    return Spec(a.dtype, len(bshape), a_mode, b_mode, out_vec, split, ga, gb)
+
+
+def _span(v: View, g: Gather | None) -> tuple[int, int]:
+    """What a bound operand reaches past its offset: its strides' span, or a gathered operand's batch span plus
+    what the gather reaches within one batch entry."""
+    if g is None:
+        return span(v.shape, v.strides)
+    lo, hi = span(v.shape[:-2], v.strides[:-2])
+    return lo, hi + g.extent() - 1
 
 
 @dataclass(slots=True)
@@ -333,12 +501,14 @@ class GemmPlan:
     zstep: int
 
 
-def build_plan(backend: Any, out: View, a: View, b: View, v: Variant, splits: int) -> GemmPlan:
+def build_plan(
+    backend: Any, out: View, a: View, b: View, v: Variant, splits: int, gathers: Gathers = NO_GATHER
+) -> GemmPlan:
     """Compile (cached by source) and lay out the dispatch of variant ``v`` with ``splits`` K splits."""
     M, N = out.shape[-2:]
     K = a.shape[-1]
     splits = 1 if a.dtype is int32 else max(1, min(splits, -(-K // v.bk)))
-    spec = make_spec(out, a, b, splits > 1)
+    spec = make_spec(out, a, b, splits > 1, gathers)
     if v.f16_math and a.dtype is not float16:
         raise ValueError(f"variant {v.name} is f16-only")
     bshape, bstrides = coalesce(out.shape[:-2], [out.strides[:-2], a.strides[:-2], b.strides[:-2]])
@@ -377,7 +547,7 @@ def build_plan(backend: Any, out: View, a: View, b: View, v: Variant, splits: in
         ospan = (0, splits * total - 1)
     else:
         ospan = span(out.shape, out.strides)
-    spans = (ospan, span(a.shape, a.strides), span(b.shape, b.strides))
+    spans = (ospan, _span(a, spec.a_gather), _span(b, spec.b_gather))
     plan = Plan(kernel, fmt, static, groups, spans)
     red = None
     if splits > 1:
@@ -441,8 +611,8 @@ def default_choice(
     v = next((BY_NAME[x] for x in names if applicable(BY_NAME[x], spec, limits)), BY_NAME["32x32k16.4x4.db"])
     tiles = -(-m // v.bm) * -(-n // v.bn) * nbatch
     splits = 1
-    if k >= 1024 and tiles < 128:
-        splits = max(1, min(32, k // 256, -(-256 // tiles)))
+    if k >= 1024 and tiles < 128:  # about 512 workgroups, each split at least 256 of K
+        splits = max(1, min(MAX_SPLITS, k // 256, -(-512 // tiles)))
     return v, splits
 
 
@@ -460,9 +630,9 @@ def candidates(
         tiles = -(-m // v.bm) * -(-n // v.bn) * nbatch
         out.append((v, 1))
         if k >= 512 and tiles < 256:
-            for s in (2, 4, 16):
-                if k // s >= 128:
-                    out.append((v, s))
+            # a convolution's weight gradient has K = every pixel of the batch (~300k) and a few output tiles:
+            # only hundreds of splits fill the GPU
+            out += [(v, s) for s in (2, 4, 16, 64, MAX_SPLITS) if k // s >= 128 and tiles * s <= 2048]
     d = default_choice(spec_dtype, m, n, k, nbatch, limits)
     if d not in out:
         out.insert(0, d)
