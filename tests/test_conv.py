@@ -601,3 +601,31 @@ def test_vulkan_conv2d_composition_still_matches_without_the_primitive(kw, monke
     got = _conv_forward_backward("vulkan", vk.float32, x, w, b, g, kw)
     for out, ref in zip(got, (want, *conv_grads_ref(x, w, g, **kw)), strict=True):
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not HAS_VULKAN, reason="no Vulkan adapter")
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_every_gemm_variant_compiles_with_each_convolution_gather(dtype):
+    """The tuner may pick any variant on a GPU (lavapipe's defaults use few): each one, f16-math ones included,
+    must compile with the forward's, the input gradient's (masked tiles) and the weight gradient's gathers."""
+    from vkblas.backend.vulkan import gemm
+
+    be = vk.tensor([0.0], device="vulkan")._backend
+    dt = getattr(vk, dtype)
+    strides = (16 * 36, 36, 6, 1)
+    fwd = gemm.Gather("window", True, 16, (6, 6), (4, 4), 1, strides, (3, 3), channels_last=True)
+    inp = gemm.Gather("transposed", True, 16, (4, 4), (6, 6), 1, strides, (3, 3), channels_last=True)
+    planes = gemm.Gather("planes", False, 16, (4, 4), (4, 4), 2, strides)
+    wgt = gemm.Gather("window", False, 16, (6, 6), (4, 4), 2, strides, (3, 3))
+    specs = [
+        gemm.Spec(dt, 1, "vk", fwd.mode, True, False, None, fwd),
+        gemm.Spec(dt, 1, "vk", inp.mode, True, True, None, inp),
+        gemm.Spec(dt, 0, planes.mode, wgt.mode, False, True, planes, wgt),
+    ]
+    compiled = 0
+    for v in gemm.VARIANTS:
+        for spec in specs:
+            if gemm.applicable(v, spec, be.dev.limits):
+                be.dev.kernel(gemm.source(v, spec), 3)
+                compiled += 1
+    assert compiled >= 3 * (4 if dtype == "float32" else 8)

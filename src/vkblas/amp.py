@@ -25,7 +25,8 @@ optimizer state is float32; the backward pass itself runs with autocast off, wha
 
 **What is computed in float16, exactly.** Storage of the lowered ops' inputs and outputs is float16.
 
-* Matrix products on Vulkan (linear, matmul, and the convolutions, which are unfold + matmul): products of float16
+* Matrix products on Vulkan (linear, matmul, and the convolutions: implicit GEMMs on the same template, or unfold
+  + matmul for grouped ones): products of float16
   operands; for large problems (the default ``*.h16`` GEMM variants, chosen when min(M, N) >= 64 and M·N·batch >=
   64·64·128) the products and their partial sums *within each 16-deep K tile* are computed in float16 and added
   into float32 accumulators once per tile; smaller problems multiply and accumulate in float32. With

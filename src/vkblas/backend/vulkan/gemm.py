@@ -351,9 +351,9 @@ def source(v: Variant, spec: Spec) -> str:
     def compute(buf: str, tile_k0: str) -> str:
         """The unrolled product of one K tile; each K step in its own block so the a*/b* names can repeat. A masked
         gather's tile is summed apart and added only to the columns its taps reach (see ``Gather.masks_tiles``)."""
-        lines = [f"    var p{i}_{j} = vec4<f16>(0h);" for i in range(gm * 4) for j in range(gn)] if v.f16_math else []
-        if masked:
-            lines = [f"    var p{i}_{j} = vec4<f32>(0.0);" for i in range(gm * 4) for j in range(gn)]
+        ptype = "f16" if v.f16_math else "f32"  # partial sums of the tile (f16 math, or a masked gather's)
+        partial = v.f16_math or masked
+        lines = [f"    var p{i}_{j} = vec4<{ptype}>(0);" for i in range(gm * 4) for j in range(gn)] if partial else []
         for kk in range(v.bk):
             lines.append("    {")
             lines += [f"    let a{g} = As[{buf}a + {kk * row_a + g * wy}u + ty];" for g in range(gm)]
@@ -362,16 +362,14 @@ def source(v: Variant, spec: Spec) -> str:
                 for r in range(4):
                     for h in range(gn):
                         c, p = f"c{g * 4 + r}_{h}", f"p{g * 4 + r}_{h}"
-                        if v.f16_math:
-                            lines.append(f"    {p} = fma(vec4<f16>(a{g}[{r}]), b{h}, {p});")
-                        elif masked:
-                            lines.append(f"    {p} = fma(vec4<f32>(a{g}[{r}]), b{h}, {p});")
+                        if partial:
+                            lines.append(f"    {p} = fma(vec4<{ptype}>(a{g}[{r}]), b{h}, {p});")
                         elif is_int:
                             lines.append(f"    {c} += a{g}[{r}] * b{h};")
                         else:
                             lines.append(f"    {c} = fma(vec4<f32>(a{g}[{r}]), b{h}, {c});")
             lines.append("    }")
-        if v.f16_math:
+        if v.f16_math and not masked:
             lines += [f"    c{i}_{j} += vec4<f32>(p{i}_{j});" for i in range(gm * 4) for j in range(gn)]
         if masked and gb_ is not None:
             for h in range(gn):
@@ -384,7 +382,9 @@ def source(v: Variant, spec: Spec) -> str:
                     valid.append(cond)
                 lines.append(f"    let m{h} = vec4<bool>({', '.join(valid)});")
             zero = "vec4<f32>(0.0)"
-            lines += [f"    c{i}_{j} += select({zero}, p{i}_{j}, m{j});" for i in range(gm * 4) for j in range(gn)]
+            lines += [
+                f"    c{i}_{j} += select({zero}, vec4<f32>(p{i}_{j}), m{j});" for i in range(gm * 4) for j in range(gn)
+            ]
         return "\n".join(lines) + "\n"
 
     src += "    let ntiles = (kend - min(kend, kbeg) + " + f"{v.bk - 1}u) / {v.bk}u;\n"
