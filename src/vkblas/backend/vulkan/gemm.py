@@ -111,12 +111,12 @@ class Gather:
       columns (forward: tap on K; the weight gradient: tap on N, pixel on K).
     * ``transposed``: ``src[n, c, (y + ph - ky*dh) / sh, ...]`` where that divides and lands inside, tap
       ``(c, ky, kx)`` over the output gradient's channels, pixel over the input's grid: the input gradient.
+    * ``planes``: ``src[n, c, q]``, the tap is the channel ``c`` alone and the pixel ``(n, q)`` runs over the
+      source's own planes: the output gradient as the (C, N*OH*OW) matrix of the weight gradient.
 
     ``channels_last``: the tap runs ``(ky, kx, c)``, channel fastest (the weight matrix laid out to match). Where
     the channels are a multiple of the K step, a K tile then has one ``(ky, kx)``: its bounds check and offset are
     computed once per tile instead of per element, the index arithmetic that otherwise outweighs the FMAs.
-    * ``planes``: ``src[n, c, q]``, the tap is the channel ``c`` alone and the pixel ``(n, q)`` runs over the
-      source's own planes: the output gradient as the (C, N*OH*OW) matrix of the weight gradient.
     """
 
     kind: str
