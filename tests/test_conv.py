@@ -556,6 +556,28 @@ def test_vulkan_conv2d_input_gradient_adds_only_real_terms(stride, monkeypatch):
 
 
 @pytest.mark.skipif(not HAS_VULKAN, reason="no Vulkan adapter")
+@pytest.mark.parametrize("splits", [1, 3])
+def test_vulkan_conv2d_bias_in_the_epilogue(splits, monkeypatch):
+    """The forward's bias goes into the GEMM's epilogue (once, in split 0's partials under split-K); a strided
+    bias view is added after the GEMM instead."""
+    from vkblas.backend.vulkan import gemm
+
+    be = vk.tensor([0.0], device="vulkan")._backend
+    monkeypatch.setattr(be, "plans", type(be.plans)())  # plans made here only, not reused from other tests
+    if splits > 1:  # force split-K on the forward's (small) problem
+        choice = gemm.default_choice
+        monkeypatch.setattr(gemm, "default_choice", lambda *a: (choice(*a)[0], splits))
+    calls = _conv_primitive_calls(monkeypatch)
+    rng = np.random.default_rng(25)
+    x, w, wide = rng.standard_normal((2, 16, 6, 5)), rng.standard_normal((5, 16, 3, 3)), rng.standard_normal(10)
+    xt, wt, bt = (vk.tensor(a, dtype=vk.float32, device="vulkan") for a in (x, w, wide))
+    for b, bias in ((wide[:5], bt[:5]), (wide[::2], bt[::2])):
+        got = F.conv2d(xt, wt, bias, padding=1)
+        np.testing.assert_allclose(got.numpy(), conv_ref(x, w, b, padding=1), rtol=1e-4, atol=1e-4)
+    assert calls == [("forward", True), ("forward", True)]
+
+
+@pytest.mark.skipif(not HAS_VULKAN, reason="no Vulkan adapter")
 def test_vulkan_conv2d_float16_and_special_values_through_the_primitive(monkeypatch):
     calls = _conv_primitive_calls(monkeypatch)
     rng = np.random.default_rng(22)

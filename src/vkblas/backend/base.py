@@ -344,10 +344,12 @@ class Backend(ABC):
         stride: tuple[int, int],
         padding: tuple[int, int],
         dilation: tuple[int, int],
+        bias: View | None = None,
     ) -> bool:
         """Optional: one product of a 2-D convolution (groups 1, symmetric ``padding``), ``out`` contiguous:
 
-        * ``forward``: ``out`` (N, O, OH, OW) = conv2d(``a`` = x (N, C, H, W), ``b`` = weight (O, C, kh, kw));
+        * ``forward``: ``out`` (N, O, OH, OW) = conv2d(``a`` = x (N, C, H, W), ``b`` = weight (O, C, kh, kw)),
+          plus ``bias`` (O,) when given;
         * ``input``: ``out`` (N, C, H, W) = the input gradient from ``a`` = grad (N, O, OH, OW) and ``b`` = the
           weight (O, C, kh, kw);
         * ``weight``: ``out`` (O, C*kh*kw) = the weight gradient from ``a`` = grad (N, O, OH, OW), ``b`` = x.

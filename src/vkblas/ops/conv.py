@@ -259,16 +259,13 @@ def _conv2d_node(
     # a chunk's columns, and its GEMM result (forward) or gradient copy (backward) beside them, fit the budget
     chunks = _chunks(n, max(c * kh * kw, o) * length * x.dtype.itemsize)
 
-    def direct(kind: str, out: Tensor, a: Tensor, b: Tensor) -> bool:
-        return be.convolution(kind, out._view, a._view, b._view, k, s, p, d)
+    def direct(kind: str, out: Tensor, a: Tensor, b: Tensor, bias: Tensor | None = None) -> bool:
+        return be.convolution(kind, out._view, a._view, b._view, k, s, p, d, None if bias is None else bias._view)
 
     fast = groups == 1  # the primitive's products are groups-1 GEMMs
     with no_grad():
         out = empty((n, o, ho, wo), x.dtype, be)
-        if fast and direct("forward", out, x, weight):
-            if bias is not None:
-                write_into(out, "add", out, bias.reshape(1, o, 1, 1))
-        else:
+        if not (fast and direct("forward", out, x, weight, bias)):
             wm = weight.reshape(groups, o // groups, cg * kh * kw)
             for i0, i1 in chunks:
                 prod = wm.matmul(_columns(_images(x, i0, i1), k, s, p, d, groups))  # (groups, O/groups, n*L)

@@ -93,18 +93,21 @@ class Tuner:
             warnings.warn(f"vkblas: could not write the autotune cache {path}: {e}", stacklevel=3)
 
     # -- choice
-    def plan(self, out: View, a: View, b: View, gathers: gemm.Gathers = gemm.NO_GATHER) -> GemmPlan:
-        """The GEMM plan of ``out = a @ b`` (``gathers``: operands read through a convolution's geometry)."""
+    def plan(
+        self, out: View, a: View, b: View, gathers: gemm.Gathers = gemm.NO_GATHER, bias: View | None = None
+    ) -> GemmPlan:
+        """The GEMM plan of ``out = a @ b`` (``gathers``: operands read through a convolution's geometry;
+        ``bias``: a contiguous (M,) view added to the rows in the epilogue)."""
         M, N, K = out.shape[-2], out.shape[-1], a.shape[-1]
         nbatch = max(1, out.numel // max(1, M * N))
         limits = self.backend.dev.limits
-        spec = gemm.make_spec(out, a, b, False, gathers)
+        spec = gemm.make_spec(out, a, b, False, gathers, bias is not None)
         choice: tuple[Variant, int] | None = None
         if self.enabled and 2 * M * N * K * nbatch >= MIN_TUNE_FLOPS:
             cls = shape_class(spec, M, N, K, nbatch)
             choice = self._parse(self.table.get(cls))
             if choice is None:
-                choice = self.tune(out, a, b, cls, gathers)
+                choice = self.tune(out, a, b, cls, gathers, bias)
         if choice is None or choice[0].name in self.disabled:
             choice = gemm.default_choice(a.dtype, M, N, K, nbatch, limits)
         # then the small fallback, then any other variant: a driver bug in one variant must not stop matmul
@@ -112,7 +115,7 @@ class Tuner:
         for v, s in tried:
             if v.name in self.disabled or not gemm.applicable(v, spec, limits):
                 continue
-            gp = gemm.build_plan(self.backend, out, a, b, v, s, gathers)
+            gp = gemm.build_plan(self.backend, out, a, b, v, s, gathers, bias is not None)
             if self.verify(gp):
                 return gp
         raise BackendError(
@@ -128,13 +131,19 @@ class Tuner:
         return None if v is None or name in self.disabled else (v, int(splits or 1))
 
     def tune(
-        self, out: View, a: View, b: View, cls: str, gathers: gemm.Gathers = gemm.NO_GATHER
+        self,
+        out: View,
+        a: View,
+        b: View,
+        cls: str,
+        gathers: gemm.Gathers = gemm.NO_GATHER,
+        bias: View | None = None,
     ) -> tuple[Variant, int] | None:
         """Time every candidate on the call's operands; remember and return the fastest."""
         M, N, K = out.shape[-2], out.shape[-1], a.shape[-1]
         nbatch = max(1, out.numel // max(1, M * N))
         limits = self.backend.dev.limits
-        spec = gemm.make_spec(out, a, b, False, gathers)
+        spec = gemm.make_spec(out, a, b, False, gathers, bias is not None)
         self.backend.rt.flush()  # pending work first: our passes then run after it, in queue order
         best: tuple[float, tuple[Variant, int]] | None = None
         results = {}
@@ -142,12 +151,12 @@ class Tuner:
             if v.name in self.disabled or not gemm.applicable(v, spec, limits):
                 continue
             try:
-                gp = gemm.build_plan(self.backend, out, a, b, v, s, gathers)
+                gp = gemm.build_plan(self.backend, out, a, b, v, s, gathers, bias is not None)
             except (BackendError, ValueError):
                 continue
             if not self.verify(gp):
                 continue
-            t = self.time(gp, out, a, b)
+            t = self.time(gp, out, a, b, bias)
             results[f"{v.name}/{gp.splits}"] = t
             if best is None or t < best[0]:
                 best = (t, (v, gp.splits))
@@ -160,16 +169,16 @@ class Tuner:
         return best[1]
 
     # -- timing
-    def time(self, gp: GemmPlan, out: View, a: View, b: View) -> float:
+    def time(self, gp: GemmPlan, out: View, a: View, b: View, bias: View | None = None) -> float:
         """Seconds per run of ``gp`` (GPU timestamps when available)."""
-        t1 = self._run(gp, out, a, b, 1)  # also the warm-up
+        t1 = self._run(gp, out, a, b, bias, 1)  # also the warm-up
         reps = int(min(50, max(1, _TARGET_S / max(t1, 1e-7))))
-        return self._run(gp, out, a, b, reps) / reps
+        return self._run(gp, out, a, b, bias, reps) / reps
 
-    def _run(self, gp: GemmPlan, out: View, a: View, b: View, reps: int) -> float:
+    def _run(self, gp: GemmPlan, out: View, a: View, b: View, bias: View | None, reps: int) -> float:
         be, dev = self.backend, self.backend.dev
         device = dev.device
-        launches = gemm.launches(be, gp, out, a, b)
+        launches = gemm.launches(be, gp, out, a, b, bias)
         align = 256  # a multiple of min-uniform-buffer-offset-alignment on every adapter
         ubuf = device.create_buffer(
             size=align * len(launches), usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
@@ -222,7 +231,7 @@ class Tuner:
         """Run ``gp``'s variant once per specialisation on a small problem with edge tiles; False (and the variant
         disabled, with a warning) when it disagrees with numpy. A gathered spec checks the variant on strided
         operands of the same scalar layouts (the gathers' own arithmetic is in the conv tests)."""
-        plain = dataclasses.replace(gp.spec, a_gather=None, b_gather=None)
+        plain = dataclasses.replace(gp.spec, a_gather=None, b_gather=None, bias=False)
         return self.verify_variant(gp.variant, plain)
 
     def verify_variant(self, v: Variant, spec: Spec) -> bool:

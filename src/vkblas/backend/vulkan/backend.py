@@ -936,13 +936,14 @@ class VulkanBackend(Backend):
         stride: tuple[int, int],
         padding: tuple[int, int],
         dilation: tuple[int, int],
+        bias: View | None = None,
     ) -> bool:
-        views = [out, a, b]
+        views = [out, a, b] + ([bias] if bias is not None else [])
         if out[0].dtype not in (float32, float16) or any(v[0].dtype is not out[0].dtype for v in views):
             return False
         geometry = tuple(tuple(int(x) for x in g) for g in (kernel_size, stride, padding, dilation))
         try:
-            return encode_conv(self, kind, out, a, b, geometry)  # type: ignore[arg-type]
+            return encode_conv(self, kind, out, a, b, geometry, bias)  # type: ignore[arg-type]
         except NeedsSplitting:  # raised before anything is recorded
             return False
         except BackendError:

@@ -112,11 +112,13 @@ def weight_rows(backend: Any, w4: View, swap: bool) -> tuple[View, Any]:
     return View(tmp, (rows, kh * kw * ch), (kh * kw * ch, 1), 0), tmp
 
 
-def encode_conv(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geometry) -> bool:
+def encode_conv(
+    backend: Any, kind: str, out: View, a: View, b: View, geometry: Geometry, bias: View | None = None
+) -> bool:
     """Record one convolution product (see the module's notes and ``Backend.convolution``); False where it is left
     to the composition: an operand of a large tensor (cut into pieces there), negative strides, or nothing to
-    compute."""
-    views = (out, a, b)
+    compute. The forward's ``bias`` (O,) is added in the GEMM's epilogue."""
+    views = (out, a, b) + ((bias,) if bias is not None else ())
     if any(isinstance(v.storage, LargeStorage) for v in views) or any(x < 0 for v in views for x in v.strides):
         return False
     if not all(v.numel for v in views):
@@ -130,12 +132,20 @@ def encode_conv(backend: Any, kind: str, out: View, a: View, b: View, geometry: 
             raise ValueError(f"convolution {kind}: weight of shape {b.shape}, expected {(o, c, *geometry[0])}")
         b, keep = weight_rows(backend, b, kind == "input")
     o, ga, gb, gathers = problem(kind, out, a, b, geometry)
+    later = None  # a strided bias: added after the GEMM (the epilogue reads a contiguous one)
+    if bias is not None:
+        if kind != "forward" or bias.shape != (out.shape[1],):
+            raise ValueError(f"convolution {kind}: a bias of shape {bias.shape} (only the forward's, (O,))")
+        if bias.strides != (1,) and bias.shape[0] > 1:
+            later, bias = View(bias.storage, out.shape, (0, bias.strides[0], 0, 0), bias.offset), None
     key = ("conv", kind, geometry, *((v.dtype, v.shape, v.strides, v.offset % 4 == 0) for v in (o, ga, gb)))
-    key += (gathers,)
+    key += (gathers, bias is not None)
     gp = backend.plans.get(key)
     if gp is None:
         with backend.rt.paused():  # tuned and self-checked eagerly, never inside a capture
-            gp = backend.plans[key] = tuner(backend).plan(o, ga, gb, gathers)
-    gemm.record(backend, gp, o, ga, gb)
+            gp = backend.plans[key] = tuner(backend).plan(o, ga, gb, gathers, bias)
+    gemm.record(backend, gp, o, ga, gb, bias)
+    if later is not None:
+        backend.elementwise("add", out, [out, later])
     del keep  # the pooled temporary returns on drop; the queue orders its reuse after the GEMM
     return True

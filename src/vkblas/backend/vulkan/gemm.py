@@ -220,6 +220,7 @@ class Spec:
     split: bool  # writes f32 partials to a workspace (split-K)
     a_gather: Gather | None = None  # then a_mode is the gather's scalar layout
     b_gather: Gather | None = None
+    bias: bool = False  # out[m, n] += bias[m] in the epilogue (a 4th binding; split-K: in split 0's partials)
 
 
 def applicable(v: Variant, spec: Spec, limits: dict[str, Any]) -> bool:
@@ -319,21 +320,28 @@ def source(v: Variant, spec: Spec) -> str:
         ("go", f"vec4<{out_t}>" if spec.out_vec else out_t),
         ("ga", f"vec4<{st}>" if spec.a_mode[0] == "v" else st),
         ("gb", f"vec4<{st}>" if spec.b_mode[0] == "v" else st),
-    ]
+    ] + [("gbias", st)] * spec.bias
+    sh = int(spec.bias)  # a bias binding's offset is params word 3: the words after it move up one
+
+    def word(i: int) -> str:
+        return f"{i + sh if i >= 3 else i}u"
+
     src = header(bufs, dt is float16)
     src += f"var<workgroup> As: array<vec4<{ctype}>, {v.stages * size_a}>;\n"
     src += f"var<workgroup> Bs: array<vec4<{ctype}>, {v.stages * size_b}>;\n"
     src += f"@compute @workgroup_size({nt})\n"
     src += "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
-    src += "    let z = wid.z + pu(3u);\n    let S = pu(11u);\n    let split = z % S;\n    let bidx = z / S;\n"
-    w_str = [_W_BATCH + spec.rank * (i + 1) for i in range(3)]
-    src += strided_offsets("bidx", spec.rank, _W_BATCH, ["oo", "ao", "bo"], ["pi(0u)", "pi(1u)", "pi(2u)"], w_str)
-    src += f"""    oo += i32(split * pu(13u));
-    let M = pu(4u); let N = pu(5u); let K = pu(6u);
+    src += f"    let z = wid.z + pu({word(3)});\n    let S = pu({word(11)});\n"
+    src += "    let split = z % S;\n    let bidx = z / S;\n"
+    w_str = [_W_BATCH + sh + spec.rank * (i + 1) for i in range(3)]
+    inits = ["pi(0u)", "pi(1u)", "pi(2u)"]
+    src += strided_offsets("bidx", spec.rank, _W_BATCH + sh, ["oo", "ao", "bo"], inits, w_str)
+    src += f"""    oo += i32(split * pu({word(13)}));
+    let M = pu({word(4)}); let N = pu({word(5)}); let K = pu({word(6)});
     let Ia = M; let Ib = N;
-    let asi = pi(7u); let ask = pi(8u); let bsk = pi(9u); let bsi = pi(10u);
-    let kbeg = split * pu(12u);
-    let kend = min(K, kbeg + pu(12u));
+    let asi = pi({word(7)}); let ask = pi({word(8)}); let bsk = pi({word(9)}); let bsi = pi({word(10)});
+    let kbeg = split * pu({word(12)});
+    let kend = min(K, kbeg + pu({word(12)}));
     let i0a = wid.y * {v.bm}u; let i0b = wid.x * {v.bn}u;
     let tx = lid % {wx}u; let ty = lid / {wx}u;
 """
@@ -413,9 +421,13 @@ def source(v: Variant, spec: Spec) -> str:
         for r in range(4):
             i = g * 4 + r
             src += f"    let row{i} = i0a + {g * 4 * wy}u + ty * 4u + {r}u;\n"
+            if spec.bias:  # guarded: the edge tiles' rows past M have no bias element
+                src += f"    var bias{i} = {acc}(0);\n"
+                src += f"    if (row{i} < M && split == 0u) {{ bias{i} = {acc}(gbias[u32(pi(3u)) + row{i}]); }}\n"
             for h in range(gn):
                 col = f"(i0b + {h * 4 * wx}u + tx * 4u)"
-                val = f"c{i}_{h}" if out_t == acc else f"{cv}(c{i}_{h})"
+                val = f"(c{i}_{h} + vec4<{acc}>(bias{i}))" if spec.bias else f"c{i}_{h}"
+                val = val if out_t == acc else f"{cv}({val})"
                 if spec.out_vec:
                     src += (
                         f"    if (row{i} < M && {col} < N) {{ go[u32((oo + i32(row{i} * N + {col})) >> 2)] = "
@@ -463,20 +475,20 @@ Gathers = tuple[Gather | None, Gather | None]
 NO_GATHER: Gathers = (None, None)
 
 
-def make_spec(out: View, a: View, b: View, split: bool, gathers: Gathers = NO_GATHER) -> Spec:
+def make_spec(out: View, a: View, b: View, split: bool, gathers: Gathers = NO_GATHER, bias: bool = False) -> Spec:
     """The spec of ``out = a @ b``; a gathered operand's view is its logical (batch..., rows, cols) matrix over the
     source's storage, with the source's per-image batch strides and zero inner strides."""
     if a.dtype not in _STYPE:
         raise TypeError(f"matmul of {a.dtype.name} tensors is not supported")
     bshape, _ = coalesce(out.shape[:-2], [out.strides[:-2], a.strides[:-2], b.strides[:-2]])
-    if len(bshape) > MAX_RANK:
+    if len(bshape) > MAX_RANK - bias:
         raise ValueError(f"{len(out.shape) - 2} batch dims are too many for the params window")
     n = out.shape[-1]
     out_vec = n % 4 == 0 and (split or out.offset % 4 == 0)
     ga, gb = gathers
     a_mode = ga.mode if ga else _mode(a, -2, -1, True)
     b_mode = gb.mode if gb else _mode(b, -1, -2, True)
-    return Spec(a.dtype, len(bshape), a_mode, b_mode, out_vec, split, ga, gb)
+    return Spec(a.dtype, len(bshape), a_mode, b_mode, out_vec, split, ga, gb, bias)
 
 
 def _span(v: View, g: Gather | None) -> tuple[int, int]:
@@ -502,13 +514,21 @@ class GemmPlan:
 
 
 def build_plan(
-    backend: Any, out: View, a: View, b: View, v: Variant, splits: int, gathers: Gathers = NO_GATHER
+    backend: Any,
+    out: View,
+    a: View,
+    b: View,
+    v: Variant,
+    splits: int,
+    gathers: Gathers = NO_GATHER,
+    bias: bool = False,
 ) -> GemmPlan:
-    """Compile (cached by source) and lay out the dispatch of variant ``v`` with ``splits`` K splits."""
+    """Compile (cached by source) and lay out the dispatch of variant ``v`` with ``splits`` K splits; ``bias``:
+    the plan binds a 4th view, a contiguous (M,) bias added to every row."""
     M, N = out.shape[-2:]
     K = a.shape[-1]
     splits = 1 if a.dtype is int32 else max(1, min(splits, -(-K // v.bk)))
-    spec = make_spec(out, a, b, splits > 1, gathers)
+    spec = make_spec(out, a, b, splits > 1, gathers, bias)
     if v.f16_math and a.dtype is not float16:
         raise ValueError(f"variant {v.name} is f16-only")
     bshape, bstrides = coalesce(out.shape[:-2], [out.strides[:-2], a.strides[:-2], b.strides[:-2]])
@@ -521,8 +541,8 @@ def build_plan(
         raise ValueError(f"matmul with M={M}, N={N} exceeds the workgroup grid limit {max_groups}")
     per_split = -(-K // splits)
     kchunk = -(-per_split // v.bk) * v.bk  # K per split, a multiple of bk
-    kernel = backend.dev.kernel(source(v, spec), 3)
-    fmt = "<iiiI" + "I" * 3 + "i" * 4 + "III" + "I" * spec.rank + "i" * (3 * spec.rank)
+    kernel = backend.dev.kernel(source(v, spec), 3 + bias)
+    fmt = "<iii" + "i" * bias + "I" + "I" * 3 + "i" * 4 + "III" + "I" * spec.rank + "i" * (3 * spec.rank)
     total = nbatch * M * N
     ostrides = bstrides[0]
     static = (
@@ -547,7 +567,7 @@ def build_plan(
         ospan = (0, splits * total - 1)
     else:
         ospan = span(out.shape, out.strides)
-    spans = (ospan, _span(a, spec.a_gather), _span(b, spec.b_gather))
+    spans = (ospan, _span(a, spec.a_gather), _span(b, spec.b_gather)) + ((0, M - 1),) * bias
     plan = Plan(kernel, fmt, static, groups, spans)
     red = None
     if splits > 1:
@@ -563,9 +583,10 @@ def build_plan(
 
 
 def launches(
-    backend: Any, gp: GemmPlan, out: View, a: View, b: View
+    backend: Any, gp: GemmPlan, out: View, a: View, b: View, bias: View | None = None
 ) -> list[tuple[Plan, tuple[View, ...], tuple[int, ...], tuple[int, int, int]]]:
     """The dispatches of ``gp`` as (plan, bound views, dynamic scalars, grid); allocates the split-K workspace."""
+    extra = (bias,) if bias is not None else ()
     if out.numel == 0:
         return []
     target = out
@@ -574,20 +595,24 @@ def launches(
         target = View(ws, out.shape, contiguous_strides(out.shape), 0)
     total, per, g = gp.nbatch * gp.splits, gp.zstep, gp.plan.groups
     out_list: list[tuple[Plan, tuple[View, ...], tuple[int, ...], tuple[int, int, int]]] = [
-        (gp.plan, (target, a, b), (base,), (g[0], g[1], min(per, total - base))) for base in range(0, total, per)
+        (gp.plan, (target, a, b, *extra), (base,), (g[0], g[1], min(per, total - base)))
+        for base in range(0, total, per)
     ]
     if gp.reduce is not None:
         out_list.append((gp.reduce, (out, target), (), gp.reduce.groups))
     return out_list
 
 
-def record(backend: Any, gp: GemmPlan, out: View, a: View, b: View) -> None:
-    """Record the dispatches of ``gp`` into the backend's open compute pass."""
+def record(backend: Any, gp: GemmPlan, out: View, a: View, b: View, bias: View | None = None) -> None:
+    """Record the dispatches of ``gp`` into the backend's open compute pass (``bias``: the plan's 4th view)."""
+    if gp.spec.bias != (bias is not None):
+        raise ValueError(f"the GEMM plan {'needs' if gp.spec.bias else 'has no place for'} a bias")
     if gp.splits == 1 and gp.nbatch <= gp.zstep and out.numel:  # one dispatch: what launches() gives
         g = gp.plan.groups
-        backend.launch("matmul", gp.plan, (out, a, b), (0,), (g[0], g[1], gp.nbatch))
+        views = (out, a, b) if bias is None else (out, a, b, bias)
+        backend.launch("matmul", gp.plan, views, (0,), (g[0], g[1], gp.nbatch))
         return
-    for plan, views, scalars, groups in launches(backend, gp, out, a, b):
+    for plan, views, scalars, groups in launches(backend, gp, out, a, b, bias):
         backend.launch("matmul", plan, views, scalars, groups)
 
 
