@@ -412,6 +412,58 @@ def test_rounds_close_on_quorum_and_weigh_late_results(db_url, tmp_path, algorit
         c.close()
 
 
+def _wait_reason(c: InProcess, auth: dict[str, str]) -> str:
+    r = c.tc.post("/v1/leases", headers=auth).json()
+    assert r["status"] == "wait", r
+    return r["reason"]
+
+
+def test_overlap_leases_one_unit_ahead_into_the_next_round(db_url, tmp_path):
+    """diloco ``overlap``: a worker whose unit of the open round is in leases its next unit at once, from the same
+    version; that unit belongs to the next round (it neither counts in nor closes the open one) and is applied
+    there with staleness 1; a second unit ahead is refused. A fresh applier (a restart) reads the same rounds from
+    the database."""
+    c = InProcess(db_url, tmp_path, algorithm="diloco", quorum=0.5, round_seconds=3600, overlap=True)
+    try:
+        a, b, d = c.register("a"), c.register("b"), c.register("d")
+        la, lb, ld = _lease(c, a), _lease(c, b), _lease(c, d)
+        ap = c.applier(evaluate=False)
+        assert _put(c, a, la, _payload(la, _update(c))).status_code == 200
+        assert ap.step() == 0  # a third of round 0's samples: below the quorum
+        ahead = _lease(c, a)  # no barrier: the next unit, from the version a already has
+        assert ahead["base_version"] == 0 and ahead["data"] != la["data"]
+        assert "active lease" in _wait_reason(c, a)
+        assert _put(c, a, ahead, _payload(ahead, _update(c))).status_code == 200
+        assert ap.step() == 0  # counted as round 0's, a's two units would be half of it: the quorum
+        assert "round 0 is waiting" in _wait_reason(c, a)  # one unit ahead at most
+        assert _put(c, b, lb, _payload(lb, _update(c))).status_code == 200
+        assert ap.step() == 2  # round 0: a's and b's first units; the unit ahead waits for round 1
+        assert _put(c, d, ld, _payload(ld, _update(c))).status_code == 200  # late: round 0's, after it closed
+        lb2 = _lease(c, b)
+        assert lb2["base_version"] == 1
+        assert _put(c, b, lb2, _payload(lb2, _update(c))).status_code == 200
+        ap.release()  # a restart: nothing of the rounds lives in the applier's memory
+        assert c.applier(evaluate=False).step() == 3
+        with c.ctx.db.read_session() as s:
+            rows = s.execute(select(Update.lease_id, Update.staleness, Update.applied_version)).all()
+        got = {lease: (st, version) for lease, st, version in rows}
+        ids = [x["lease_id"] for x in (la, lb, ahead, ld, lb2)]
+        assert [got[i] for i in ids] == [(0, 1), (0, 1), (1, 2), (1, 2), (0, 2)]
+    finally:
+        c.close()
+
+
+def test_without_overlap_a_worker_waits_at_the_barrier(db_url, tmp_path):
+    c = InProcess(db_url, tmp_path, algorithm="diloco", quorum=1.0, round_seconds=3600, overlap=False)
+    try:
+        a, b = c.register("a"), c.register("b")
+        la, _ = _lease(c, a), _lease(c, b)
+        assert _put(c, a, la, _payload(la, _update(c))).status_code == 200
+        assert "round 0 is waiting" in _wait_reason(c, a)
+    finally:
+        c.close()
+
+
 def test_worker_uses_a_local_copy_whose_hashes_match(coord: InProcess, tmp_path):
     from vkblas.distributed.protocol import DataSlice, RunInfo
     from vkblas.distributed.worker.cache import DataCache

@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Mapping
 
 import numpy as np
-from sqlalchemy import exists, func, select, update
+from sqlalchemy import ColumnElement, exists, func, select, update
 from sqlalchemy.orm import Session
 
 from ..protocol import MAX_DATA_PARTS, DataPart, DataSlice, Heartbeat, LeaseReply, UploadMeta, UploadReply
@@ -152,7 +152,7 @@ def lease(s: Session, *, worker: Worker, spec: RunSpec, now: float) -> LeaseRepl
             )  # fmt: skip
     if active >= (MAX_ACTIVE_ASYNC if spec.algorithm == "async" else 1):
         return _wait(worker, f"worker already holds {active} active lease(s)")
-    unit, role = _replica_slot(s, worker, spec, now), "replica"
+    unit, role, ahead = _replica_slot(s, worker, spec, now), "replica", 0
     if unit is None:
         role = "primary"
         if spec.algorithm == "async":
@@ -166,10 +166,10 @@ def lease(s: Session, *, worker: Worker, spec: RunSpec, now: float) -> LeaseRepl
                 return _wait(
                     worker, f"{in_flight} results in flight; more would exceed --max-staleness {spec.staleness_bound}"
                 )
-        elif s.scalar(
-            mine.where(Lease.base_version == run.version, Lease.role == "primary", Lease.status.in_(("active", "done")))
-        ):
-            return _wait(worker, f"round {run.version} is waiting for the others' results")
+        else:
+            ahead = _rounds_ahead(s, worker, run, spec)
+            if ahead is None:
+                return _wait(worker, f"round {run.version} is waiting for the others' results")
         meter = RateMeter.from_state(json.loads(worker.rate))
         q = select(Unit).where(Unit.status == "open", Unit.base_version.is_(None)).order_by(Unit.id).limit(1)
         unit = s.scalars(q).first()
@@ -180,7 +180,7 @@ def lease(s: Session, *, worker: Worker, spec: RunSpec, now: float) -> LeaseRepl
         return _wait(worker, "every unit of the run is out; waiting for the last results")
     unit.attempts += 1
     if unit.base_version is None:  # the first copy: pin what every copy computes from; check it or not
-        unit.base_version = run.version
+        unit.base_version, unit.for_round = run.version, run.version + ahead
         unit.lr = current_lr(spec, run.samples_applied, run.samples_total)
         unit.device_class, unit.pinned_at = worker.device_class, now
         if _random.random() < trust.replication_probability(spec, worker):
@@ -216,6 +216,30 @@ def lease(s: Session, *, worker: Worker, spec: RunSpec, now: float) -> LeaseRepl
         heartbeat_seconds=max(0.5, spec.lease_seconds / 4),
     )
     return LeaseReply(status="work", lease=msg, credit=worker.credit)
+
+
+def unit_round() -> ColumnElement[int]:
+    """The round a unit's result belongs to (join ``Unit``): its ``for_round``, its base version for older rows."""
+    return func.coalesce(Unit.for_round, Unit.base_version)
+
+
+def _rounds_ahead(s: Session, worker: Worker, run: Run, spec: RunSpec) -> int | None:
+    """sync/diloco: which round ``worker``'s next unit is for, counted from the open round ``run.version``: 0 if
+    it has no unit of it yet; 1 (a unit leased ahead, computed from the version it has) if its unit of the open
+    round is in and ``--overlap`` is on; None (wait) if it already holds one for each (at most one ahead)."""
+    q = (
+        select(unit_round())
+        .join(Lease, Lease.unit_id == Unit.id)
+        .where(Lease.worker_id == worker.id, Lease.role == "primary", Lease.status.in_(("active", "done")))
+        .where(unit_round() >= run.version)
+        .distinct()
+    )
+    rounds = set(s.scalars(q))
+    if not rounds:
+        return 0
+    if spec.overlaps and rounds == {run.version}:
+        return 1
+    return None
 
 
 def _fastest_online(s: Session, now: float, spec: RunSpec) -> float | None:
