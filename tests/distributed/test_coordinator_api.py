@@ -453,13 +453,23 @@ def test_overlap_leases_one_unit_ahead_into_the_next_round(db_url, tmp_path):
         c.close()
 
 
-def test_without_overlap_a_worker_waits_at_the_barrier(db_url, tmp_path):
-    c = InProcess(db_url, tmp_path, algorithm="diloco", quorum=1.0, round_seconds=3600, overlap=False)
+@pytest.mark.parametrize("overlap", [True, False])
+def test_no_unit_ahead_of_a_closing_round_or_without_overlap(db_url, tmp_path, overlap):
+    """The worker whose result closes the round waits the applier's pass for a unit from the new version (one a
+    round late would be worth less); without ``overlap`` every worker waits at the barrier."""
+    c = InProcess(db_url, tmp_path, algorithm="diloco", quorum=1.0, round_seconds=3600, overlap=overlap)
     try:
         a, b = c.register("a"), c.register("b")
-        la, _ = _lease(c, a), _lease(c, b)
+        la, lb = _lease(c, a), _lease(c, b)
         assert _put(c, a, la, _payload(la, _update(c))).status_code == 200
-        assert "round 0 is waiting" in _wait_reason(c, a)
+        if overlap:
+            assert _lease(c, a)["base_version"] == 0  # b still computes: a leases ahead
+        else:
+            assert "round 0 is waiting" in _wait_reason(c, a)
+        assert _put(c, b, lb, _payload(lb, _update(c))).status_code == 200
+        assert ("round 0 is closing" if overlap else "round 0 is waiting") in _wait_reason(c, b)
+        assert c.applier(evaluate=False).step() == 2
+        assert _lease(c, b)["base_version"] == 1
     finally:
         c.close()
 

@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Mapping
 
 import numpy as np
-from sqlalchemy import ColumnElement, exists, func, select, update
+from sqlalchemy import exists, func, select, update
 from sqlalchemy.orm import Session
 
 from ..protocol import MAX_DATA_PARTS, DataPart, DataSlice, Heartbeat, LeaseReply, UploadMeta, UploadReply
@@ -23,10 +23,11 @@ from ..protocol import Lease as LeaseMsg
 from ..robust import NormBand
 from ..shards import shard_order, unit_seed
 from ..sizing import RateMeter, batch_for_time
-from . import copies, trust
+from . import copies, rounds, trust
 from .config import RunSpec
 from .errors import ApiError
 from .models import RUN_ID, Lease, Run, Unit, Update, Worker
+from .rounds import unit_round
 from .runs import data_manifest, manifest_of
 
 MAX_ACTIVE_ASYNC = 2  # async: a worker may hold two leases (one computing, one prefetched)
@@ -167,9 +168,9 @@ def lease(s: Session, *, worker: Worker, spec: RunSpec, now: float) -> LeaseRepl
                     worker, f"{in_flight} results in flight; more would exceed --max-staleness {spec.staleness_bound}"
                 )
         else:
-            ahead = _rounds_ahead(s, worker, run, spec)
-            if ahead is None:
-                return _wait(worker, f"round {run.version} is waiting for the others' results")
+            ahead = _rounds_ahead(s, worker, run, spec, now)
+            if isinstance(ahead, str):
+                return _wait(worker, ahead)
         meter = RateMeter.from_state(json.loads(worker.rate))
         q = select(Unit).where(Unit.status == "open", Unit.base_version.is_(None)).order_by(Unit.id).limit(1)
         unit = s.scalars(q).first()
@@ -218,15 +219,10 @@ def lease(s: Session, *, worker: Worker, spec: RunSpec, now: float) -> LeaseRepl
     return LeaseReply(status="work", lease=msg, credit=worker.credit)
 
 
-def unit_round() -> ColumnElement[int]:
-    """The round a unit's result belongs to (join ``Unit``): its ``for_round``, its base version for older rows."""
-    return func.coalesce(Unit.for_round, Unit.base_version)
-
-
-def _rounds_ahead(s: Session, worker: Worker, run: Run, spec: RunSpec) -> int | None:
+def _rounds_ahead(s: Session, worker: Worker, run: Run, spec: RunSpec, now: float) -> int | str:
     """sync/diloco: which round ``worker``'s next unit is for, counted from the open round ``run.version``: 0 if
     it has no unit of it yet; 1 (a unit leased ahead, computed from the version it has) if its unit of the open
-    round is in and ``--overlap`` is on; None (wait) if it already holds one for each (at most one ahead)."""
+    round is in, ``--overlap`` is on and the round is not closing anyway; else why it waits (at most one ahead)."""
     q = (
         select(unit_round())
         .join(Lease, Lease.unit_id == Unit.id)
@@ -234,12 +230,17 @@ def _rounds_ahead(s: Session, worker: Worker, run: Run, spec: RunSpec) -> int | 
         .where(unit_round() >= run.version)
         .distinct()
     )
-    rounds = set(s.scalars(q))
-    if not rounds:
+    mine = set(s.scalars(q))
+    if not mine:
         return 0
-    if spec.overlaps and rounds == {run.version}:
-        return 1
-    return None
+    if not spec.overlaps or mine != {run.version}:
+        return f"round {run.version} is waiting for the others' results"
+    pending = list(s.scalars(select(Update).where(Update.status == "recorded").order_by(Update.seq)))
+    if rounds.closed(s, spec, run, run.version, pending, now):
+        # the applier's next pass closes it (this worker's result was the last one it waited for): a unit from
+        # the new version, fresh, is worth the few milliseconds more than one a round late
+        return f"round {run.version} is closing"
+    return 1
 
 
 def _fastest_online(s: Session, now: float, spec: RunSpec) -> float | None:
