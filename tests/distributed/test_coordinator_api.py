@@ -453,6 +453,32 @@ def test_overlap_leases_one_unit_ahead_into_the_next_round(db_url, tmp_path):
         c.close()
 
 
+def test_a_round_with_no_result_of_its_own_takes_the_units_leased_ahead(db_url, tmp_path):
+    """Round 0's only result is quarantined (as the validator does to an invalid one) and its other unit given
+    back: the unit leased ahead of it, computed from version 0, closes round 0 as a fresh result instead of
+    waiting for a round that would never close."""
+    c = InProcess(db_url, tmp_path, algorithm="diloco", quorum=1.0, round_seconds=3600, overlap=True)
+    try:
+        a, b = c.register("a"), c.register("b")
+        la, lb = _lease(c, a), _lease(c, b)
+        assert _put(c, a, la, _payload(la, _update(c))).status_code == 200
+        ahead = _lease(c, a)
+        assert _put(c, a, ahead, _payload(ahead, _update(c))).status_code == 200
+        with c.ctx.db.session() as s:
+            s.execute(update(Update).where(Update.lease_id == la["lease_id"]).values(status="invalid"))
+        ap = c.applier(evaluate=False)
+        assert ap.step() == 0  # b still computes round 0's other unit
+        assert c.tc.post(f"/v1/leases/{lb['lease_id']}/return", headers=b).status_code == 204
+        assert ap.step() == 1
+        with c.ctx.db.read_session() as s:
+            row = s.execute(
+                select(Update.staleness, Update.applied_version).where(Update.lease_id == ahead["lease_id"])
+            )
+            assert tuple(row.one()) == (0, 1)
+    finally:
+        c.close()
+
+
 @pytest.mark.parametrize("overlap", [True, False])
 def test_no_unit_ahead_of_a_closing_round_or_without_overlap(db_url, tmp_path, overlap):
     """The worker whose result closes the round waits the applier's pass for a unit from the new version (one a

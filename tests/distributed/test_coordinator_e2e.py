@@ -187,15 +187,19 @@ def test_two_uvicorn_processes_on_postgresql(pg_url: str, procs: Procs):
 
 def test_diloco_overlap_survives_kills(db_url: str, procs: Procs):
     """Overlapped DiLoCo rounds under kill -9 of a worker and of the coordinator: units leased ahead join the next
-    round (staleness 1), every sample is handed out once, every result decided once, the run finishes."""
+    round (staleness 1), every sample is handed out once, every result decided once, the run finishes. On
+    PostgreSQL by two serving processes: whichever answers a worker reads the same rounds."""
     args = [*RUN, *UNCHECKED, "--algorithm", "diloco", "--overlap", "--inner-steps", "4", "--epochs", "4"]
-    coordinator = procs.serve(db_url, *args)
-    keep, lost = procs.join("keep"), procs.join("lost")
-    procs.wait(lambda st: any(w["name"] == "lost" and w["units_done"] >= 3 for w in st["workers"]))
+    processes = 2 if db_url.startswith("postgres") else 1
+    coordinator = procs.serve(db_url, *args, workers=processes)
+    # units of ~0.5 s (at most 256 samples): long beside the round trips, so one worker's unit is often in while
+    # the other's still computes, and it leases ahead
+    keep, lost = (procs.join(name, "--delay-per-sample", "0.002") for name in ("keep", "lost"))
+    procs.wait(lambda st: any(w["name"] == "lost" and w["units_done"] >= 4 for w in st["workers"]))
     procs.kill(lost)  # its lease (perhaps one leased ahead) expires and its unit goes to the other
     before = procs.wait(lambda st: st["version"] >= 3)
     procs.kill(coordinator)
-    procs.serve(db_url, *args, log="serve-again.log")  # resumes from the database and the store
+    procs.serve(db_url, *args, workers=processes, log="serve-again.log")  # resumes from the database and store
     st = procs.wait(finished)
     assert keep.wait(timeout=120) == 0
     assert st["version"] > before["version"] and st["samples_leased"] == st["samples_total"] == 8000
