@@ -12,6 +12,9 @@ Sections (``--sections``, all by default):
   the wall time to it, on plain loopback and through a simulated ``--uplink-mbit`` uplink (a token bucket in each
   worker's transport). A run stops at the target, the end of its samples or ``--time-cap`` seconds.
 
+``--overlap off,on`` runs each diloco case twice, with the round barrier and with overlapped rounds (a worker
+leases one unit ahead of the open round), side by side; ``on`` or ``off`` alone picks one (default: serve's).
+
 Workers are cpu processes by default; ``--devices cpu,vulkan:0`` cycles through a list (worker i gets device i mod
 len), and ``--threads`` sets each worker's BLAS/OpenMP threads. Example (the H200 machine)::
 
@@ -242,13 +245,23 @@ def run_args(args: argparse.Namespace, *extra: str, epochs: int | None = None) -
     return base + list(extra)
 
 
+def variants(args: argparse.Namespace, algorithm: str) -> list[tuple[str, list[str]]]:
+    """The runs of ``algorithm`` to make: (its label in the tables, its serve flags); diloco once per ``--overlap``
+    value (serve's default if none)."""
+    if algorithm != "diloco":
+        return [(algorithm, ["--algorithm", algorithm])]
+    flags = ["--algorithm", "diloco", *(["--inner-steps", str(args.inner_steps)] if args.inner_steps else [])]
+    if not args.overlap:
+        return [("diloco", flags)]
+    return [(f"diloco overlap {v}", [*flags, "--overlap" if v == "on" else "--no-overlap"]) for v in args.overlap]
+
+
 def scaling(args: argparse.Namespace, results: dict[str, Any]) -> None:
     rows = []
-    for algorithm in args.algorithms:
+    for label, flags in (v for algorithm in args.algorithms for v in variants(args, algorithm)):
         base = None
         for n in args.workers:
-            extra = ["--inner-steps", str(args.inner_steps)] if algorithm == "diloco" and args.inner_steps else []
-            r = Run(args, run_args(args, "--algorithm", algorithm, *extra), n)
+            r = Run(args, run_args(args, *flags), n)
             try:
                 st = r.follow()
             finally:
@@ -266,11 +279,12 @@ def scaling(args: argparse.Namespace, results: dict[str, Any]) -> None:
             idle = " ".join("-" if (f := steady["idle_fraction"][w["name"]]) is None else f"{100 * f:.0f}"
                             for w in by_name)  # fmt: skip
             whole = " ".join(f"{100 * w['idle_fraction']:.0f}" for w in by_name)
-            rows.append([algorithm, devices_of(args, n), f"{rate:,.0f}", f"{rate / base:.2f}x", idle, whole,
+            rows.append([label, devices_of(args, n), f"{rate:,.0f}", f"{rate / base:.2f}x", idle, whole,
                          f"{wire / 1e3:.1f}",
                          f"{1e3 * st['apply_cpu_s_per_update']:.1f}", f"{1e3 * steady['coordinator_cpu_s'] / upd:.1f}",
                          f"{100 * st['test']['accuracy']:.2f}"])  # fmt: skip
-            results.setdefault("scaling", []).append({k: v for k, v in st.items() if k != "evaluations"})
+            kept = {k: v for k, v in st.items() if k != "evaluations"}
+            results.setdefault("scaling", []).append({"run": label, **kept})
     header = ["algorithm", "workers", "samples/s", "speedup", "idle % per worker", "idle % (whole run)",
               "wire kB/sample", "applier ms/update", "coordinator CPU ms/update", "test acc %"]  # fmt: skip
     results["tables"].append(print_table("scaling (loopback)", header, rows))
@@ -278,17 +292,19 @@ def scaling(args: argparse.Namespace, results: dict[str, Any]) -> None:
 
 def dropout(args: argparse.Namespace, results: dict[str, Any]) -> None:
     n, rows = max(args.workers), []
-    for label, kill in (("clean", None), ("50% killed at 1/3", 1 / 3)):
-        r = Run(args, run_args(args, "--algorithm", args.algorithms[0], "--lease-seconds", "5"), n)
-        try:
-            st = r.follow(kill_half_at=kill)
-        finally:
-            r.close()
-        acc = f"{100 * st['test']['accuracy']:.2f}"
-        rows.append([label, devices_of(args, n), acc, st["accepted"], st["stale"], f"{st['wall_s']:.0f}"])
-        results.setdefault("dropout", []).append({k: v for k, v in st.items() if k != "evaluations"})
-    header = ["run", "workers", "final test acc %", "accepted", "stale", "wall s"]
-    results["tables"].append(print_table(f"dropout ({args.algorithms[0]})", header, rows))
+    for name, flags in variants(args, args.algorithms[0]):
+        for label, kill in (("clean", None), ("50% killed at 1/3", 1 / 3)):
+            r = Run(args, run_args(args, *flags, "--lease-seconds", "5"), n)
+            try:
+                st = r.follow(kill_half_at=kill)
+            finally:
+                r.close()
+            acc = f"{100 * st['test']['accuracy']:.2f}"
+            rows.append([name, label, devices_of(args, n), acc, st["accepted"], st["stale"], f"{st['wall_s']:.0f}"])
+            kept = {k: v for k, v in st.items() if k != "evaluations"}
+            results.setdefault("dropout", []).append({"run": f"{name}, {label}", **kept})
+    header = ["algorithm", "run", "workers", "final test acc %", "accepted", "stale", "wall s"]
+    results["tables"].append(print_table("dropout", header, rows))
 
 
 def traffic(args: argparse.Namespace, results: dict[str, Any]) -> None:
@@ -336,6 +352,8 @@ def main() -> int:
     p.add_argument("--eval-seconds", type=float, default=2.0)
     p.add_argument("--inner-steps", type=int, default=None,
                    help="DiLoCo's H, the most inner steps of a unit (default: serve's 50; traffic: 20)")  # fmt: skip
+    p.add_argument("--overlap", default="",
+                   help="diloco's overlapped rounds: on, off, or off,on (both; default: serve's)")  # fmt: skip
     p.add_argument("--shard-samples", type=int, default=None,
                    help="samples per data shard (default: serve's 10 000)")  # fmt: skip
     p.add_argument("--traffic-workers", type=int, default=4)
@@ -359,6 +377,9 @@ def main() -> int:
         stage.workers = [int(x) for x in str(stage.workers).split(",")]
         stage.algorithms = stage.algorithms.split(",")
         stage.devices = stage.devices.split(",")
+        stage.overlap = [v for v in stage.overlap.split(",") if v]
+        if any(v not in ("on", "off") for v in stage.overlap):
+            p.error(f"--overlap takes on, off or off,on, not {args.overlap!r}")
         stage.limit = stage.limit or None
         sections[name](stage, results)
     print(f"\n{len(stages)} stage(s) in {time.monotonic() - t0:.0f} s")

@@ -412,6 +412,94 @@ def test_rounds_close_on_quorum_and_weigh_late_results(db_url, tmp_path, algorit
         c.close()
 
 
+def _wait_reason(c: InProcess, auth: dict[str, str]) -> str:
+    r = c.tc.post("/v1/leases", headers=auth).json()
+    assert r["status"] == "wait", r
+    return r["reason"]
+
+
+def test_overlap_leases_one_unit_ahead_into_the_next_round(db_url, tmp_path):
+    """diloco ``overlap``: a worker whose unit of the open round is in leases its next unit at once, from the same
+    version; that unit belongs to the next round (it neither counts in nor closes the open one) and is applied
+    there with staleness 1; a second unit ahead is refused. A fresh applier (a restart) reads the same rounds from
+    the database."""
+    c = InProcess(db_url, tmp_path, algorithm="diloco", quorum=0.5, round_seconds=3600, overlap=True)
+    try:
+        a, b, d = c.register("a"), c.register("b"), c.register("d")
+        la, lb, ld = _lease(c, a), _lease(c, b), _lease(c, d)
+        ap = c.applier(evaluate=False)
+        assert _put(c, a, la, _payload(la, _update(c))).status_code == 200
+        assert ap.step() == 0  # a third of round 0's samples: below the quorum
+        ahead = _lease(c, a)  # no barrier: the next unit, from the version a already has
+        assert ahead["base_version"] == 0 and ahead["data"] != la["data"]
+        assert "active lease" in _wait_reason(c, a)
+        assert _put(c, a, ahead, _payload(ahead, _update(c))).status_code == 200
+        assert ap.step() == 0  # counted as round 0's, a's two units would be half of it: the quorum
+        assert "round 0 is waiting" in _wait_reason(c, a)  # one unit ahead at most
+        assert _put(c, b, lb, _payload(lb, _update(c))).status_code == 200
+        assert ap.step() == 2  # round 0: a's and b's first units; the unit ahead waits for round 1
+        assert _put(c, d, ld, _payload(ld, _update(c))).status_code == 200  # late: round 0's, after it closed
+        lb2 = _lease(c, b)
+        assert lb2["base_version"] == 1
+        assert _put(c, b, lb2, _payload(lb2, _update(c))).status_code == 200
+        ap.release()  # a restart: nothing of the rounds lives in the applier's memory
+        assert c.applier(evaluate=False).step() == 3
+        with c.ctx.db.read_session() as s:
+            rows = s.execute(select(Update.lease_id, Update.staleness, Update.applied_version)).all()
+        got = {lease: (st, version) for lease, st, version in rows}
+        ids = [x["lease_id"] for x in (la, lb, ahead, ld, lb2)]
+        assert [got[i] for i in ids] == [(0, 1), (0, 1), (1, 2), (1, 2), (0, 2)]
+    finally:
+        c.close()
+
+
+def test_a_round_with_no_result_of_its_own_takes_the_units_leased_ahead(db_url, tmp_path):
+    """Round 0's only result is quarantined (as the validator does to an invalid one) and its other unit given
+    back: the unit leased ahead of it, computed from version 0, closes round 0 as a fresh result instead of
+    waiting for a round that would never close."""
+    c = InProcess(db_url, tmp_path, algorithm="diloco", quorum=1.0, round_seconds=3600, overlap=True)
+    try:
+        a, b = c.register("a"), c.register("b")
+        la, lb = _lease(c, a), _lease(c, b)
+        assert _put(c, a, la, _payload(la, _update(c))).status_code == 200
+        ahead = _lease(c, a)
+        assert _put(c, a, ahead, _payload(ahead, _update(c))).status_code == 200
+        with c.ctx.db.session() as s:
+            s.execute(update(Update).where(Update.lease_id == la["lease_id"]).values(status="invalid"))
+        ap = c.applier(evaluate=False)
+        assert ap.step() == 0  # b still computes round 0's other unit
+        assert c.tc.post(f"/v1/leases/{lb['lease_id']}/return", headers=b).status_code == 204
+        assert ap.step() == 1
+        with c.ctx.db.read_session() as s:
+            row = s.execute(
+                select(Update.staleness, Update.applied_version).where(Update.lease_id == ahead["lease_id"])
+            )
+            assert tuple(row.one()) == (0, 1)
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_no_unit_ahead_of_a_closing_round_or_without_overlap(db_url, tmp_path, overlap):
+    """The worker whose result closes the round waits the applier's pass for a unit from the new version (one a
+    round late would be worth less); without ``overlap`` every worker waits at the barrier."""
+    c = InProcess(db_url, tmp_path, algorithm="diloco", quorum=1.0, round_seconds=3600, overlap=overlap)
+    try:
+        a, b = c.register("a"), c.register("b")
+        la, lb = _lease(c, a), _lease(c, b)
+        assert _put(c, a, la, _payload(la, _update(c))).status_code == 200
+        if overlap:
+            assert _lease(c, a)["base_version"] == 0  # b still computes: a leases ahead
+        else:
+            assert "round 0 is waiting" in _wait_reason(c, a)
+        assert _put(c, b, lb, _payload(lb, _update(c))).status_code == 200
+        assert ("round 0 is closing" if overlap else "round 0 is waiting") in _wait_reason(c, b)
+        assert c.applier(evaluate=False).step() == 2
+        assert _lease(c, b)["base_version"] == 1
+    finally:
+        c.close()
+
+
 def test_worker_uses_a_local_copy_whose_hashes_match(coord: InProcess, tmp_path):
     from vkblas.distributed.protocol import DataSlice, RunInfo
     from vkblas.distributed.worker.cache import DataCache

@@ -141,3 +141,23 @@ def test_units_that_span_shards_shrink_to_their_first_part_on_downgrade(db_url: 
         assert current_revision(db) == HEAD
     finally:
         db.dispose()
+
+
+def test_pinned_units_get_their_round_on_upgrade(db_url: str):
+    """0004 -> 0005: a unit pinned to a version belongs to that version's round; an open one to none yet."""
+    db = Database(normalise_db_url(db_url))
+    try:
+        migrate(db)
+        downgrade(db, "0004")
+        with db.engine.begin() as conn:
+            conn.execute(text(
+                "INSERT INTO units (id, epoch, shard, seed, \"offset\", samples, status, attempts, base_version) VALUES"
+                " (1, 0, 0, 6, 0, 64, 'leased', 1, 3), (2, 0, 0, 6, 64, 64, 'open', 0, NULL)"))  # fmt: skip
+        migrate(db)
+        with db.engine.connect() as conn:
+            rows = conn.execute(text("SELECT id, for_round FROM units ORDER BY id")).all()
+        assert [tuple(r) for r in rows] == [(1, 3), (2, None)]
+        downgrade(db, "0004")
+        assert "for_round" not in {c["name"] for c in inspect(db.engine).get_columns("units")}
+    finally:
+        db.dispose()

@@ -178,6 +178,12 @@ def test_run_spec_and_db_urls():
     with pytest.raises(ValueError, match="batch_size"):
         RunSpec(batch_size=0)
     assert RunSpec(algorithm="diloco").learning_rate == 1e-3 and RunSpec(algorithm="diloco").round_quorum == 0.75
+    # overlapped rounds: diloco's default; refused where results one round late would not count
+    assert RunSpec().overlaps and not RunSpec(algorithm="sync").overlaps and not RunSpec(max_staleness=0).overlaps
+    with pytest.raises(ValueError, match="overlap is for diloco"):
+        RunSpec(algorithm="sync", overlap=True)
+    with pytest.raises(ValueError, match="max_staleness >= 1"):
+        RunSpec(overlap=True, max_staleness=0)
     assert normalise_db_url("postgresql://u@h/db") == "postgresql+psycopg://u@h/db"
     assert normalise_db_url("x.db").startswith("sqlite:////")
 

@@ -52,6 +52,8 @@ def add_commands(sub: Any, positive_int: Any, positive_float: Any, device: Any) 
     serve.add_argument("--unit-seconds", type=positive_float, default=3.0, help="target wall time of a unit")
     serve.add_argument("--quorum", type=float, default=None, help="sync/diloco: fraction of a round's samples")
     serve.add_argument("--round-seconds", type=positive_float, default=None, help="sync/diloco: round deadline")
+    serve.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
+                       help="diloco: lease one unit ahead of the open round, not wait for it (default on)")  # fmt: skip
     serve.add_argument("--lease-seconds", type=positive_float, default=30.0, help="a lease without heartbeat expires")
     serve.add_argument("--eval-seconds", type=positive_float, default=10.0, help="evaluate at most this often")
     serve.add_argument("--shard-samples", type=positive_int, default=10_000, help="samples per data shard")
@@ -133,7 +135,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     names = (
         "model epochs samples batch_size lr optimizer seed limit algorithm max_staleness inner_steps outer_lr "
-        "outer_momentum codec block unit_seconds quorum round_seconds lease_seconds eval_seconds max_norm "
+        "outer_momentum codec block unit_seconds quorum round_seconds overlap lease_seconds eval_seconds max_norm "
         "shard_samples validate_fraction trust_after max_unchecked suspend_after tolerance norm_factor aggregate trim "
         "inner_state"
     ).split()

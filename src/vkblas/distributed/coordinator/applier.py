@@ -50,11 +50,11 @@ from ..algorithms import GlobalModel, StalenessFilter
 from ..codec import LazyUpdate, PayloadFile, RangeDecoder
 from ..protocol import ModelManifest
 from ..robust import StreamedAggregate
-from . import checkpoints, trust
+from . import checkpoints, rounds, trust
 from .config import RunSpec
 from .crud import current_lr, expire_leases
 from .db import Database
-from .models import RUN_ID, Checkpoint, Evaluation, History, Leader, Lease, Run, Unit, Update, Worker
+from .models import RUN_ID, Checkpoint, Evaluation, History, Leader, Run, Unit, Update, Worker
 from .store import Store
 from .validator import validate
 
@@ -319,22 +319,8 @@ class Applier:
         return len(decisions)
 
     def _closed_round(self, s, run: Run, pending: list[Update], now: float) -> list[Update]:  # type: ignore[no-untyped-def]
-        """sync/diloco: the contributions of the current round once it closes, else nothing. The round of version
-        v closes when its fresh results (computed from v) cover ``quorum`` of the samples leased from v, or no
-        lease from v is still running, or the round is ``round_seconds`` old, or the run's last unit is in."""
-        v = self.model.version  # type: ignore[union-attr]
-        fresh = sum(u.samples for u in pending if u.base_version == v)
-        leased_q = select(func.coalesce(func.sum(Lease.samples), 0)).where(Lease.base_version == v)
-        # the quorum is of the round's units (first copies); a copy being checked keeps the round open too
-        leased = s.scalar(leased_q.where(Lease.status.in_(("active", "done")), Lease.role == "primary"))
-        active_v = s.scalar(leased_q.where(Lease.status == "active"))
-        active = s.scalar(select(func.count()).select_from(Lease).where(Lease.status == "active"))
-        close = (
-            (fresh > 0 and (fresh >= self.spec.round_quorum * leased or active_v == 0))
-            or now - run.round_opened_at >= self.spec.round_deadline
-            or (run.samples_leased >= run.samples_total and active == 0)
-        )
-        return pending if close else []
+        """sync/diloco: the contributions of the current round once it closes, else nothing (:func:`.rounds.closed`)."""
+        return rounds.closed(s, self.spec, run, self.model.version, pending, now)  # type: ignore[union-attr]
 
     def _stored(self, u: Update) -> PayloadFile:
         """A recorded result's stored file (validated at upload; its hash is checked here, so the bytes are those

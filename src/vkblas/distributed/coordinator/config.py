@@ -15,6 +15,7 @@ from ..text import GPT_SIZES, VOCAB, is_text
 
 DEFAULT_QUORUM = {"sync": 1.0, "async": 1.0, "diloco": 0.75}
 DEFAULT_MAX_STALENESS = {"sync": 1, "async": 8, "diloco": 2}
+DEFAULT_OVERLAP = {"sync": False, "async": False, "diloco": True}
 
 
 class RunSpec(BaseModel):
@@ -41,6 +42,9 @@ class RunSpec(BaseModel):
     unit_seconds: float = Field(default=3.0, gt=0, le=3600, description="target wall time of a work unit")
     quorum: float | None = Field(default=None, gt=0, le=1)
     round_seconds: float | None = Field(default=None, gt=0, le=86_400)
+    #: diloco: a worker whose unit of the open round is in leases one unit ahead (from the version it has) instead
+    #: of waiting at the round's barrier; its result joins the next round with staleness 1 (docs/PROTOCOL.md)
+    overlap: bool | None = None
     lease_seconds: float = Field(default=30.0, ge=1, le=86_400)
     eval_seconds: float = Field(default=10.0, gt=0, le=86_400)
     max_norm: float | None = Field(default=None, gt=0)
@@ -80,6 +84,10 @@ class RunSpec(BaseModel):
             )
         if is_text(self.dataset) and self.algorithm != "diloco":
             raise ValueError(f"a GPT run through the coordinator is diloco only, not {self.algorithm!r}")
+        if self.overlap and self.algorithm != "diloco":
+            raise ValueError(f"overlap is for diloco's rounds, not {self.algorithm!r}")
+        if self.overlap and self.staleness_bound < 1:
+            raise ValueError("overlap makes every result one round late: it needs max_staleness >= 1 (got 0)")
         if self.inner_state == "kept" and self.validates:
             raise ValueError(
                 "inner_state 'kept' makes a unit depend on its worker's private AdamW state, so no other worker can"
@@ -104,6 +112,14 @@ class RunSpec(BaseModel):
     @property
     def round_quorum(self) -> float:
         return self.quorum if self.quorum is not None else DEFAULT_QUORUM[self.algorithm]
+
+    @property
+    def overlaps(self) -> bool:
+        """Whether a worker may lease one unit ahead of the open round (off by default where staleness 0 would drop
+        every such result)."""
+        if self.overlap is not None:
+            return self.overlap
+        return DEFAULT_OVERLAP[self.algorithm] and self.staleness_bound >= 1
 
     @property
     def round_deadline(self) -> float:

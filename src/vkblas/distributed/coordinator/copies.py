@@ -47,7 +47,7 @@ def refresh(s: Session, unit: Unit) -> None:
     else:
         unit.status = "open"
     if active == 0 and live == 0:
-        unit.base_version, unit.lr, unit.quorum = None, None, 1
+        unit.base_version, unit.for_round, unit.lr, unit.quorum = None, None, None, 1
         unit.device_class, unit.pinned_at = None, None
 
 

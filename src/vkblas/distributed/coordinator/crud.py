@@ -23,10 +23,11 @@ from ..protocol import Lease as LeaseMsg
 from ..robust import NormBand
 from ..shards import shard_order, unit_seed
 from ..sizing import RateMeter, batch_for_time
-from . import copies, trust
+from . import copies, rounds, trust
 from .config import RunSpec
 from .errors import ApiError
 from .models import RUN_ID, Lease, Run, Unit, Update, Worker
+from .rounds import unit_round
 from .runs import data_manifest, manifest_of
 
 MAX_ACTIVE_ASYNC = 2  # async: a worker may hold two leases (one computing, one prefetched)
@@ -152,7 +153,7 @@ def lease(s: Session, *, worker: Worker, spec: RunSpec, now: float) -> LeaseRepl
             )  # fmt: skip
     if active >= (MAX_ACTIVE_ASYNC if spec.algorithm == "async" else 1):
         return _wait(worker, f"worker already holds {active} active lease(s)")
-    unit, role = _replica_slot(s, worker, spec, now), "replica"
+    unit, role, ahead = _replica_slot(s, worker, spec, now), "replica", 0
     if unit is None:
         role = "primary"
         if spec.algorithm == "async":
@@ -166,10 +167,10 @@ def lease(s: Session, *, worker: Worker, spec: RunSpec, now: float) -> LeaseRepl
                 return _wait(
                     worker, f"{in_flight} results in flight; more would exceed --max-staleness {spec.staleness_bound}"
                 )
-        elif s.scalar(
-            mine.where(Lease.base_version == run.version, Lease.role == "primary", Lease.status.in_(("active", "done")))
-        ):
-            return _wait(worker, f"round {run.version} is waiting for the others' results")
+        else:
+            ahead = _rounds_ahead(s, worker, run, spec, now)
+            if isinstance(ahead, str):
+                return _wait(worker, ahead)
         meter = RateMeter.from_state(json.loads(worker.rate))
         q = select(Unit).where(Unit.status == "open", Unit.base_version.is_(None)).order_by(Unit.id).limit(1)
         unit = s.scalars(q).first()
@@ -180,7 +181,7 @@ def lease(s: Session, *, worker: Worker, spec: RunSpec, now: float) -> LeaseRepl
         return _wait(worker, "every unit of the run is out; waiting for the last results")
     unit.attempts += 1
     if unit.base_version is None:  # the first copy: pin what every copy computes from; check it or not
-        unit.base_version = run.version
+        unit.base_version, unit.for_round = run.version, run.version + ahead
         unit.lr = current_lr(spec, run.samples_applied, run.samples_total)
         unit.device_class, unit.pinned_at = worker.device_class, now
         if _random.random() < trust.replication_probability(spec, worker):
@@ -216,6 +217,30 @@ def lease(s: Session, *, worker: Worker, spec: RunSpec, now: float) -> LeaseRepl
         heartbeat_seconds=max(0.5, spec.lease_seconds / 4),
     )
     return LeaseReply(status="work", lease=msg, credit=worker.credit)
+
+
+def _rounds_ahead(s: Session, worker: Worker, run: Run, spec: RunSpec, now: float) -> int | str:
+    """sync/diloco: which round ``worker``'s next unit is for, counted from the open round ``run.version``: 0 if
+    it has no unit of it yet; 1 (a unit leased ahead, computed from the version it has) if its unit of the open
+    round is in, ``--overlap`` is on and the round is not closing anyway; else why it waits (at most one ahead)."""
+    q = (
+        select(unit_round())
+        .join(Lease, Lease.unit_id == Unit.id)
+        .where(Lease.worker_id == worker.id, Lease.role == "primary", Lease.status.in_(("active", "done")))
+        .where(unit_round() >= run.version)
+        .distinct()
+    )
+    mine = set(s.scalars(q))
+    if not mine:
+        return 0
+    if not spec.overlaps or mine != {run.version}:
+        return f"round {run.version} is waiting for the others' results"
+    pending = list(s.scalars(select(Update).where(Update.status == "recorded").order_by(Update.seq)))
+    if rounds.closed(s, spec, run, run.version, pending, now):
+        # the applier's next pass closes it (this worker's result was the last one it waited for): a unit from
+        # the new version, fresh, is worth the few milliseconds more than one a round late
+        return f"round {run.version} is closing"
+    return 1
 
 
 def _fastest_online(s: Session, now: float, spec: RunSpec) -> float | None:

@@ -23,7 +23,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 SQLITE_BUSY_TIMEOUT_S = 60.0
-HEAD = "0004"
+HEAD = "0005"
 
 
 def make_engine(url: str) -> Engine:

@@ -120,6 +120,9 @@ class Unit(Base):
     #: the version every copy computes from, once the first copy is out (replicas must start from the same weights)
     base_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     lr: Mapped[float | None] = mapped_column(Float, nullable=True)  # and the same learning rate
+    #: sync/diloco: the round its result belongs to, pinned with ``base_version``: that version, or the next one for
+    #: a unit leased ahead while its base round was open (``--overlap``). Null: ``base_version`` (rows before 0005)
+    for_round: Mapped[int | None] = mapped_column(Integer, nullable=True)
     device_class: Mapped[str | None] = mapped_column(String(128), nullable=True)  # its first copy's worker's
     pinned_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # when its first copy went out
 
