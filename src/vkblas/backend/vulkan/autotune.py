@@ -36,6 +36,7 @@ from .gemm import GemmPlan, Spec, Variant
 
 MIN_TUNE_FLOPS = 1 << 26
 _TARGET_S = 0.02  # GPU time per timed candidate
+_PASSES = 2  # rounds over the candidates
 _FALLBACK = "32x32k16.4x4.db"
 
 
@@ -145,8 +146,7 @@ class Tuner:
         limits = self.backend.dev.limits
         spec = gemm.make_spec(out, a, b, False, gathers, bias is not None)
         self.backend.rt.flush()  # pending work first: our passes then run after it, in queue order
-        best: tuple[float, tuple[Variant, int]] | None = None
-        results = {}
+        plans = {}
         for v, s in gemm.candidates(a.dtype, M, N, K, nbatch, limits):
             if v.name in self.disabled or not gemm.applicable(v, spec, limits):
                 continue
@@ -154,14 +154,17 @@ class Tuner:
                 gp = gemm.build_plan(self.backend, out, a, b, v, s, gathers, bias is not None)
             except (BackendError, ValueError):
                 continue
-            if not self.verify(gp):
-                continue
-            t = self.time(gp, out, a, b, bias)
-            results[f"{v.name}/{gp.splits}"] = t
-            if best is None or t < best[0]:
-                best = (t, (v, gp.splits))
-        if best is None:
+            if self.verify(gp):
+                plans[f"{v.name}/{gp.splits}"] = gp
+        # every candidate timed in _PASSES rounds, its best kept: with one pass an H200 lease picked a variant that
+        # took 0.75 ms in the step over one that took 0.42 ms (timing noise: GPU clocks, other work on the queue)
+        results = {name: self.time(gp, out, a, b, bias) for name, gp in plans.items()}
+        for _ in range(_PASSES - 1):
+            results = {name: min(t, self.time(plans[name], out, a, b, bias)) for name, t in results.items()}
+        if not results:
             return None
+        name = min(results, key=results.__getitem__)
+        best = (results[name], (plans[name].variant, plans[name].splits))
         v, s = best[1]
         self.table[cls] = f"{v.name}/{s}"
         self.log.append({"class": cls, "winner": self.table[cls], "seconds": results})
