@@ -73,7 +73,7 @@ def test_full_run_status_and_ctrl_c(db_url: str, procs: Procs):
     st = procs.wait(finished)
     for p in workers:
         assert p.wait(timeout=120) == 0, p.log.read_text()[-2000:]  # type: ignore[attr-defined]
-    assert st["samples_leased"] == st["samples_total"] == 8000
+    assert st["samples_leased"] == st["samples_total"] == 4000
     assert st["test"]["accuracy"] > 0.5 and st["accepted"] > 0 and st["rejected"] == 0
     applied = assert_exactly_once(db_url)
     assert applied == st["samples_applied"]
