@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from vkblas.distributed.codec import CodecError, from_payload
+from vkblas.distributed.coordinator.api.watch import RunWatch
 from vkblas.distributed.coordinator.config import RunSpec, normalise_db_url
 from vkblas.distributed.coordinator.crud import unit_samples
 from vkblas.distributed.shards import (
@@ -272,3 +273,41 @@ def test_sqlite_writers_of_one_process_queue_on_a_lock(tmp_path, monkeypatch, ow
         assert not failures and total == 160
     else:
         assert failures and "locked" in str(failures[0]) and total == 160 - len(failures)
+
+
+def test_run_watch_logs_an_outage_once_and_its_end(caplog):
+    """The long-poll watcher reads the run every tick: a database that is away (a restart, a dropped test
+    database) gives one logged traceback for the outage and one line when it is back, not one every tick."""
+    import asyncio
+    import contextlib
+    import logging
+
+    class Session:
+        def get(self, *a):
+            return None
+
+        def scalar(self, *a):
+            return 0
+
+    class Flaky:
+        down = True
+
+        @contextlib.contextmanager
+        def read_session(self):
+            if self.down:
+                raise ConnectionError("database is away")
+            yield Session()
+
+    async def scenario(db):
+        watch = RunWatch(db, every=0.01)  # type: ignore[arg-type]
+        watch.start()
+        await asyncio.sleep(0.15)  # ~15 failing ticks
+        db.down = False
+        await asyncio.sleep(0.1)
+        await watch.stop()
+
+    with caplog.at_level(logging.INFO, logger="vkblas.coordinator"):
+        asyncio.run(scenario(Flaky()))
+    messages = [(r.levelname, r.getMessage()) for r in caplog.records if "run watch" in r.getMessage()]
+    assert [level for level, _ in messages] == ["ERROR", "INFO"], messages
+    assert "works again" in messages[1][1]

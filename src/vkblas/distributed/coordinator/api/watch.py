@@ -35,14 +35,20 @@ class RunWatch:
             return (run.version, run.state, run.samples_leased, opened) if run is not None else ()
 
     async def _watch(self) -> None:
+        failing = False
         while True:
             try:
                 now = await asyncio.to_thread(self._read)
+                if failing:
+                    log.info("run watch: reading the run works again")
+                    failing = False
                 if now != self._last:
                     self._last = now
                     self.poke()
             except Exception:  # the database may be away for a moment (restart): waiters time out meanwhile
-                log.exception("run watch: reading the run failed")
+                if not failing:  # once an outage, not ten tracebacks a second until it ends
+                    log.exception("run watch: reading the run failed; waiting requests time out until it works")
+                failing = True
             await asyncio.sleep(self.every)
 
     def poke(self) -> None:
