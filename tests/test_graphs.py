@@ -28,6 +28,15 @@ def convnet() -> nn.Module:
     return nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 3 * 3, 4))
 
 
+def convnet2() -> nn.Module:
+    """A second convolution with 4 input channels (its weight laid out channels-last per call) and 16 outputs (its
+    input gradient through Vulkan's masked implicit GEMM), both inside the captured step."""
+    return nn.Sequential(
+        nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Conv2d(4, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+        nn.Linear(16 * 3 * 3, 4),
+    )  # fmt: skip
+
+
 def batches(shape: tuple[int, ...], n: int = STEPS, seed: int = 1) -> list[tuple[np.ndarray, np.ndarray]]:
     rng = np.random.default_rng(seed)
     return [
@@ -111,9 +120,10 @@ def test_replays_match_eager_steps(opt: str) -> None:
     assert_same(run_eager(mlp, opt, data, capturable=False), graphed)  # device bias corrections: fp32 close
 
 
-def test_conv_pool_model_replays_match_eager() -> None:
+@pytest.mark.parametrize("model", [convnet, convnet2], ids=["one-conv", "two-convs"])
+def test_conv_pool_model_replays_match_eager(model: Callable[[], nn.Module]) -> None:
     data = batches((1, 8, 8), n=4)
-    assert_same(run_eager(convnet, "adam", data, capturable=False), run_graph(convnet, "adam", data))
+    assert_same(run_eager(model, "adam", data, capturable=False), run_graph(model, "adam", data))
 
 
 def test_lr_scheduler_between_replays_matches_eager() -> None:
