@@ -179,12 +179,15 @@ def test_run_spec_and_db_urls():
     with pytest.raises(ValueError, match="batch_size"):
         RunSpec(batch_size=0)
     assert RunSpec(algorithm="diloco").learning_rate == 1e-3 and RunSpec(algorithm="diloco").round_quorum == 0.75
-    # overlapped rounds: diloco's default; refused where results one round late would not count
-    assert RunSpec().overlaps and not RunSpec(algorithm="sync").overlaps and not RunSpec(max_staleness=0).overlaps
+    # overlapped rounds: diloco's, opt-in; refused where results one round late would not count
+    assert RunSpec(overlap=True).overlaps and not RunSpec().overlaps and not RunSpec(algorithm="sync").overlaps
     with pytest.raises(ValueError, match="overlap is for diloco"):
         RunSpec(algorithm="sync", overlap=True)
     with pytest.raises(ValueError, match="max_staleness >= 1"):
         RunSpec(overlap=True, max_staleness=0)
+    # a unit leased ahead starts a round late: overlap's default bound is one more, an explicit one stands
+    assert RunSpec(overlap=True).staleness_bound == 3 and RunSpec().staleness_bound == 2
+    assert RunSpec(max_staleness=1).staleness_bound == 1 and RunSpec(algorithm="sync").staleness_bound == 1
     assert normalise_db_url("postgresql://u@h/db") == "postgresql+psycopg://u@h/db"
     assert normalise_db_url("x.db").startswith("sqlite:////")
 

@@ -53,7 +53,7 @@ def add_commands(sub: Any, positive_int: Any, positive_float: Any, device: Any) 
     serve.add_argument("--quorum", type=float, default=None, help="sync/diloco: fraction of a round's samples")
     serve.add_argument("--round-seconds", type=positive_float, default=None, help="sync/diloco: round deadline")
     serve.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
-                       help="diloco: lease one unit ahead of the open round, not wait for it (default on)")  # fmt: skip
+                       help="diloco: lease one unit ahead of the open round, not wait for it (opt-in)")  # fmt: skip
     serve.add_argument("--lease-seconds", type=positive_float, default=30.0, help="a lease without heartbeat expires")
     serve.add_argument("--eval-seconds", type=positive_float, default=10.0, help="evaluate at most this often")
     serve.add_argument("--shard-samples", type=positive_int, default=10_000, help="samples per data shard")
