@@ -123,8 +123,8 @@ def encode_conv(
         return False
     if not all(v.numel for v in views):
         return False
-    if kind == "input" and a.shape[1] % 16:
-        return False  # its K tiles must each have one (ky, kx) for exact sums (gemm.Gather.masks_tiles)
+    if kind == "input" and any(a.shape[1] % bk for bk in gemm.K_STEPS):
+        return False  # whichever variant runs, its K tiles must each have one (ky, kx): gemm.Gather.masks_tiles
     keep = None
     if kind in ("forward", "input"):
         o, c = (out.shape[1], a.shape[1]) if kind == "forward" else (a.shape[1], out.shape[1])

@@ -97,6 +97,7 @@ VARIANTS: tuple[Variant, ...] = (
     _v("32x64k16.4x4.h16", 32, 64, 16, 4, 4, f16_math=True),
 )
 BY_NAME = {v.name: v for v in VARIANTS}
+K_STEPS = frozenset(v.bk for v in VARIANTS)  # every variant's K step (a masked gather needs channels in multiples)
 
 
 @dataclass(frozen=True, slots=True)
