@@ -319,6 +319,33 @@ def test_autocast_is_per_thread(device: str) -> None:
     assert seen == [vb.float32]
 
 
+def test_one_decorated_function_in_two_threads_restores_each_threads_state(device: str) -> None:
+    """One ``@autocast`` function (one object) entered by two threads that leave it in the other order: each thread
+    gets its own state back (the saved states once lived on the object, and the first to leave took the other's)."""
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    @autocast(device)
+    def region(first: bool) -> None:
+        (a_in if first else b_in).set()
+        assert (b_in if first else a_out).wait(20)
+
+    def first_thread() -> None:
+        region(True)
+        seen.append(vb.amp.is_autocast_enabled(device))  # left the region: autocast is off in this thread
+        a_out.set()
+
+    a = threading.Thread(target=first_thread)
+    a.start()
+    assert a_in.wait(20)
+    with autocast(device):  # this thread is in a region already: what it saves differs from the first's
+        region(False)
+        assert vb.amp.is_autocast_enabled(device)
+    assert not vb.amp.is_autocast_enabled(device)
+    a.join(20)
+    assert seen == [False]
+
+
 def test_float16_unavailable_is_a_clear_error(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """No shader-f16 (simulated): entering the region refuses, and a lowered op on such a device refuses too;
     nothing runs in float32 in its stead."""

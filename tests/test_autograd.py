@@ -151,6 +151,43 @@ def test_no_grad_and_enable_grad(device: str) -> None:
         assert not (x + 1).requires_grad
 
 
+@pytest.mark.parametrize("decorator", ["no_grad", "enable_grad", "inference_mode", "set_grad_enabled"])
+def test_one_decorated_function_in_two_threads_restores_each_threads_mode(decorator: str) -> None:
+    """One ``@no_grad`` function (one object) in two threads of opposite modes: each gets its own mode back. The mode
+    saved on entry once lived on the object; the second thread's entry overwrote it, and the first thread left with
+    grad mode off for good (a DiLoCo worker thread beside the coordinator's evaluator: "element 0 of tensors does
+    not require grad")."""
+    import threading
+
+    wrap = {"set_grad_enabled": vb.set_grad_enabled(False)}.get(decorator) or getattr(vb, decorator)()
+    inner = decorator == "enable_grad"  # the mode inside the function; each thread starts in the other
+    first_in, second_out = threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    @wrap
+    def region(first: bool) -> None:
+        assert vb.is_grad_enabled() == inner
+        if first:
+            first_in.set()
+            assert second_out.wait(20)
+
+    def first_thread() -> None:
+        with vb.set_grad_enabled(not inner):
+            region(True)
+            seen.append(vb.is_grad_enabled())
+
+    a = threading.Thread(target=first_thread)
+    a.start()
+    assert first_in.wait(20)
+    with vb.set_grad_enabled(inner):  # this thread is in the function's mode already
+        region(False)
+        assert vb.is_grad_enabled() == inner
+    second_out.set()
+    a.join(20)
+    assert seen == [not inner]
+    assert vb.is_grad_enabled()
+
+
 def test_grad_mode_decorators_with_and_without_parentheses(device: str) -> None:
     x = t([1.0, 2.0], device, requires_grad=True)
 

@@ -123,7 +123,6 @@ class autocast(contextlib.ContextDecorator):  # noqa: N801 - PyTorch's name
             )
         self._enabled = bool(enabled)
         self._cache_enabled = cache_enabled
-        self._saved: list[tuple[dict[str, DType], bool]] = []  # a stack: one decorated function may recurse
 
     def __enter__(self) -> None:
         if self._enabled and (why := _f16_backend_problem(self.device)) is not None:
@@ -132,7 +131,7 @@ class autocast(contextlib.ContextDecorator):  # noqa: N801 - PyTorch's name
                 "(no autocast, or enabled=False), or pick a device that has it (vkblas info lists the features)"
             )
         m = autocast_mode
-        self._saved.append((m.dtypes, m.cache_enabled))
+        m.saved.append((m.dtypes, m.cache_enabled))  # the thread's: one decorated function runs in many threads
         dtypes = dict(m.dtypes)
         if self._enabled:
             dtypes[self.device] = self.fast_dtype
@@ -145,7 +144,7 @@ class autocast(contextlib.ContextDecorator):  # noqa: N801 - PyTorch's name
 
     def __exit__(self, *exc: object) -> None:
         m = autocast_mode
-        m.dtypes, m.cache_enabled = self._saved.pop()
+        m.dtypes, m.cache_enabled = m.saved.pop()
         if self._enabled:
             m.depth -= 1
             if m.depth == 0:  # PyTorch empties its cast cache on leaving the outermost region

@@ -29,7 +29,14 @@ Rule = Callable[["Node", "Tensor"], Sequence["Tensor | None"]]
 
 
 class _GradMode(threading.local):
-    enabled = True
+    """This thread's grad mode, and the modes the contexts it is inside replaced (innermost last). The saved modes
+    are the thread's, not the context object's: one ``@no_grad`` function (one object) runs in many threads at
+    once, and a mode saved on the object by one thread was restored in another (a worker thread then trained on
+    with grad mode off: "element 0 of tensors does not require grad")."""
+
+    def __init__(self) -> None:
+        self.enabled = True
+        self.saved: list[bool] = []
 
 
 _mode = _GradMode()
@@ -44,14 +51,13 @@ class set_grad_enabled(contextlib.ContextDecorator):
 
     def __init__(self, mode: bool) -> None:
         self.mode = bool(mode)
-        self.prev = True
 
     def __enter__(self) -> None:
-        self.prev = _mode.enabled
+        _mode.saved.append(_mode.enabled)
         _mode.enabled = self.mode
 
     def __exit__(self, *exc: object) -> None:
-        _mode.enabled = self.prev
+        _mode.enabled = _mode.saved.pop()
 
 
 class _NoArgsDecorator(set_grad_enabled):
@@ -95,7 +101,7 @@ class inference_mode(set_grad_enabled):
         self.active = bool(mode)
 
     def __enter__(self) -> None:
-        self.prev = _mode.enabled
+        _mode.saved.append(_mode.enabled)
         if self.active:
             _mode.enabled = False
 
@@ -112,6 +118,9 @@ class _AutocastMode(threading.local):
         #: id(float32 leaf) -> (the leaf, its version, its cast): a parameter is cast once per autocast region
         self.cache: dict[int, tuple[Any, int, Any]] = {}
         self.depth = 0  # nesting of enabled autocast regions: the cache is emptied on leaving the outermost
+        #: what each region this thread is inside replaced (innermost last): kept here, not on the ``autocast``
+        #: object, which one decorated function shares between threads and recursive calls
+        self.saved: list[tuple[dict[str, Any], bool]] = []
 
 
 autocast_mode = _AutocastMode()

@@ -9,21 +9,41 @@ run beside a writer. Writers of one process also queue on a lock of their own be
 busy handler polls with sleeps growing to 100 ms, so under load a waiting writer slept past the moment the lock
 was free; a Python lock hands it over at once, and the busy timeout is left to arbitrate between processes. On
 PostgreSQL transactions are READ COMMITTED; the few read-modify-write sequences that must not interleave lock their
-row (``SELECT ... FOR UPDATE``) or are single conditional UPDATEs.
+row (``SELECT ... FOR UPDATE``) or are single conditional UPDATEs. Locks are taken run, then lease, then unit,
+then worker rows (in id order); where two transactions still wait on each other (PostgreSQL detects the cycle
+and aborts one, SQLSTATE 40P01), :meth:`Database.transaction` runs the loser again, as PostgreSQL's manual asks of
+applications, so a request is not failed for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from threading import RLock
+from typing import TypeVar
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 SQLITE_BUSY_TIMEOUT_S = 60.0
 HEAD = "0005"
+#: SQLSTATEs of a transaction PostgreSQL aborted for another's sake: running it again is the documented remedy
+RETRIED_SQLSTATES = {"40P01": "deadlock detected", "40001": "serialization failure"}
+TRANSACTION_ATTEMPTS = 5
+log = logging.getLogger("vkblas.coordinator")
+T = TypeVar("T")
+
+
+def retried_failure(e: BaseException) -> str | None:
+    """What aborted ``e``'s transaction if running it again may succeed (a deadlock's loser), else None."""
+    if not isinstance(e, DBAPIError):
+        return None
+    return RETRIED_SQLSTATES.get(getattr(e.orig, "sqlstate", None) or "")
 
 
 def make_engine(url: str) -> Engine:
@@ -70,6 +90,22 @@ class Database:
             return
         with self._write_lock, self._writer.begin() as s:
             yield s
+
+    def transaction(self, work: Callable[[Session], T], *, attempts: int = TRANSACTION_ATTEMPTS) -> T:
+        """``work(session)`` in a writing transaction, run again (up to ``attempts`` times in all, after a short
+        random pause) when the database aborted it for a deadlock or a serialization failure. ``work`` must do
+        all its reading inside: objects loaded by a failed attempt are not reused."""
+        for attempt in range(1, attempts + 1):
+            try:
+                with self.session() as s:
+                    return work(s)
+            except DBAPIError as e:
+                why = retried_failure(e)
+                if why is None or attempt == attempts:
+                    raise
+                log.info("transaction aborted (%s); running it again (attempt %d of %d)", why, attempt + 1, attempts)
+                time.sleep(random.uniform(0.0, 0.005 * 2**attempt))  # apart again: the same cycle is less likely
+        raise AssertionError("unreachable")
 
     @contextmanager
     def read_session(self) -> Iterator[Session]:
