@@ -87,6 +87,8 @@ def test_runtime_errors_are_one_line_exit_1(
         ("--eval-share", "2", "--eval-share: Input should be less than or equal to 1"),
         ("--checkpoint-seconds", "-1", "--checkpoint-seconds: Input should be greater than or equal to 0"),
         ("--max-staleness", "-1", "--max-staleness:"),
+        ("--no-validation", "--validate-fraction=0.1", "--no-validation turns checks off; it contradicts"),
+        ("--inner-state", "kept", "inner_state 'kept' makes a unit depend on its worker's private AdamW state"),
     ],
 )
 def test_serve_options_out_of_range_are_one_line_exit_1(

@@ -84,3 +84,38 @@ def test_other_errors_pass_through() -> None:
 
     with pytest.raises(ValueError, match="unknown model"):
         check_device_holds(broken, run_info("sync"), "cpu")
+
+
+def test_diloco_units_fresh_are_recomputable_kept_carry_the_adamw_state() -> None:
+    """``inner_state``: with ``fresh`` every unit starts a new AdamW, so another trainer computes the same second
+    unit from the lease alone (what a copy that checks it does); with ``kept`` the first unit's moments carry into
+    the second, which is then a different update (DiLoCo's own way, for runs that check nothing)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from vkblas.distributed.nets import initial_params
+    from vkblas.distributed.shards import UnitSamples
+
+    run = run_info("diloco")
+    rng = np.random.default_rng(0)
+    x = rng.random((64, 1, 28, 28), dtype=np.float32)
+    y = rng.integers(0, 10, 64).astype(np.int64)
+    units = [UnitSamples([(lambda i: (x[i], y[i]), np.arange(k, k + 32))]) for k in (0, 32)]
+    params = initial_params("mlp", "mnist", 0)
+
+    def lease(state: str):  # type: ignore[no-untyped-def]
+        return SimpleNamespace(kind="inner-steps", seed=1, inner_state=state, lr=1e-2, batch_size=8, codec="fp32",
+                               block=256)  # fmt: skip
+
+    def second_unit(state: str, first: bool) -> dict[str, np.ndarray]:
+        trainer = Trainer(run, "cpu")
+        if first:
+            trainer(lease(state), params, units[0])
+        return trainer(lease(state), params, units[1]).tensors
+
+    fresh_after, fresh_alone = second_unit("fresh", True), second_unit("fresh", False)
+    assert all(np.array_equal(fresh_after[k], fresh_alone[k]) for k in fresh_alone)
+    kept_after, kept_alone = second_unit("kept", True), second_unit("kept", False)
+    assert all(np.array_equal(kept_alone[k], fresh_alone[k]) for k in fresh_alone)  # a first unit: a new AdamW
+    assert not all(np.allclose(kept_after[k], kept_alone[k]) for k in kept_alone)

@@ -179,15 +179,21 @@ def test_run_spec_and_db_urls():
     with pytest.raises(ValueError, match="batch_size"):
         RunSpec(batch_size=0)
     assert RunSpec(algorithm="diloco").learning_rate == 1e-3 and RunSpec(algorithm="diloco").round_quorum == 0.75
-    # overlapped rounds: diloco's, opt-in; refused where results one round late would not count
-    assert RunSpec(overlap=True).overlaps and not RunSpec().overlaps and not RunSpec(algorithm="sync").overlaps
+    # overlapped rounds: diloco's default; refused where results one round late would not count, and off by
+    # default there
+    assert RunSpec().overlaps and not RunSpec(overlap=False).overlaps and not RunSpec(algorithm="sync").overlaps
+    assert not RunSpec(max_staleness=0).overlaps
     with pytest.raises(ValueError, match="overlap is for diloco"):
         RunSpec(algorithm="sync", overlap=True)
     with pytest.raises(ValueError, match="max_staleness >= 1"):
         RunSpec(overlap=True, max_staleness=0)
     # a unit leased ahead starts a round late: overlap's default bound is one more, an explicit one stands
-    assert RunSpec(overlap=True).staleness_bound == 3 and RunSpec().staleness_bound == 2
+    assert RunSpec().staleness_bound == 3 and RunSpec(overlap=False).staleness_bound == 2
     assert RunSpec(max_staleness=1).staleness_bound == 1 and RunSpec(algorithm="sync").staleness_bound == 1
+    # diloco's AdamW state: fresh per unit unless asked, and kept only where nothing is checked
+    assert RunSpec().inner_state == "fresh" and RunSpec(validate_fraction=0, trust_after=0, inner_state="kept")
+    with pytest.raises(ValueError, match="inner_state 'kept' makes a unit depend"):
+        RunSpec(inner_state="kept")
     assert normalise_db_url("postgresql://u@h/db") == "postgresql+psycopg://u@h/db"
     assert normalise_db_url("x.db").startswith("sqlite:////")
 
@@ -314,3 +320,113 @@ def test_run_watch_logs_an_outage_once_and_its_end(caplog):
     messages = [(r.levelname, r.getMessage()) for r in caplog.records if "run watch" in r.getMessage()]
     assert [level for level, _ in messages] == ["ERROR", "INFO"], messages
     assert "works again" in messages[1][1]
+
+
+def test_a_deadlocked_transaction_is_run_again(pg_url):
+    """Two transactions that lock two rows in opposite orders: PostgreSQL aborts one (40P01, deadlock detected)
+    and ``Database.transaction`` runs it again, so both commit (in the CI run that found this, three transactions,
+    a lease request among them, waited on each other; the worker got a 500 and quit)."""
+    import threading
+
+    from sqlalchemy import text
+
+    from vkblas.distributed.coordinator.db import Database
+
+    db = Database(normalise_db_url(pg_url))
+    try:
+        with db.session() as s:
+            s.execute(text("CREATE TABLE pair (id integer PRIMARY KEY, v integer NOT NULL)"))
+            s.execute(text("INSERT INTO pair VALUES (1, 0), (2, 0)"))
+        both_hold_one = threading.Barrier(2, timeout=20)
+        attempts: list[int] = []
+
+        def crosswise(first: int, second: int):  # type: ignore[no-untyped-def]
+            def work(s):  # type: ignore[no-untyped-def]
+                attempts.append(first)
+                s.execute(text("UPDATE pair SET v = v + 1 WHERE id = :i"), {"i": first})
+                if attempts.count(first) == 1:  # the first attempt waits until the other holds its row too
+                    both_hold_one.wait()
+                s.execute(text("UPDATE pair SET v = v + 1 WHERE id = :i"), {"i": second})
+
+            return work
+
+        errors: list[BaseException] = []
+
+        def run(work):  # type: ignore[no-untyped-def]
+            try:
+                db.transaction(work)
+            except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+                errors.append(e)
+
+        threads = [threading.Thread(target=run, args=(crosswise(a, b),)) for a, b in ((1, 2), (2, 1))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+        assert len(attempts) == 3, attempts  # one of the two ran again
+        with db.read_session() as s:
+            assert dict(s.execute(text("SELECT id, v FROM pair")).all()) == {1: 2, 2: 2}
+    finally:
+        db.dispose()
+
+
+def test_transaction_gives_up_on_other_errors_at_once(tmp_path):
+    """Only a deadlock's or a serialization failure's loser is run again; any other error is the caller's."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import OperationalError
+
+    from vkblas.distributed.coordinator.db import Database
+
+    db = Database(normalise_db_url(str(tmp_path / "c.db")))
+    calls = []
+
+    def broken(s):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        s.execute(text("SELECT * FROM no_such_table"))
+
+    try:
+        with pytest.raises(OperationalError, match="no_such_table"):
+            db.transaction(broken)
+        assert len(calls) == 1
+    finally:
+        db.dispose()
+
+
+def test_a_database_failure_is_503_unavailable_and_the_worker_retries(tmp_path, monkeypatch):
+    """A request the database fails (down, or a deadlock lost every attempt) is 503 ``unavailable`` with
+    ``Retry-After`` and no SQL in the reply; the worker's client retries it like any 503 and then succeeds."""
+    from sqlalchemy.exc import OperationalError
+
+    from vkblas.distributed.coordinator import crud
+
+    from .conftest import InProcess
+
+    class DeadlockError(Exception):
+        sqlstate = "40P01"
+
+    real, failures = crud.lease, []
+
+    def flaky(s, **kw):  # type: ignore[no-untyped-def]
+        if len(failures) < 7:  # more than one request's attempts: the first request fails, the second works
+            failures.append(1)
+            raise OperationalError("SELECT secret_table FOR UPDATE", {}, DeadlockError("deadlock detected"))
+        return real(s, **kw)
+
+    c = InProcess(str(tmp_path / "c.db"), tmp_path)
+    try:
+        monkeypatch.setattr(crud, "lease", flaky)
+        headers = c.register("w")
+        r = c.tc.post("/v1/leases", headers=headers)
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "unavailable"
+        assert r.headers["retry-after"] == "1"
+        assert "secret_table" not in r.text and "SELECT" not in r.text
+        assert len(failures) == 5  # the transaction's five attempts
+        client = c.client()
+        client.sleep = lambda s: None
+        client.token = headers["authorization"].split()[1]
+        reply = client.lease()
+        assert reply.status == "work" and len(failures) == 7
+    finally:
+        c.close()

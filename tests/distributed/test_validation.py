@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from sqlalchemy import select, update
 
-from vkblas.distributed.coordinator.models import Lease, Unit, Update
+from vkblas.distributed.coordinator.models import Lease, Unit, Update, Worker
 
 from .conftest import InProcess, needs_data
 from .helpers import _error, _lease, _payload, _put, _update
@@ -315,3 +315,63 @@ def test_copies_go_to_the_same_device_class_first(vc: InProcess):
         s.execute(update(Unit).where(Unit.id == lc["unit_id"]).values(pinned_at=0.0))
     late = _lease(vc, gpu)
     assert late["unit_id"] == lc["unit_id"] and late["role"] == "replica"
+
+
+def test_copies_cross_classes_at_once_when_no_worker_of_the_class_could_compute_them(vc: InProcess):
+    """A unit's copy waits for a worker of its device class only while one who could compute it is online: with
+    none (the other of the class is offline, or computed it already), a worker of any class takes it at once."""
+    gpu, cpu, gpu2 = (
+        vc.register(n, device_class=k) for n, k in (("gpu", "vulkan/x"), ("cpu", "cpu/y"), ("gpu2", "vulkan/x"))
+    )
+    lg = _lease(vc, gpu)
+    assert _lease(vc, cpu)["unit_id"] != lg["unit_id"]  # gpu2 is online and could compute it: cpu waits
+    with vc.ctx.db.session() as s:  # gpu2 goes offline (not seen for longer than a lease lasts)
+        s.execute(update(Worker).where(Worker.id == _wid(gpu2)).values(last_seen=0.0))
+    lc2 = _lease(vc, vc.register("cpu2", device_class="cpu/y"))
+    assert (lc2["unit_id"], lc2["role"]) == (lg["unit_id"], "replica")
+
+
+def test_a_diloco_round_waits_for_its_results_held_for_a_check(db_url: str, tmp_path: Path):
+    """A round whose unit's result is held for its check does not close for want of running leases while the copy
+    is still to come (it closed once without it, and the held result, checked rounds later, was dropped stale): it
+    closes with the result once the copy agrees, nothing stale."""
+    c = InProcess(db_url, tmp_path, algorithm="diloco", quorum=1.0, round_seconds=3600, overlap=False,
+                  validate_fraction=0.05, trust_after=0)  # fmt: skip
+    try:
+        alice, bob, carol = c.register("alice"), c.register("bob"), c.register("carol")
+        la, lb = _lease(c, alice), _lease(c, bob)
+        with c.ctx.db.session() as s:  # alice's unit is checked, bob's is not (the draw, fixed)
+            s.execute(update(Unit).where(Unit.id == la["unit_id"]).values(quorum=2))
+            s.execute(update(Unit).where(Unit.id == lb["unit_id"]).values(quorum=1))
+        up = _update(c)
+        assert _put(c, alice, la, _payload(la, up)).json()["status"] == "held"
+        assert _put(c, bob, lb, _payload(lb, _update(c, 2e-3))).json()["status"] == "recorded"
+        ap = c.applier(evaluate=False)
+        ap.step()
+        assert c.tc.get("/v1/status").json()["version"] == 0  # no lease running, but alice's result awaits its check
+        lc = _lease(c, carol)
+        assert (lc["unit_id"], lc["role"]) == (la["unit_id"], "replica")
+        _put(c, carol, lc, _payload(lc, up))
+        ap.step()
+        st = c.tc.get("/v1/status").json()
+        assert st["version"] == 1 and st["stale"] == 0, st
+        assert st["samples_applied"] == la["data"]["samples"] + lb["data"]["samples"]
+        assert sorted(s for _, s in _statuses(c)) == ["applied", "applied", "duplicate"]
+    finally:
+        c.close()
+
+
+def test_a_diloco_lease_names_the_runs_inner_state(db_url: str, tmp_path: Path):
+    """A lease says whether the unit starts a new AdamW (the default: any worker can recompute it) or continues
+    the worker's (``inner_state="kept"``, a run that checks nothing)."""
+    checked = InProcess(db_url, tmp_path, algorithm="diloco", **CHECKED)
+    try:
+        assert _lease(checked, checked.register("alice"))["inner_state"] == "fresh"
+    finally:
+        checked.close()
+    (tmp_path / "kept").mkdir()
+    kept = InProcess(str(tmp_path / "kept" / "c.db"), tmp_path / "kept", algorithm="diloco", inner_state="kept")
+    try:
+        assert _lease(kept, kept.register("bob"))["inner_state"] == "kept"
+    finally:
+        kept.close()

@@ -53,21 +53,24 @@ def add_commands(sub: Any, positive_int: Any, positive_float: Any, device: Any) 
     serve.add_argument("--quorum", type=float, default=None, help="sync/diloco: fraction of a round's samples")
     serve.add_argument("--round-seconds", type=positive_float, default=None, help="sync/diloco: round deadline")
     serve.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
-                       help="diloco: lease one unit ahead of the open round, not wait for it (opt-in)")  # fmt: skip
+                       help="diloco: lease one unit ahead of the open round, not wait for it (default on)")  # fmt: skip
     serve.add_argument("--lease-seconds", type=positive_float, default=30.0, help="a lease without heartbeat expires")
     serve.add_argument("--eval-seconds", type=positive_float, default=10.0, help="evaluate at most this often")
     serve.add_argument("--shard-samples", type=positive_int, default=10_000, help="samples per data shard")
     serve.add_argument("--max-norm", type=positive_float, default=None, help="refuse updates of a larger L2 norm")
     trust = serve.add_argument_group("untrusted workers (docs/PROTOCOL.md, 'Validation')")
-    trust.add_argument("--validate-fraction", type=float, default=0.05, help="share of trusted units computed twice")
-    trust.add_argument("--trust-after", type=int, default=5, help="agreeing results in a row before trust")
+    trust.add_argument("--no-validation", action="store_true",
+                       help="your own workers: nothing checked (--validate-fraction 0 --trust-after 0)")  # fmt: skip
+    trust.add_argument("--validate-fraction", type=float, default=None, help="share of trusted units computed twice")
+    trust.add_argument("--trust-after", type=int, default=None, help="agreeing results in a row before trust")
     trust.add_argument("--max-unchecked", type=positive_int, default=3, help="units out before a first check")
     trust.add_argument("--suspend-after", type=positive_int, default=3, help="invalid results that suspend")
     trust.add_argument("--tolerance", type=positive_float, default=None, help="override the measured tolerance")
     trust.add_argument("--norm-factor", type=positive_float, default=4.0, help="suspect norms this far from median")
     trust.add_argument("--aggregate", choices=("mean", "trimmed-mean"), default="trimmed-mean", help="round rule")
     trust.add_argument("--trim", type=float, default=0.1, help="trimmed-mean: share dropped at each end")
-    trust.add_argument("--inner-state", choices=("fresh", "kept"), default="fresh", help="diloco: AdamW per unit")
+    trust.add_argument("--inner-state", choices=("fresh", "kept"), default=None,
+                       help="diloco: a new AdamW per unit (default) or the worker's kept (no validation)")  # fmt: skip
     net = serve.add_argument_group("network and security")
     net.add_argument("--tls-cert", default=None, metavar="PEM", help="serve HTTPS with this certificate")
     net.add_argument("--tls-key", default=None, metavar="PEM", help="and this private key")
@@ -148,7 +151,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         if args.model is None:
             args.model = "gpt-char" if args.dataset in VOCAB else "mlp"
-        spec = RunSpec(dataset=args.dataset, **{k: getattr(args, k) for k in names})
+        if args.no_validation:
+            given = [f"--{k.replace('_', '-')} {getattr(args, k)}" for k in ("validate_fraction", "trust_after")
+                     if getattr(args, k) not in (None, 0)]  # fmt: skip
+            if given:
+                raise ValueError(f"--no-validation turns checks off; it contradicts {' and '.join(given)}")
+            args.validate_fraction, args.trust_after = 0.0, 0
+        # an option left out takes RunSpec's default (some resolve from others: overlap, staleness, inner state)
+        spec = RunSpec(dataset=args.dataset, **{k: v for k in names if (v := getattr(args, k)) is not None})
         settings = ServeSettings(
             db=args.db,
             store=args.store,

@@ -60,6 +60,7 @@ ERROR_CODES = {
     "replayed-upload": 409,
     "rate-limited": 429,
     "missing-parts": 409,
+    "unavailable": 503,
 }
 #: the longest a lease request may wait for work (``POST /v1/leases?wait=S``: long polling)
 MAX_LEASE_WAIT = 30.0

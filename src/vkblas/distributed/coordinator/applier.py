@@ -406,6 +406,7 @@ class Applier:
                             created_at=now,
                         )
                     )
+                counts: dict[int, list[int]] = {}  # worker id: [accepted, stale]
                 for d in decisions:
                     applied_version = d.version if d.status == "applied" else None
                     s.execute(
@@ -413,13 +414,13 @@ class Applier:
                         .where(Update.seq == d.seq, Update.status == "recorded")
                         .values(status=d.status, staleness=d.staleness, applied_version=applied_version)
                     )
+                    c = counts.setdefault(d.worker_id, [0, 0])
+                    c[0], c[1] = c[0] + int(d.status == "applied"), c[1] + int(d.status == "stale")
+                for wid in sorted(counts):  # worker rows in id order, as every transaction takes them
                     s.execute(  # credit is the validator's (validated work), not the applier's
                         update(Worker)
-                        .where(Worker.id == d.worker_id)
-                        .values(
-                            accepted=Worker.accepted + int(d.status == "applied"),
-                            stale=Worker.stale + int(d.status == "stale"),
-                        )
+                        .where(Worker.id == wid)
+                        .values(accepted=Worker.accepted + counts[wid][0], stale=Worker.stale + counts[wid][1])
                     )
                 run.version, run.samples_applied = model.version, self.samples_applied
                 run.round_opened_at = now

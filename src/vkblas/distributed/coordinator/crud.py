@@ -3,7 +3,8 @@ the caller's). Errors are :class:`ApiError` with a code and a message naming the
 
 Concurrency: leasing reads and moves the run's data cursor, so it locks the run row (``FOR UPDATE`` on
 PostgreSQL; on SQLite every writer holds the database lock from ``BEGIN IMMEDIATE``). Uploads and heartbeats lock
-their lease row, so an upload and the expiry of its lease cannot both win.
+their lease row, so an upload and the expiry of its lease cannot both win. Rows are locked run, lease, unit, then
+worker (a worker's own row is written last, at the commit); see ``db`` for the retry of a deadlock's loser.
 """
 
 from __future__ import annotations
@@ -127,12 +128,18 @@ def unit_data(unit: Unit) -> DataSlice:
 def lease(s: Session, *, worker: Worker, spec: RunSpec, now: float) -> LeaseReply:
     """A unit of work for ``worker``, or why not now (``wait``) or never (``done``). A copy of a unit that is being
     checked (a replica) goes first; the worker must not have computed that unit already nor share a user with
-    whoever did, must be of the unit's device class (``homogeneous``; any class after ``lease_seconds``), and
+    whoever did, must be of the unit's device class (``homogeneous``; any class after ``lease_seconds``, or at
+    once when no other worker of that class who could compute it is online), and
     while a trusted worker is online only a trusted one gets it (colluders who are new cannot check each other)."""
+    reply = _lease(s, worker=worker, spec=spec, now=now)
+    worker.last_seen = now  # written at the commit: the worker's row is locked after the units, as everywhere
+    return reply
+
+
+def _lease(s: Session, *, worker: Worker, spec: RunSpec, now: float) -> LeaseReply:
     run = s.get(Run, RUN_ID, with_for_update=True)
     assert run is not None
     expire_leases(s, now=now)
-    worker.last_seen = now
     if run.state == "finished":
         return LeaseReply(status="done", reason=run.stop_reason or "the run is finished", credit=worker.credit)
     refused = trust.refusal(spec, worker)
@@ -255,8 +262,21 @@ def _replica_slot(s: Session, worker: Worker, spec: RunSpec, now: float) -> Unit
     """The oldest unit that wants another copy and that ``worker`` may compute (see :func:`lease`)."""
     q = select(Unit).where(Unit.status == "open", Unit.base_version.is_not(None))
     q = q.where(~exists().where(Lease.unit_id == Unit.id, Lease.worker_id == worker.id))
-    if spec.homogeneous:  # the same device class, unless the unit has waited for one longer than a lease lasts
-        q = q.where((Unit.device_class == worker.device_class) | (Unit.pinned_at < now - spec.lease_seconds))
+    if spec.homogeneous:
+        # the same device class, unless the unit has waited for one longer than a lease lasts, or no other worker
+        # of its class who could compute it is online (waiting then only makes the result it checks stale)
+        same_class_online = select(Worker.id).where(
+            Worker.device_class == Unit.device_class,
+            Worker.id != worker.id,
+            Worker.last_seen > now - spec.lease_seconds,
+            Worker.banned.is_(None),
+            ~exists().where(Lease.unit_id == Unit.id, Lease.worker_id == Worker.id),
+        )
+        q = q.where(
+            (Unit.device_class == worker.device_class)
+            | (Unit.pinned_at < now - spec.lease_seconds)
+            | ~exists(same_class_online)
+        )
     if worker.user_id is not None:
         same_user = select(Lease.id).join(Worker, Worker.id == Lease.worker_id)
         q = q.where(~exists(same_user.where(Lease.unit_id == Unit.id, Worker.user_id == worker.user_id)))

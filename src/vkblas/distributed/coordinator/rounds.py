@@ -19,7 +19,8 @@ def unit_round() -> ColumnElement[int]:
 def closed(s: Session, spec: RunSpec, run: Run, v: int, pending: list[Update], now: float) -> list[Update]:
     """The contributions of round ``v`` once it closes, else nothing; ``pending`` are the recorded updates. The
     round closes when its fresh results (of units for round v) cover ``quorum`` of the samples leased for it, or
-    no lease for it is still running, or the round is ``round_seconds`` old, or the run's last unit is in.
+    no lease for it is still running and none of its results awaits a check, or the round is ``round_seconds``
+    old, or the run's last unit is in.
 
     A unit's round is ``Unit.for_round``: its base version, or the next one for a unit leased ahead
     (``--overlap``). Results for a later round wait for it, and leases for a later round neither hold this one
@@ -43,14 +44,22 @@ def closed(s: Session, spec: RunSpec, run: Run, v: int, pending: list[Update], n
     )
     # the quorum is of the round's units (first copies); a copy being checked keeps the round open too
     leased = s.scalar(leased_q.where(Lease.status.in_(("active", "done")), Lease.role == "primary"))
-    active_v = s.scalar(leased_q.where(Lease.status == "active"))
+    unfinished_v = s.scalar(leased_q.where(Lease.status == "active"))
+    # so does a result held for its check before the copy is leased: closing without it made it stale by the time
+    # it was checked (dropped: a new worker's first units, checked on a slower device, were lost one in three)
+    unfinished_v += s.scalar(
+        select(func.count())
+        .select_from(Update)
+        .join(Unit, Unit.id == Update.unit_id)
+        .where(Update.status == "held", unit_round() == v)
+    )
     if not mine:
         # nothing of this round's own (its results invalid, or none yet): once nothing of it is running, the
         # results leased ahead of it stand in (they were computed from v); until then, wait
-        return pending if active_v == 0 else []
+        return pending if unfinished_v == 0 else []
     active = s.scalar(select(func.count()).select_from(Lease).where(Lease.status == "active"))
     close = (
-        (fresh > 0 and (fresh >= spec.round_quorum * leased or active_v == 0))
+        (fresh > 0 and (fresh >= spec.round_quorum * leased or unfinished_v == 0))
         or now - run.round_opened_at >= spec.round_deadline
         or (run.samples_leased >= run.samples_total and active == 0)
     )

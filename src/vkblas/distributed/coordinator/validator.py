@@ -87,6 +87,8 @@ def validate(
                     unit.quorum, unit.status = unit.quorum + 1, "open"
                 continue
             canonical = verdict.valid[0]
+            for wid in sorted({u.worker_id for u in results}):  # worker rows in id order, as everywhere
+                s.get(Worker, wid, with_for_update=True)
             for seq, u in by_seq.items():
                 status = "recorded" if seq == canonical else "duplicate" if seq in verdict.valid else "invalid"
                 dist = _distance_to(verdict, canonical, seq)
@@ -95,7 +97,7 @@ def validate(
                     .where(Update.seq == seq, Update.status == "held")
                     .values(status=status, distance=dist)
                 )
-                w = s.get(Worker, u.worker_id, with_for_update=True)
+                w = s.get(Worker, u.worker_id)  # locked above
                 assert w is not None
                 if status == "invalid":
                     trust.disagreed(w)

@@ -2,20 +2,27 @@
 
 The limit is enforced before a route runs: :class:`BodyLimit` reads the request body (refusing a
 ``Content-Length`` or a chunked stream beyond the route's limit with 413) and hands the route the buffered bytes.
-Routes then parse them with strict models; anything they raise as :class:`ApiError` becomes its 4xx."""
+Routes then parse them with strict models; anything they raise as :class:`ApiError` becomes its 4xx. The database
+failing a request (down, restarting, or a deadlock still lost after :meth:`Database.transaction`'s attempts) is 503
+``unavailable`` with ``Retry-After``: the transaction was rolled back, and a worker asks again after its backoff."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ...protocol import ERROR_CODES, MAX_JSON_BODY
 from ..errors import ApiError
+
+UNAVAILABLE_RETRY_AFTER_S = 1
+log = logging.getLogger("vkblas.coordinator")
 
 
 def error_response(code: str, message: str, status: int | None = None) -> JSONResponse:
@@ -34,6 +41,18 @@ def install(app: FastAPI) -> None:
             where = ".".join(str(p) for p in err.get("loc", ()))
             parts.append(f"{where}: {err.get('msg', 'invalid')}")
         return error_response("invalid-body", "; ".join(parts) or "invalid request")
+
+    @app.exception_handler(OperationalError)
+    async def _database(request: Request, e: OperationalError) -> JSONResponse:
+        what = str(e.orig).strip().splitlines()[0] if e.orig is not None else type(e).__name__
+        log.warning("%s %s: the database failed the request: %s", request.method, request.url.path, what)
+        # the details go to the log, not to strangers: a reply names no host, table or query
+        wait = UNAVAILABLE_RETRY_AFTER_S
+        response = error_response(
+            "unavailable", f"the coordinator's database could not serve this request; retry in {wait} s"
+        )
+        response.headers["retry-after"] = str(UNAVAILABLE_RETRY_AFTER_S)
+        return response
 
     @app.exception_handler(HTTPException)
     async def _http(_: Request, e: HTTPException) -> JSONResponse:

@@ -22,6 +22,7 @@ import anyio.to_thread
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from ...codec import CodecError, LazyUpdate, PayloadFile
@@ -70,9 +71,11 @@ async def lease(
 
 
 def _lease(ctx: Context, auth: str | None) -> LeaseReply:
-    with ctx.db.session() as s:
+    def work(s: Session) -> LeaseReply:
         worker = accounts.authenticate(s, authorization=auth, spec=ctx.spec)
         return crud.lease(s, worker=worker, spec=ctx.spec, now=now())
+
+    return ctx.db.transaction(work)
 
 
 @router.post("/{lease_id}/heartbeat", response_model=HeartbeatReply, summary="Keep a lease alive (worker token)")
@@ -80,10 +83,12 @@ def heartbeat(
     body: Heartbeat, request: Request, lease_id: str = LeaseId, auth: str | None = Depends(authorization)
 ) -> HeartbeatReply:
     ctx = Context.of(request)
-    with ctx.db.session() as s:
+
+    def work(s: Session) -> float:
         worker = accounts.authenticate(s, authorization=auth, spec=ctx.spec)
-        left = crud.heartbeat(s, worker=worker, lease_id=lease_id, hb=body, spec=ctx.spec, now=now())
-    return HeartbeatReply(lease_id=lease_id, expires_in_s=left)
+        return crud.heartbeat(s, worker=worker, lease_id=lease_id, hb=body, spec=ctx.spec, now=now())
+
+    return HeartbeatReply(lease_id=lease_id, expires_in_s=ctx.db.transaction(work))
 
 
 @router.post("/{lease_id}/return", status_code=204, summary="Give a unit back, unfinished (worker token)")
@@ -94,9 +99,11 @@ async def give_back(request: Request, lease_id: str = LeaseId, auth: str | None 
 
 
 def _give_back(ctx: Context, lease_id: str, auth: str | None) -> None:
-    with ctx.db.session() as s:
+    def work(s: Session) -> None:
         worker = accounts.authenticate(s, authorization=auth)
         crud.return_lease(s, worker=worker, lease_id=lease_id, now=now())
+
+    ctx.db.transaction(work)
 
 
 @router.put(
@@ -250,8 +257,7 @@ def _upload(
         with ctx.db.read_session() as s:
             replayed = crud.replay_of(s, content=content, lease_id=lease_id)
         if replayed is not None:
-            with ctx.db.session() as s:
-                crud.count_rejected(s, worker_id=wid)
+            ctx.db.transaction(lambda s: crud.count_rejected(s, worker_id=wid))
             raise ApiError(
                 "replayed-upload", f"these tensors were already uploaded for another unit (update {replayed})"
             )
@@ -262,14 +268,17 @@ def _upload(
         # the file first: a crash before the commit leaves an orphan for the GC, never a row without its payload
         spool.keep()
         nbytes = spool.bytes
+
+    def record(s: Session) -> UploadReply:
+        worker = accounts.authenticate(s, authorization=auth, spec=ctx.spec)
+        u = crud.record_upload(
+            s, worker=worker, lease_id=lease_id, key=key, sha=sha, nbytes=nbytes, meta=meta, norm=norm,
+            content=content, spec=ctx.spec, flops_per_sample=ctx.flops_per_sample, now=now(),
+        )  # fmt: skip
+        return crud.upload_reply(u, worker)
+
     try:
-        with ctx.db.session() as s:
-            worker = accounts.authenticate(s, authorization=auth, spec=ctx.spec)
-            u = crud.record_upload(
-                s, worker=worker, lease_id=lease_id, key=key, sha=sha, nbytes=nbytes, meta=meta, norm=norm,
-                content=content, spec=ctx.spec, flops_per_sample=ctx.flops_per_sample, now=now(),
-            )  # fmt: skip
-            return crud.upload_reply(u, worker)
+        return ctx.db.transaction(record)
     except IntegrityError:  # the same upload raced itself (two retries at once): answer as the winner did
         with ctx.db.read_session() as s:
             worker = accounts.authenticate(s, authorization=auth)
@@ -300,8 +309,7 @@ def _validate(ctx: Context, lease_id: str, spool: Spool, worker_id: int) -> tupl
         try:
             norm = check_update(update, ctx.signature, max_norm=ctx.spec.max_norm, what="upload")
         except RejectedUpdateError as e:
-            with ctx.db.session() as s:
-                crud.count_rejected(s, worker_id=worker_id)
+            ctx.db.transaction(lambda s: crud.count_rejected(s, worker_id=worker_id))
             raise ApiError("rejected-update", str(e)) from e
         except CodecError as e:  # a tensor that does not decode (its scales), met as the check reads it
             raise ApiError("invalid-payload", f"unreadable upload: {_short(e)}") from e
