@@ -375,3 +375,39 @@ def test_a_diloco_lease_names_the_runs_inner_state(db_url: str, tmp_path: Path):
         assert _lease(kept, kept.register("bob"))["inner_state"] == "kept"
     finally:
         kept.close()
+
+
+def test_a_copy_nobody_online_may_compute_is_given_up_at_the_end(db_url: str, tmp_path: Path):
+    """Two workers whose copies of the run's last unit disagree: a third copy is wanted, and neither may compute
+    it. Once the data is all out, nothing runs and no copy was leased for two lease lengths, the unit's results
+    are dropped as inconclusive (no one blamed) and the run finishes, instead of waiting for ever."""
+    c = InProcess(db_url, tmp_path, algorithm="async", limit=64, max_staleness=50, **CHECKED)
+    try:
+        alice, bob = c.register("alice"), c.register("bob")
+        la, lb = _lease(c, alice), _lease(c, bob)
+        assert (lb["unit_id"], lb["role"]) == (la["unit_id"], "replica")
+        up = _update(c)
+        _put(c, alice, la, _payload(la, up))
+        _put(c, bob, lb, _payload(lb, {k: -v for k, v in up.items()}))
+        ap = c.applier(evaluate=False)
+        now = time.time()
+        ap.step(now)
+        assert [s for _, s in _statuses(c)] == ["held", "held"]  # a third copy wanted
+        assert c.tc.post("/v1/leases", headers=alice).json()["status"] == "wait"  # neither may compute the copy
+        ap.step(now + c.spec.lease_seconds)  # not yet: a copy might still be leased
+        assert c.tc.get("/v1/status").json()["state"] == "running"
+        later = now + 3 * c.spec.lease_seconds
+        carol = c.register("carol")  # online then, and she could compute it: the unit waits for her
+        with c.ctx.db.session() as s:
+            s.execute(update(Worker).where(Worker.id == _wid(carol)).values(last_seen=later))
+        ap.step(later)
+        assert c.tc.get("/v1/status").json()["state"] == "running"
+        with c.ctx.db.session() as s:  # carol leaves
+            s.execute(update(Worker).where(Worker.id == _wid(carol)).values(last_seen=0.0))
+        ap.step(later)
+        st = c.tc.get("/v1/status").json()
+        assert st["state"] == "finished" and st["samples_applied"] == 0, st
+        assert [s for _, s in _statuses(c)] == ["inconclusive", "inconclusive"]
+        assert (_me(c, alice)["invalid"], _me(c, bob)["invalid"]) == (0, 0)  # nobody blamed
+    finally:
+        c.close()

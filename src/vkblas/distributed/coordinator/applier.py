@@ -56,7 +56,7 @@ from .crud import current_lr, expire_leases
 from .db import Database
 from .models import RUN_ID, Checkpoint, Evaluation, History, Leader, Run, Unit, Update, Worker
 from .store import Store
-from .validator import validate
+from .validator import settle_orphans, validate
 
 log = logging.getLogger("vkblas.coordinator")
 LEADER = "applier"
@@ -189,6 +189,7 @@ class Applier:
             self._last_history = now
             self._record_history(now)
         self._maybe_evaluate(now)
+        decided += settle_orphans(self.db, self.spec, now=now)
         self._maybe_finish(now)
         if now - self._last_gc > GC_EVERY_S:
             self._last_gc = now

@@ -8,13 +8,16 @@ run's tolerance for its kind of work and codec) and, in one transaction:
   ``invalid``: quarantined, never applied, their workers lose reputation and pending credit;
 * no agreement: one more copy is wanted (the quorum is raised and the unit re-issued), up to ``MAX_COPIES``;
   after that the results are ``inconclusive`` (not applied, no one blamed) and the unit is dropped.
+
+:func:`settle_orphans` drops the same way a unit whose next copy nobody online may compute, once the data is all
+handed out and nothing runs: without it a run of two workers whose copies disagreed never finished.
 """
 
 from __future__ import annotations
 
 import logging
 
-from sqlalchemy import select, update
+from sqlalchemy import exists, func, select, update
 
 from ..agreement import Verdict, judge, tolerance
 from ..codec import LazyUpdate, PayloadFile
@@ -22,11 +25,12 @@ from . import trust
 from .config import RunSpec
 from .copies import MAX_COPIES
 from .db import Database
-from .models import Unit, Update, Worker
+from .models import RUN_ID, Lease, Run, Unit, Update, Worker
 from .store import Store
 
 log = logging.getLogger("vkblas.coordinator")
 MAX_PER_PASS = 64
+ORPHAN_LEASES = 2  # lease lengths without a copy leased, at the end of the data, before a unit is given up
 
 
 def run_tolerance(spec: RunSpec) -> float:
@@ -111,3 +115,38 @@ def validate(
 
 def _set(s, seqs: list[int], status: str) -> None:  # type: ignore[no-untyped-def]
     s.execute(update(Update).where(Update.seq.in_(seqs), Update.status == "held").values(status=status))
+
+
+def settle_orphans(db: Database, spec: RunSpec, *, now: float) -> int:
+    """At the end of the data, with no lease running: a unit that wants one more copy, none leased for
+    ``ORPHAN_LEASES`` lease lengths, and no online worker left who has not computed it (every one has) would keep
+    the run from finishing for good. Its held results become ``inconclusive`` (not applied, no one blamed) and the
+    unit is done; returns how many units were given up."""
+    active = select(func.count()).select_from(Lease).where(Lease.status == "active")
+    with db.read_session() as s:  # the usual answer, without the run's lock (every pass asks)
+        run = s.get(Run, RUN_ID)
+        if run is None or run.state == "finished" or run.samples_leased < run.samples_total or s.scalar(active):
+            return 0
+    last_leased = select(func.max(Lease.issued_at)).where(Lease.unit_id == Unit.id).scalar_subquery()
+    could_compute = select(Worker.id).where(
+        Worker.last_seen > now - spec.lease_seconds,
+        Worker.banned.is_(None),
+        ~exists().where(Lease.unit_id == Unit.id, Lease.worker_id == Worker.id),
+    )
+    with db.session() as s:
+        s.get(Run, RUN_ID, with_for_update=True)  # leasing reads the units this changes
+        if s.scalar(active):
+            return 0
+        orphans = s.scalars(
+            select(Unit)
+            .where(Unit.status == "open", Unit.base_version.is_not(None))
+            .where(last_leased < now - ORPHAN_LEASES * spec.lease_seconds, ~exists(could_compute))
+            .with_for_update()
+        ).all()
+        for unit in orphans:
+            held = list(s.scalars(select(Update.seq).where(Update.unit_id == unit.id, Update.status == "held")))
+            _set(s, held, "inconclusive")
+            unit.status = "done"
+            log.warning("validator: unit %d wants copy %d, and no online worker may compute it; its %d result(s)"
+                        " dropped (inconclusive)", unit.id, unit.results + 1, len(held))  # fmt: skip
+    return len(orphans)
