@@ -189,7 +189,6 @@ class Applier:
             self._last_history = now
             self._record_history(now)
         self._maybe_evaluate(now)
-        decided += settle_orphans(self.db, self.spec, now=now)
         self._maybe_finish(now)
         if now - self._last_gc > GC_EVERY_S:
             self._last_gc = now
@@ -490,6 +489,9 @@ class Applier:
             unfinished = s.scalar(select(func.count()).select_from(Unit).where(Unit.status != "done"))
             pending = s.scalar(select(func.count()).select_from(Update).where(Update.status.in_(("recorded", "held"))))
         if unfinished or pending:
+            # all handed out, something not in: a unit whose copy nobody online may compute would wait for good
+            if settle_orphans(self.db, self.spec, now=now):
+                self._maybe_finish(now)  # it gave units up: perhaps the last ones (none is given up twice)
             return
         if self._eval_job is not None:  # an evaluation still running (perhaps the final version's) lands first
             self._eval_job.result()

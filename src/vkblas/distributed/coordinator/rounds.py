@@ -42,25 +42,25 @@ def closed(s: Session, spec: RunSpec, run: Run, v: int, pending: list[Update], n
         .join(Unit, Unit.id == Lease.unit_id)
         .where(func.coalesce(unit_round(), Lease.base_version) == v)
     )
-    # the quorum is of the round's units (first copies); a copy being checked keeps the round open too
+    # the quorum is of the round's units (first copies)
     leased = s.scalar(leased_q.where(Lease.status.in_(("active", "done")), Lease.role == "primary"))
-    unfinished_v = s.scalar(leased_q.where(Lease.status == "active"))
-    # so does a result held for its check before the copy is leased: closing without it made it stale by the time
-    # it was checked (dropped: a new worker's first units, checked on a slower device, were lost one in three)
-    unfinished_v += s.scalar(
-        select(func.count())
-        .select_from(Update)
-        .join(Unit, Unit.id == Update.unit_id)
-        .where(Update.status == "held", unit_round() == v)
-    )
+
+    def unfinished() -> bool:
+        """A lease of round v still running (a copy being checked included), or a result of it held for its check
+        before the copy is leased: closing without that result made it stale by the time it was checked (a new
+        worker's first units, checked on a slower device, were lost one in three). Asked only where it decides."""
+        if s.scalar(leased_q.where(Lease.status == "active")):
+            return True
+        held = select(func.count()).select_from(Update).join(Unit, Unit.id == Update.unit_id)
+        return bool(s.scalar(held.where(Update.status == "held", unit_round() == v)))
+
     if not mine:
         # nothing of this round's own (its results invalid, or none yet): once nothing of it is running, the
         # results leased ahead of it stand in (they were computed from v); until then, wait
-        return pending if unfinished_v == 0 else []
+        return [] if unfinished() else pending
+    if (fresh > 0 and fresh >= spec.round_quorum * leased) or now - run.round_opened_at >= spec.round_deadline:
+        return mine
+    if fresh > 0 and not unfinished():
+        return mine
     active = s.scalar(select(func.count()).select_from(Lease).where(Lease.status == "active"))
-    close = (
-        (fresh > 0 and (fresh >= spec.round_quorum * leased or unfinished_v == 0))
-        or now - run.round_opened_at >= spec.round_deadline
-        or (run.samples_leased >= run.samples_total and active == 0)
-    )
-    return mine if close else []
+    return mine if run.samples_leased >= run.samples_total and active == 0 else []

@@ -51,7 +51,7 @@ def install(app: FastAPI) -> None:
         response = error_response(
             "unavailable", f"the coordinator's database could not serve this request; retry in {wait} s"
         )
-        response.headers["retry-after"] = str(UNAVAILABLE_RETRY_AFTER_S)
+        response.headers["retry-after"] = str(wait)
         return response
 
     @app.exception_handler(HTTPException)
