@@ -221,3 +221,78 @@ def test_autograd_forward_backward():
     np.testing.assert_allclose(y.detach().numpy(), x @ w.T, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(tx.grad.numpy(), g @ w, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(tw.grad.numpy(), g.T @ x, rtol=1e-5, atol=1e-5)
+
+
+def _bias_case(be, m: int, k: int, n: int, dtype=D.float32) -> tuple[View, View, View, np.ndarray]:
+    a, b = RNG.standard_normal((m, k)), RNG.standard_normal((k, n))
+    bias = RNG.standard_normal(n)
+    bias[: min(n, 3)] = [np.inf, -np.inf, np.nan][: min(n, 3)]  # special values pass through the epilogue's add
+    ref = a.astype(np.float64) @ b.astype(np.float64) + bias
+    return _view(be, a, dtype), _view(be, b, dtype, transposed=True), _view(be, bias, dtype), ref
+
+
+@pytest.mark.parametrize("variant", [v for v in gemm.VARIANTS if not v.f16_math], ids=lambda v: v.name)
+def test_every_variant_adds_a_column_bias_in_its_epilogue(fresh, variant):
+    """``out = a @ b + bias[n]`` (a linear layer) in one kernel: edge tiles in both directions, N not a multiple of
+    4 (scalar stores) and one that is (vec4 stores); for f32 without split-K, the bits of matmul then add."""
+    if not gemm.applicable(variant, _common_spec(), fresh.dev.limits):
+        pytest.skip(f"{variant.name} does not fit this adapter's workgroup limits")
+    for m, k, n in ((37, 21, 10), (70, 33, 132)):
+        va, vb, vbias, ref = _bias_case(fresh, m, k, n)
+        fused = View.of(fresh.alloc(m * n, D.float32), (m, n))
+        gp = gemm.build_plan(fresh, fused, va, vb, variant, 1, bias="cols")
+        gemm.record(fresh, gp, fused, va, vb, vbias)
+        plain = View.of(fresh.alloc(m * n, D.float32), (m, n))
+        gemm.record(fresh, gemm.build_plan(fresh, plain, va, vb, variant, 1), plain, va, vb)
+        fresh.elementwise("add", plain, [plain, View(vbias.storage, (m, n), (0, 1), 0)])
+        got = fresh.to_numpy(fused)
+        np.testing.assert_array_equal(got, fresh.to_numpy(plain))
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_matmul_bias_split_k_f16_and_refusals(fresh):
+    # split-K: the bias joins split 0's partial sums (added once, not once per split)
+    m, k, n = 6, 3000, 9
+    va, vb, vbias, ref = _bias_case(fresh, m, k, n)
+    out = View.of(fresh.alloc(m * n, D.float32), (m, n))
+    gp = gemm.build_plan(fresh, out, va, vb, gemm.BY_NAME["32x32k16.4x4.db"], 8, bias="cols")
+    assert gp.splits == 8
+    gemm.record(fresh, gp, out, va, vb, vbias)
+    scale = np.abs(ref[:, 3:]).max()
+    np.testing.assert_allclose(fresh.to_numpy(out), ref, rtol=1e-5, atol=1e-5 * scale)
+    if fresh.dev.has_f16:
+        va, vb, vbias, ref = _bias_case(fresh, 20, 40, 12, D.float16)
+        out = View.of(fresh.alloc(20 * 12, D.float16), (20, 12))
+        assert fresh.matmul_bias(out, va, vb, vbias)
+        np.testing.assert_allclose(fresh.to_numpy(out).astype(np.float64), ref, rtol=2e-2, atol=5e-2)
+    # what the epilogue cannot read is left to the caller's composition: a strided bias, another dtype
+    va, vb, vbias, _ = _bias_case(fresh, 5, 7, 4)
+    out = View.of(fresh.alloc(20, D.float32), (5, 4))
+    strided = View(vbias.storage, (2,), (2,), 0)
+    assert not fresh.matmul_bias(
+        View.of(fresh.alloc(10, D.float32), (5, 2)), va, _view(fresh, np.ones((7, 2)), D.float32), strided
+    )
+    assert not fresh.matmul_bias(out, va, vb, _view(fresh, np.ones(4), D.int32))
+
+
+def test_linear_with_bias_is_one_gemm_dispatch_forward():
+    """nn.Linear's forward on vulkan is one dispatch (the bias in the GEMM's epilogue), with its values and
+    gradients those of the float64 reference."""
+    vb = pytest.importorskip("vkblas")
+    if not any(d.startswith("vulkan") for d in vb.devices()):
+        pytest.skip("no Vulkan adapter")
+    layer = vb.nn.Linear(13, 10).to("vulkan")
+    x = vb.tensor(RNG.standard_normal((7, 13)).astype(np.float32), device="vulkan", requires_grad=True)
+    layer(x)  # plans built outside the count
+    rt = layer.weight._backend.rt
+    before = rt.dispatches
+    y = layer(x)
+    assert rt.dispatches - before == 1
+    w, bias = layer.weight.detach().numpy().astype(np.float64), layer.bias.detach().numpy().astype(np.float64)
+    xh = x.detach().numpy().astype(np.float64)
+    np.testing.assert_allclose(y.detach().numpy(), xh @ w.T + bias, rtol=1e-5, atol=1e-5)
+    g = RNG.standard_normal((7, 10))
+    y.backward(vb.tensor(g.astype(np.float32), device="vulkan"))
+    np.testing.assert_allclose(layer.bias.grad.numpy(), g.sum(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(layer.weight.grad.numpy(), g.T @ xh, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(x.grad.numpy(), g @ w, rtol=1e-5, atol=1e-5)

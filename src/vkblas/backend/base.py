@@ -239,6 +239,14 @@ class Backend(ABC):
     @abstractmethod
     def matmul(self, out: View, a: View, b: View) -> None: ...
 
+    def matmul_bias(self, out: View, a: View, b: View, bias: View) -> bool:
+        """Optional: ``out`` (m, n) = ``a`` (m, k) @ ``b`` (k, n) + ``bias`` (n,) added to every row, in the
+        GEMM's epilogue (a linear layer as one kernel, PyTorch's addmm). Returns whether it did the work; the
+        default leaves it to :meth:`matmul` and an elementwise add. The bias is added to the f32 sum before the
+        one rounding to ``out``'s dtype: for f32 without split-K the bits of the composition; with split-K it
+        joins the first split's partial sum; for f16 the sum is rounded once instead of twice."""
+        return False
+
     @abstractmethod
     def gather(self, out: View, x: View, dim: int, index: View) -> None: ...
 

@@ -109,9 +109,11 @@ def _linear_node(x: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
     m, n = x.shape[0], w.shape[0]
     out = empty((m, n), x.dtype, backend)
     wv = w._view
-    backend.matmul(out._view, x._view, View(wv.storage, wv.shape[::-1], wv.strides[::-1], wv.offset))
-    if bias is not None:
-        backend.elementwise("add", out._view, [out._view, expand_view(bias._view, (m, n))])
+    wt = View(wv.storage, wv.shape[::-1], wv.strides[::-1], wv.offset)
+    if bias is None or not backend.matmul_bias(out._view, x._view, wt, bias._view):
+        backend.matmul(out._view, x._view, wt)
+        if bias is not None:
+            backend.elementwise("add", out._view, [out._view, expand_view(bias._view, (m, n))])
     return record(out, "AddmmBackward", (x, w, bias), _linear_rule, (x, w))
 
 

@@ -34,7 +34,9 @@ from ..base import BackendError, View, contiguous_strides
 from . import gemm
 from .gemm import GemmPlan, Spec, Variant
 
-MIN_TUNE_FLOPS = 1 << 26
+# a captured step of a small model is a few dozen GEMMs of 2-100 MFLOP each, where the default's 8 workgroups of a
+# 10 x 256 weight gradient took 33 us on an H200: those are tuned too (the cost is once per shape class and adapter)
+MIN_TUNE_FLOPS = 1 << 21
 _TARGET_S = 0.02  # GPU time per timed candidate
 _PASSES = 2  # rounds over the candidates
 _FALLBACK = "32x32k16.4x4.db"
@@ -95,20 +97,28 @@ class Tuner:
 
     # -- choice
     def plan(
-        self, out: View, a: View, b: View, gathers: gemm.Gathers = gemm.NO_GATHER, bias: View | None = None
+        self,
+        out: View,
+        a: View,
+        b: View,
+        gathers: gemm.Gathers = gemm.NO_GATHER,
+        bias: View | None = None,
+        bias_on: str = "rows",
     ) -> GemmPlan:
         """The GEMM plan of ``out = a @ b`` (``gathers``: operands read through a convolution's geometry;
-        ``bias``: a contiguous (M,) view added to the rows in the epilogue)."""
+        ``bias``: a contiguous view added in the epilogue, to every row (``bias_on="rows"``: (M,)) or column
+        (``"cols"``: (N,)))."""
+        axis = bias_on if bias is not None else ""
         M, N, K = out.shape[-2], out.shape[-1], a.shape[-1]
         nbatch = max(1, out.numel // max(1, M * N))
         limits = self.backend.dev.limits
-        spec = gemm.make_spec(out, a, b, False, gathers, bias is not None)
+        spec = gemm.make_spec(out, a, b, False, gathers, axis)
         choice: tuple[Variant, int] | None = None
         if self.enabled and 2 * M * N * K * nbatch >= MIN_TUNE_FLOPS:
             cls = shape_class(spec, M, N, K, nbatch)
             choice = self._parse(self.table.get(cls))
             if choice is None:
-                choice = self.tune(out, a, b, cls, gathers, bias)
+                choice = self.tune(out, a, b, cls, gathers, bias, axis)
         if choice is None or choice[0].name in self.disabled:
             choice = gemm.default_choice(a.dtype, M, N, K, nbatch, limits)
         # then the small fallback, then any other variant: a driver bug in one variant must not stop matmul
@@ -116,7 +126,7 @@ class Tuner:
         for v, s in tried:
             if v.name in self.disabled or not gemm.applicable(v, spec, limits):
                 continue
-            gp = gemm.build_plan(self.backend, out, a, b, v, s, gathers, bias is not None)
+            gp = gemm.build_plan(self.backend, out, a, b, v, s, gathers, axis)
             if self.verify(gp):
                 return gp
         raise BackendError(
@@ -139,19 +149,20 @@ class Tuner:
         cls: str,
         gathers: gemm.Gathers = gemm.NO_GATHER,
         bias: View | None = None,
+        axis: str = "",
     ) -> tuple[Variant, int] | None:
         """Time every candidate on the call's operands; remember and return the fastest."""
         M, N, K = out.shape[-2], out.shape[-1], a.shape[-1]
         nbatch = max(1, out.numel // max(1, M * N))
         limits = self.backend.dev.limits
-        spec = gemm.make_spec(out, a, b, False, gathers, bias is not None)
+        spec = gemm.make_spec(out, a, b, False, gathers, axis)
         self.backend.rt.flush()  # pending work first: our passes then run after it, in queue order
         plans = {}
         for v, s in gemm.candidates(a.dtype, M, N, K, nbatch, limits):
             if v.name in self.disabled or not gemm.applicable(v, spec, limits):
                 continue
             try:
-                gp = gemm.build_plan(self.backend, out, a, b, v, s, gathers, bias is not None)
+                gp = gemm.build_plan(self.backend, out, a, b, v, s, gathers, axis)
             except (BackendError, ValueError):
                 continue
             if self.verify(gp):
@@ -234,7 +245,7 @@ class Tuner:
         """Run ``gp``'s variant once per specialisation on a small problem with edge tiles; False (and the variant
         disabled, with a warning) when it disagrees with numpy. A gathered spec checks the variant on strided
         operands of the same scalar layouts (the gathers' own arithmetic is in the conv tests)."""
-        plain = dataclasses.replace(gp.spec, a_gather=None, b_gather=None, bias=False)
+        plain = dataclasses.replace(gp.spec, a_gather=None, b_gather=None, bias="")
         return self.verify_variant(gp.variant, plain)
 
     def verify_variant(self, v: Variant, spec: Spec) -> bool:

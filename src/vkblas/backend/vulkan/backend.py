@@ -520,6 +520,22 @@ class VulkanBackend(Backend):
         return reduce.build(self.dev, op, out, x, axes)
 
     def matmul(self, out: View, a: View, b: View) -> None:
+        self._encode_matmul(out, a, b, None)
+
+    def matmul_bias(self, out: View, a: View, b: View, bias: View) -> bool:
+        # the epilogue reads a contiguous (n,) bias of out's dtype from one binding; anything else composes
+        if (
+            len(out.shape) != 2
+            or bias.shape != out.shape[-1:]
+            or bias.dtype is not out.dtype
+            or (bias.strides != (1,) and bias.shape[0] > 1)
+            or bias.storage.__class__ is not VulkanStorage
+        ):
+            return False
+        self._encode_matmul(out, a, b, bias)
+        return True
+
+    def _encode_matmul(self, out: View, a: View, b: View, bias: View | None) -> None:
         if (
             out.shape
             and len(a.shape) >= 2
@@ -541,9 +557,11 @@ class VulkanBackend(Backend):
                 "expected out[..., m, n] = a[..., m, k] @ b[..., k, n] with equal batch shapes and equal dtypes",
             )
         try:
-            encode_matmul(self, out, a, b)
+            encode_matmul(self, out, a, b, bias)
         except NeedsSplitting:
             self.large.matmul(out, a, b)
+            if bias is not None:
+                self.elementwise("add", out, [out, View(bias.storage, out.shape, (0, 1), bias.offset)])
         except BackendError:
             raise
         except TypeError as e:

@@ -88,6 +88,13 @@ VARIANTS: tuple[Variant, ...] = (
     _v("64x128k16.4x8.db", 64, 128, 16, 4, 8),
     _v("64x64k16.4x4.db", 64, 64, 16, 4, 4),
     _v("64x64k16.8x8.db", 64, 64, 16, 8, 8),
+    # narrow tiles with a larger per-thread block: a convolution's GEMMs have 32 or 64 channels on one side and
+    # every pixel of an image on the other (the 4x4 blocks are bound by workgroup-memory reads there), a small
+    # layer's output 10 columns
+    _v("64x128k16.8x8.db", 64, 128, 16, 8, 8),
+    _v("32x128k16.4x8.db", 32, 128, 16, 4, 8),
+    _v("32x256k8.4x16.db", 32, 256, 8, 4, 16),
+    _v("128x32k16.8x4.db", 128, 32, 16, 8, 4),
     _v("32x64k16.4x4.db", 32, 64, 16, 4, 4),
     _v("32x32k16.4x4.db", 32, 32, 16, 4, 4),
     _v("128x128k16.8x8.h16", 128, 128, 16, 8, 8, f16_math=True),
@@ -221,7 +228,9 @@ class Spec:
     split: bool  # writes f32 partials to a workspace (split-K)
     a_gather: Gather | None = None  # then a_mode is the gather's scalar layout
     b_gather: Gather | None = None
-    bias: bool = False  # out[m, n] += bias[m] in the epilogue (a 4th binding; split-K: in split 0's partials)
+    #: "rows": out[m, n] += bias[m] (a convolution's channels), "cols": out[m, n] += bias[n] (a linear layer's
+    #: features), in the epilogue: a 4th binding, contiguous; split-K adds it in split 0's partials
+    bias: str = ""
 
 
 def applicable(v: Variant, spec: Spec, limits: dict[str, Any]) -> bool:
@@ -321,8 +330,8 @@ def source(v: Variant, spec: Spec) -> str:
         ("go", f"vec4<{out_t}>" if spec.out_vec else out_t),
         ("ga", f"vec4<{st}>" if spec.a_mode[0] == "v" else st),
         ("gb", f"vec4<{st}>" if spec.b_mode[0] == "v" else st),
-    ] + [("gbias", st)] * spec.bias
-    sh = int(spec.bias)  # a bias binding's offset is params word 3: the words after it move up one
+    ] + [("gbias", st)] * bool(spec.bias)
+    sh = int(bool(spec.bias))  # a bias binding's offset is params word 3: the words after it move up one
 
     def word(i: int) -> str:
         return f"{i + sh if i >= 3 else i}u"
@@ -418,16 +427,25 @@ def source(v: Variant, spec: Spec) -> str:
         src += compute("cur", "k0") + "    workgroupBarrier();\n    }\n"
     # epilogue: guarded stores (out is contiguous: row stride N)
     cv = f"vec4<{out_t}>"
+    if spec.bias == "cols":  # one vec4 of the bias per column group; guarded: the edge tiles' columns past N
+        for h in range(gn):
+            col = f"(i0b + {h * 4 * wx}u + tx * 4u)"
+            src += f"    var cb{h} = vec4<{acc}>(0);\n    if (split == 0u) {{\n"
+            for c in range(4):
+                src += f"    if ({col} + {c}u < N) {{ cb{h}[{c}] = {acc}(gbias[u32(pi(3u)) + {col} + {c}u]); }}\n"
+            src += "    }\n"
     for g in range(gm):
         for r in range(4):
             i = g * 4 + r
             src += f"    let row{i} = i0a + {g * 4 * wy}u + ty * 4u + {r}u;\n"
-            if spec.bias:  # guarded: the edge tiles' rows past M have no bias element
+            if spec.bias == "rows":  # guarded: the edge tiles' rows past M have no bias element
                 src += f"    var bias{i} = {acc}(0);\n"
                 src += f"    if (row{i} < M && split == 0u) {{ bias{i} = {acc}(gbias[u32(pi(3u)) + row{i}]); }}\n"
             for h in range(gn):
                 col = f"(i0b + {h * 4 * wx}u + tx * 4u)"
-                val = f"(c{i}_{h} + vec4<{acc}>(bias{i}))" if spec.bias else f"c{i}_{h}"
+                val = {"rows": f"(c{i}_{h} + vec4<{acc}>(bias{i}))", "cols": f"(c{i}_{h} + cb{h})"}.get(
+                    spec.bias, f"c{i}_{h}"
+                )
                 val = val if out_t == acc else f"{cv}({val})"
                 if spec.out_vec:
                     src += (
@@ -476,13 +494,13 @@ Gathers = tuple[Gather | None, Gather | None]
 NO_GATHER: Gathers = (None, None)
 
 
-def make_spec(out: View, a: View, b: View, split: bool, gathers: Gathers = NO_GATHER, bias: bool = False) -> Spec:
+def make_spec(out: View, a: View, b: View, split: bool, gathers: Gathers = NO_GATHER, bias: str = "") -> Spec:
     """The spec of ``out = a @ b``; a gathered operand's view is its logical (batch..., rows, cols) matrix over the
     source's storage, with the source's per-image batch strides and zero inner strides."""
     if a.dtype not in _STYPE:
         raise TypeError(f"matmul of {a.dtype.name} tensors is not supported")
     bshape, _ = coalesce(out.shape[:-2], [out.strides[:-2], a.strides[:-2], b.strides[:-2]])
-    if len(bshape) > MAX_RANK - bias:
+    if len(bshape) > MAX_RANK - bool(bias):
         raise ValueError(f"{len(out.shape) - 2} batch dims are too many for the params window")
     n = out.shape[-1]
     out_vec = n % 4 == 0 and (split or out.offset % 4 == 0)
@@ -522,10 +540,10 @@ def build_plan(
     v: Variant,
     splits: int,
     gathers: Gathers = NO_GATHER,
-    bias: bool = False,
+    bias: str = "",
 ) -> GemmPlan:
     """Compile (cached by source) and lay out the dispatch of variant ``v`` with ``splits`` K splits; ``bias``:
-    the plan binds a 4th view, a contiguous (M,) bias added to every row."""
+    the plan binds a 4th view, a contiguous bias added to every row ("rows": (M,)) or column ("cols": (N,))."""
     M, N = out.shape[-2:]
     K = a.shape[-1]
     splits = 1 if a.dtype is int32 else max(1, min(splits, -(-K // v.bk)))
@@ -542,8 +560,9 @@ def build_plan(
         raise ValueError(f"matmul with M={M}, N={N} exceeds the workgroup grid limit {max_groups}")
     per_split = -(-K // splits)
     kchunk = -(-per_split // v.bk) * v.bk  # K per split, a multiple of bk
-    kernel = backend.dev.kernel(source(v, spec), 3 + bias)
-    fmt = "<iii" + "i" * bias + "I" + "I" * 3 + "i" * 4 + "III" + "I" * spec.rank + "i" * (3 * spec.rank)
+    nbias = int(bool(bias))
+    kernel = backend.dev.kernel(source(v, spec), 3 + nbias)
+    fmt = "<iii" + "i" * nbias + "I" + "I" * 3 + "i" * 4 + "III" + "I" * spec.rank + "i" * (3 * spec.rank)
     total = nbatch * M * N
     ostrides = bstrides[0]
     static = (
@@ -568,7 +587,7 @@ def build_plan(
         ospan = (0, splits * total - 1)
     else:
         ospan = span(out.shape, out.strides)
-    spans = (ospan, _span(a, spec.a_gather), _span(b, spec.b_gather)) + ((0, M - 1),) * bias
+    spans = (ospan, _span(a, spec.a_gather), _span(b, spec.b_gather)) + ((0, (M if bias == "rows" else N) - 1),) * nbias
     plan = Plan(kernel, fmt, static, groups, spans)
     red = None
     if splits > 1:
@@ -606,7 +625,7 @@ def launches(
 
 def record(backend: Any, gp: GemmPlan, out: View, a: View, b: View, bias: View | None = None) -> None:
     """Record the dispatches of ``gp`` into the backend's open compute pass (``bias``: the plan's 4th view)."""
-    if gp.spec.bias != (bias is not None):
+    if bool(gp.spec.bias) != (bias is not None):
         raise ValueError(f"the GEMM plan {'needs' if gp.spec.bias else 'has no place for'} a bias")
     if gp.splits == 1 and gp.nbatch <= gp.zstep and out.numel:  # one dispatch: what launches() gives
         g = gp.plan.groups
@@ -655,10 +674,12 @@ def candidates(
             continue
         tiles = -(-m // v.bm) * -(-n // v.bn) * nbatch
         out.append((v, 1))
-        if k >= 512 and tiles < 256:
+        if k >= 256 and tiles < 256:
             # a convolution's weight gradient has K = every pixel of the batch (~300k) and a few output tiles:
-            # only hundreds of splits fill the GPU
-            out += [(v, s) for s in (2, 4, 16, 64, MAX_SPLITS) if k // s >= 128 and tiles * s <= 2048]
+            # only hundreds of splits fill the GPU; a small layer's weight gradient (10 x 256, K = the batch) is
+            # 8 workgroups of 32x32 without them
+            least = 128 if tiles >= 32 else 64
+            out += [(v, s) for s in (2, 4, 8, 16, 64, MAX_SPLITS) if k // s >= least and tiles * s <= 2048]
     d = default_choice(spec_dtype, m, n, k, nbatch, limits)
     if d not in out:
         out.insert(0, d)
