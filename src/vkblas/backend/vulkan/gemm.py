@@ -88,9 +88,9 @@ VARIANTS: tuple[Variant, ...] = (
     _v("64x128k16.4x8.db", 64, 128, 16, 4, 8),
     _v("64x64k16.4x4.db", 64, 64, 16, 4, 4),
     _v("64x64k16.8x8.db", 64, 64, 16, 8, 8),
-    # narrow tiles with a larger per-thread block: a convolution's GEMMs have 32 or 64 channels on one side and
-    # every pixel of an image on the other (the 4x4 blocks are bound by workgroup-memory reads there), a small
-    # layer's output 10 columns
+    # narrow tiles with a larger per-thread block, for a convolution's GEMMs (32 or 64 channels on one side, every
+    # pixel of an image on the other) and small layers: on an H200 the tuner takes 32x256 for a 1-channel conv's
+    # forward and 32x128 for 14x14 input gradients; on 24x24 ones the 4x4 blocks stay faster (BENCHMARKS.md)
     _v("64x128k16.8x8.db", 64, 128, 16, 8, 8),
     _v("32x128k16.4x8.db", 32, 128, 16, 4, 8),
     _v("32x256k8.4x16.db", 32, 256, 8, 4, 16),
