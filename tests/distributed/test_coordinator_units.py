@@ -430,3 +430,41 @@ def test_a_database_failure_is_503_unavailable_and_the_worker_retries(tmp_path, 
         assert reply.status == "work" and len(failures) == 7
     finally:
         c.close()
+
+
+def test_an_internal_error_is_500_internal_and_the_worker_waits_it_out(tmp_path, monkeypatch):
+    """A fault of the coordinator's own (here a lease that raises) is 500 ``internal`` with the protocol's JSON body
+    and nothing of the failure in it; a worker's client retries it with backoff instead of leaving (it quit on the
+    first 500 before)."""
+    from starlette.testclient import TestClient
+
+    from vkblas.distributed.coordinator import crud
+
+    from .conftest import InProcess
+
+    real, failures = crud.lease, []
+
+    def broken(s, **kw):  # type: ignore[no-untyped-def]
+        if len(failures) < 3:
+            failures.append(1)
+            raise RuntimeError("secret detail of the failure")
+        return real(s, **kw)
+
+    c = InProcess(str(tmp_path / "c.db"), tmp_path)
+    try:
+        monkeypatch.setattr(crud, "lease", broken)
+        headers = c.register("w")
+        quiet = TestClient(c.app, base_url="http://testserver", raise_server_exceptions=False)  # as a server answers
+        quiet.__enter__()
+        r = quiet.post("/v1/leases", headers=headers)
+        assert r.status_code == 500, r.text
+        assert r.json()["error"]["code"] == "internal"
+        assert "secret" not in r.text and "RuntimeError" not in r.text
+        client = c.client(transport=quiet._transport)
+        client.sleep = lambda s: None
+        client.token = headers["authorization"].split()[1]
+        reply = client.lease()
+        assert reply.status == "work" and len(failures) == 3
+        quiet.__exit__(None, None, None)
+    finally:
+        c.close()

@@ -61,6 +61,7 @@ ERROR_CODES = {
     "rate-limited": 429,
     "missing-parts": 409,
     "unavailable": 503,
+    "internal": 500,
 }
 #: the longest a lease request may wait for work (``POST /v1/leases?wait=S``: long polling)
 MAX_LEASE_WAIT = 30.0

@@ -1,5 +1,5 @@
 """The protocol's calls, as a worker makes them: outbound HTTP (httpx), retried with exponential backoff and
-jitter on network errors and on 502/503/504 for up to ``retry_for`` seconds *without progress* (the budget starts
+jitter on network errors and on 500/502/503/504 for up to ``retry_for`` seconds *without progress* (the budget starts
 again whenever bytes arrive), 429 (rate limited) after the ``Retry-After`` it names, errors mapped to
 :mod:`.errors`, and resumable downloads verified by hash. HTTPS with the system's certificates, or ``ca_cert`` (a
 coordinator with a certificate of its own).
@@ -41,7 +41,9 @@ from ..protocol import (
 from .errors import IntegrityError, ServerError, UnreachableError, WorkerError
 from .transport import Metered
 
-RETRY_STATUS = (502, 503, 504)
+#: a 5xx is the coordinator's fault or a passing state (bad input is a 4xx): a volunteer waits it out, as BOINC's
+#: clients back off on any server error, rather than leave on the first one
+RETRY_STATUS = (500, 502, 503, 504)
 LEASE_WAIT_S = 10.0  # long polling: the coordinator holds a 'wait' answer this long
 MAX_RETRY_AFTER_S = 60.0
 T = TypeVar("T", bound=BaseModel)

@@ -4,7 +4,9 @@ The limit is enforced before a route runs: :class:`BodyLimit` reads the request 
 ``Content-Length`` or a chunked stream beyond the route's limit with 413) and hands the route the buffered bytes.
 Routes then parse them with strict models; anything they raise as :class:`ApiError` becomes its 4xx. The database
 failing a request (down, restarting, or a deadlock still lost after :meth:`Database.transaction`'s attempts) is 503
-``unavailable`` with ``Retry-After``: the transaction was rolled back, and a worker asks again after its backoff."""
+``unavailable`` with ``Retry-After``: the transaction was rolled back, and a worker asks again after its backoff.
+Anything else a route raises is the coordinator's own fault (bad input is always a 4xx): 500 ``internal``, the same
+JSON body naming nothing of the failure (the traceback goes to the log); workers retry it with backoff too."""
 
 from __future__ import annotations
 
@@ -53,6 +55,12 @@ def install(app: FastAPI) -> None:
         )
         response.headers["retry-after"] = str(wait)
         return response
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, e: Exception) -> JSONResponse:
+        # Starlette's outermost middleware runs this, then raises ``e`` again: the server logs the traceback
+        log.error("%s %s failed: %s", request.method, request.url.path, type(e).__name__)
+        return error_response("internal", "the coordinator failed this request (a fault of its own, in its log)")
 
     @app.exception_handler(HTTPException)
     async def _http(_: Request, e: HTTPException) -> JSONResponse:
