@@ -527,7 +527,7 @@ def test_vulkan_conv2d_implicit_gemm_reads_any_strides(monkeypatch):
     np.testing.assert_allclose(y.detach().numpy(), conv_ref(xv, w, None, padding=1), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(xt.grad.numpy(), full_dx, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(wt.grad.numpy(), dw, rtol=1e-4, atol=1e-4)
-    assert calls == [("forward", True), ("input", False), ("weight", True)]  # 4 output channels: see above
+    assert calls == [("forward", True), ("weight", True), ("input", False)]  # 4 output channels: see above
 
 
 @pytest.mark.skipif(not HAS_VULKAN, reason="no Vulkan adapter")

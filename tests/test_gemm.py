@@ -296,3 +296,168 @@ def test_linear_with_bias_is_one_gemm_dispatch_forward():
     np.testing.assert_allclose(layer.bias.grad.numpy(), g.sum(0), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(layer.weight.grad.numpy(), g.T @ xh, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(x.grad.numpy(), g @ w, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------ an elementwise op in the epilogue (epilogue.py)
+def _act_case(be, m: int, k: int, n: int) -> tuple[View, View, np.ndarray, View]:
+    """Operands whose product has NaN, +-inf, zeros and both signs, and a saved ReLU output with zeros, negatives,
+    positives and NaN (relu_grad's second operand)."""
+    a, b = RNG.standard_normal((m, k)), RNG.standard_normal((k, n))
+    a[0, 0], a[1 % m, :] = np.nan, 0.0
+    if m > 2:
+        a[2, 0] = np.inf
+    saved = RNG.choice([0.0, -1.0, 2.0, np.nan], size=(m, n))
+    return _view(be, a, D.float32), _view(be, b, D.float32, transposed=True), saved, _view(be, saved, D.float32)
+
+
+def _act_pair(be, gp_fused, gp_plain, op, va, vb, vsaved, m, n) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(fused out, fused op result, the op run as its own dispatch on the plain GEMM's out)."""
+    new = [View.of(be.alloc(m * n, D.float32), (m, n)) for _ in range(4)]
+    out, res, plain, ref = new
+    extra = (res,) if op == "relu" else (res, vsaved)
+    gemm.record(be, gp_fused, out, va, vb, act=extra)
+    gemm.record(be, gp_plain, plain, va, vb)
+    be.elementwise(op, ref, [plain] if op == "relu" else [plain, vsaved])
+    np.testing.assert_array_equal(be.to_numpy(out), be.to_numpy(plain))  # the GEMM's own output is still stored
+    return be.to_numpy(out), be.to_numpy(res), be.to_numpy(ref)
+
+
+@pytest.mark.parametrize("variant", [v for v in gemm.VARIANTS if not v.f16_math], ids=lambda v: v.name)
+def test_every_variant_runs_relu_and_its_mask_in_its_epilogue(fresh, variant):
+    """``relu(a @ b)`` and ``relu_grad(a @ b, saved)`` in the GEMM's epilogue: the same bits as the separate
+    elementwise dispatch, NaN and inf included, on edge tiles with scalar (N % 4 != 0) and vec4 stores."""
+    if not gemm.applicable(variant, _common_spec(), fresh.dev.limits):
+        pytest.skip(f"{variant.name} does not fit this adapter's workgroup limits")
+    for m, k, n in ((37, 21, 10), (70, 33, 132)):
+        va, vb, saved, vsaved = _act_case(fresh, m, k, n)
+        probe = View.of(fresh.alloc(m * n, D.float32), (m, n))
+        plain_gp = gemm.build_plan(fresh, probe, va, vb, variant, 1)
+        for op in ("relu", "relu_grad"):
+            gp = gemm.build_plan(fresh, probe, va, vb, variant, 1, act=op)
+            assert gp.spec.act == op and gp.splits == 1
+            out, res, ref = _act_pair(fresh, gp, plain_gp, op, va, vb, vsaved, m, n)
+            np.testing.assert_array_equal(res, ref)
+            want = np.where(out < 0, 0, out) if op == "relu" else np.where(saved <= 0, 0, out)
+            np.testing.assert_array_equal(res, want.astype(np.float32))
+
+
+def test_epilogue_op_with_split_k_joins_the_sum_of_the_partials(fresh):
+    m, k, n = 6, 3000, 9
+    va, vb, _, vsaved = _act_case(fresh, m, k, n)
+    probe = View.of(fresh.alloc(m * n, D.float32), (m, n))
+    v = gemm.BY_NAME["32x32k16.4x4.db"]
+    plain_gp = gemm.build_plan(fresh, probe, va, vb, v, 8)
+    for op in ("relu", "relu_grad"):
+        gp = gemm.build_plan(fresh, probe, va, vb, v, 8, act=op)
+        assert gp.splits == 8 and gp.act == op and not gp.spec.act  # the partials are plain; the sum does the op
+        _, res, ref = _act_pair(fresh, gp, plain_gp, op, va, vb, vsaved, m, n)
+        np.testing.assert_array_equal(res, ref)
+    with pytest.raises(ValueError, match="epilogue"):
+        gemm.make_spec(probe, va, vb, True, act="relu")  # split partials cannot apply it
+    with pytest.raises(ValueError, match="takes 1 views"):
+        gemm.record(fresh, gemm.build_plan(fresh, probe, va, vb, v, 1, act="relu"), probe, va, vb)
+
+
+def _mm_relu(be, a: np.ndarray, b: np.ndarray) -> tuple[View, View, View, View]:
+    va, vb = _view(be, a, D.float32), _view(be, b, D.float32)
+    m, n = a.shape[0], b.shape[1]
+    return va, vb, View.of(be.alloc(m * n, D.float32), (m, n)), View.of(be.alloc(m * n, D.float32), (m, n))
+
+
+def test_backend_folds_the_relu_after_a_matmul_and_keeps_every_order(fresh, monkeypatch):
+    """Through the backend's own calls: matmul then relu of its output is one dispatch with both results right;
+    anything else in between (a read, another op, an upload) records the GEMM first, in its place."""
+    from vkblas.backend.vulkan import epilogue
+
+    a, b = RNG.standard_normal((9, 12)), RNG.standard_normal((12, 20))
+    ref = a.astype(np.float32).astype(np.float64) @ b.astype(np.float32).astype(np.float64)
+    va, vb, out, act = _mm_relu(fresh, a, b)
+    fresh.matmul(out, va, vb)  # plans built (and tuned) outside the count
+    fresh.elementwise("relu", act, [out])
+    rt = fresh.rt
+    before = rt.dispatches
+    fresh.matmul(out, va, vb)
+    assert rt.held is not None
+    fresh.elementwise("relu", act, [out])
+    assert rt.dispatches - before == 1
+    np.testing.assert_allclose(fresh.to_numpy(out), ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(fresh.to_numpy(act), np.maximum(fresh.to_numpy(out), 0))
+    # in-place relu of the product (F.relu(inplace=True)): fused too
+    before = rt.dispatches
+    fresh.matmul(out, va, vb)
+    fresh.elementwise("relu", out, [out])
+    assert rt.dispatches - before == 1
+    np.testing.assert_array_equal(fresh.to_numpy(out), fresh.to_numpy(act))
+    # not the GEMM's output exactly (a part of it; another tensor): two dispatches, the same values
+    other = _view(fresh, RNG.standard_normal((9, 20)), D.float32)
+    for x, y in ((View(out.storage, (4, 20), (20, 1), 20), View(act.storage, (4, 20), (20, 1), 0)), (other, act)):
+        before = rt.dispatches
+        fresh.matmul(out, va, vb)
+        fresh.elementwise("relu", y, [x])
+        assert rt.dispatches - before == 2
+        np.testing.assert_array_equal(fresh.to_numpy(y), np.maximum(fresh.to_numpy(x), 0))
+    # the op's result in a GEMM operand's buffer would be written while the GEMM reads it: not fused
+    before = rt.dispatches
+    fresh.matmul(out, va, vb)
+    fresh.elementwise("relu", View(vb.storage, (9, 20), (20, 1), 0), [out])
+    assert rt.dispatches - before == 2
+    # an upload waits for the held GEMM that reads its buffer's old contents
+    va, vb, out, act = _mm_relu(fresh, a, b)
+    fresh.matmul(out, va, vb)
+    fresh.rt.upload(va.storage.buffer, memoryview(np.zeros(9 * 12, np.float32)).cast("B"))
+    np.testing.assert_allclose(fresh.to_numpy(out), ref, rtol=1e-5, atol=1e-5)
+    # switched off: never held
+    monkeypatch.setattr(epilogue, "ENABLED", False)
+    fresh.matmul(out, va, vb)
+    assert rt.held is None
+
+
+def _relu_net_step(vkb, monkeypatch, fused: bool, capture: bool) -> tuple[list[np.ndarray], int]:
+    """One training step of a small conv + MLP net with every ReLU after a GEMM: its parameters after an Adam
+    step and the step's dispatches (eager, or a replay of the captured step)."""
+    from vkblas import graphs, nn
+    from vkblas.backend.vulkan import epilogue
+
+    monkeypatch.setattr(epilogue, "ENABLED", fused)
+    vkb.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Conv2d(4, 16, 3), nn.ReLU(), nn.Flatten(),
+        nn.Linear(16 * 4 * 4, 24), nn.ReLU(), nn.Linear(24, 5),
+    ).to("vulkan")  # fmt: skip
+    opt = vkb.optim.Adam(net.parameters(), lr=1e-2, capturable=capture)
+    rng = np.random.default_rng(5)
+    x = vkb.tensor(rng.standard_normal((6, 1, 8, 8)).astype(np.float32), device="vulkan")
+    y = vkb.tensor(rng.integers(0, 5, 6).astype(np.int32), device="vulkan")
+
+    def step():
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+
+    step()
+    rt = x._backend.rt
+    if capture:
+        g = graphs.Graph()
+        with graphs.capture(g, device="vulkan"):
+            step()
+        before = rt.dispatches
+        g.replay()
+    else:
+        before = rt.dispatches
+        step()
+    count = rt.dispatches - before
+    return [p.detach().numpy() for p in net.parameters()], count
+
+
+@pytest.mark.parametrize("capture", [False, True], ids=["eager", "captured"])
+def test_training_step_with_epilogue_relus_has_the_bits_of_separate_ones(fresh, monkeypatch, capture):
+    """Forward: conv, conv and linear each take their ReLU into the epilogue; backward: both linears' and the
+    second conv's input gradients take the ReLU mask (six dispatches a step fewer; the Flatten between is a view),
+    and the step's bits are those of the separate dispatches."""
+    vkb = pytest.importorskip("vkblas")
+    base, n_base = _relu_net_step(vkb, monkeypatch, False, capture)
+    fused, n_fused = _relu_net_step(vkb, monkeypatch, True, capture)
+    assert n_base - n_fused == 6
+    for p, q in zip(base, fused, strict=True):
+        np.testing.assert_array_equal(p, q)

@@ -228,6 +228,36 @@ def test_out_of_range_target_in_a_replay_raises_at_next_sync() -> None:
     assert np.isfinite(loss.item())  # flags were reset by the report
 
 
+def test_a_value_check_is_one_dispatch_eager_and_captured() -> None:
+    """A device check ORs its failures straight into its flag slot: one dispatch, in a replay as in eager mode
+    (it was a mark pass plus a reduction, and a third dispatch in a graph); failures still reach the sync point."""
+    base = vk.tensor(np.array([[0, 3], [1, 2]], np.int32), device=DEV)
+    backend, rt = base._backend, base._backend.rt
+    idx = base.T  # a non-contiguous view
+
+    def check() -> None:
+        backend.check_values(idx._view, 0, 3, "index {bad} is bad")
+
+    check()
+    backend.synchronize()
+    before = rt.dispatches
+    check()
+    assert rt.dispatches - before == 1
+    g = graphs.Graph()
+    with graphs.capture(g, device=DEV):
+        check()
+    assert g.num_dispatches == 1
+    g.replay()
+    vk.synchronize(DEV)  # every value passes
+    base.copy_(vk.tensor(np.array([[0, 3], [5, 2]], np.int32), device=DEV))
+    g.replay()
+    with pytest.raises(IndexError, match="index 5 is bad"):
+        vk.synchronize(DEV)
+    check()
+    with pytest.raises(IndexError, match="index 5 is bad"):
+        vk.synchronize(DEV)
+
+
 def test_training_loop_graph_mode_matches_eager() -> None:
     from vkblas.training.loop import GraphedStep, train_epoch
 

@@ -444,11 +444,13 @@ class Backend(ABC):
         weight: View | None,
         ignore_index: int,
         label_smoothing: float,
+        den: View | None = None,
     ) -> bool:
         """Optional, with :meth:`cross_entropy`: ``dx`` (M, C) ``= s_i * (exp(x - lse_i) * (a w_t + c W) - c
         weight_c - a w_t [c == t_i])`` where ``s_i = scale[i]`` (the incoming gradient over the mean's denominator;
-        stride 0 for one shared value) on kept rows and 0 on ignored ones (so an ignored row's gradient is 0, or NaN
-        where its softmax is). Returns whether it did the work."""
+        stride 0 for one shared value), or ``scale[i] / den`` with the 0-d float32 ``den`` (the mean's division
+        done here, in float32: the same bits as dividing first), on kept rows and 0 on ignored ones (so an
+        ignored row's gradient is 0, or NaN where its softmax is). Returns whether it did the work."""
         return False
 
     def check_values(

@@ -647,6 +647,7 @@ class CpuBackend(Backend):
         weight: View | None,
         ignore_index: int,
         label_smoothing: float,
+        den: View | None = None,
     ) -> bool:
         a = _np(x)
         acc = np.float64 if a.dtype == np.float64 else np.float32
@@ -657,7 +658,8 @@ class CpuBackend(Backend):
         w = None if weight is None else _np(weight).astype(acc, copy=False)
         aa, cc = 1 - label_smoothing, label_smoothing / c
         with np.errstate(all="ignore"):
-            sc = np.where(keep, _np(scale).astype(acc, copy=False), 0)[:, None]
+            s = _np(scale) if den is None else _np(scale) / _np(den)  # in scale's dtype, as the division first
+            sc = np.where(keep, s.astype(acc, copy=False), 0)[:, None]
             wt = (np.ones(m, acc) if w is None else w[safe])[:, None]
             w_sum = c if w is None else w.sum()
             g = np.exp(a.astype(acc, copy=False) - _np(lse).astype(acc, copy=False)[:, None]) * (

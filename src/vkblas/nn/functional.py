@@ -560,15 +560,26 @@ def _fused_cross_entropy(
             out = row.sum() / den
 
     def rule(node: Node, g: Tensor) -> tuple[Tensor]:
-        scale = g.reshape(m) if reduction == "none" else g if den is None else g / den
-        sv = scale._view
-        if not scale.ndim:  # one value for every row: a stride-0 view
-            sv = View(sv.storage, (m,), (0,), sv.offset)
         grad = empty((m, n_classes), xr.dtype, backend)
         if not grad.numel():
             return (grad,)
+
+        def shared(t: Tensor) -> View:  # one value for every row: a stride-0 view
+            return View(t._view.storage, (m,), (0,), t._view.offset) if not t.ndim else t._view
+
+        # the mean's division in the kernel, where the backend does it (one dispatch fewer)
+        if (
+            small_ii
+            and den is not None
+            and g.dtype is den.dtype
+            and backend.cross_entropy_backward(
+                grad._view, shared(g), xr._view, tgt._view, lse._view, wv, ignore_index, label_smoothing, den._view
+            )
+        ):
+            return (grad,)
+        scale = g.reshape(m) if reduction == "none" else g if den is None else g / den
         if small_ii and backend.cross_entropy_backward(
-            grad._view, sv, xr._view, tgt._view, lse._view, wv, ignore_index, label_smoothing
+            grad._view, shared(scale), xr._view, tgt._view, lse._view, wv, ignore_index, label_smoothing
         ):
             return (grad,)
         index, keep = composition_rows()

@@ -282,12 +282,13 @@ def _conv2d_node(
         need_x, need_w, need_b = node.needs
         gx = empty(xs.shape, g.dtype, g._backend) if need_x else None
         gw = empty((o, cg * kh * kw), g.dtype, g._backend) if need_w else None
-        x_left = gx is not None and not (fast and direct("input", gx, g, ws))
         w_left = gw is not None and not (fast and direct("weight", gw, g, xs))
+        gb = g.sum(dim=(0, 2, 3)) if need_b else None
+        # the input gradient last: the op that uses it next (a ReLU's mask) can then join its GEMM's epilogue
+        x_left = gx is not None and not (fast and direct("input", gx, g, ws))
         if x_left or w_left:
             part = _conv2d_backward_chunks(g, xs, ws, gx if x_left else None, w_left, chunks, k, s, p, d, groups)
             gw = part if w_left else gw
-        gb = g.sum(dim=(0, 2, 3)) if need_b else None
         return gx, None if gw is None else gw.reshape(ws.shape), gb
 
     out = record(out, "ConvolutionBackward", (x, weight, bias), rule, (x, weight))

@@ -124,11 +124,10 @@ def _linear_rule(node: Node, g: Tensor) -> tuple[Tensor | None, Tensor | None, T
     if need_w:
         gv = g._view
         gt = Tensor._make(View(gv.storage, gv.shape[::-1], gv.strides[::-1], gv.offset), g._backend)
-    return (
-        _matmul_nd(g, w) if need_x else None,
-        _matmul_nd(gt, x) if need_w else None,  # (n, k): contiguous, kept as the weight's .grad without a copy
-        _raw_reduce("sum", g, (0,), False) if need_b else None,
-    )
+    gw = _matmul_nd(gt, x) if need_w else None  # (n, k): contiguous, kept as the weight's .grad without a copy
+    gb = _raw_reduce("sum", g, (0,), False) if need_b else None
+    # the input gradient last: the op that uses it next (a ReLU's mask) can then join its GEMM's epilogue
+    return (_matmul_nd(g, w) if need_x else None, gw, gb)
 
 
 def mm(input: Tensor, mat2: Tensor) -> Tensor:  # noqa: A002

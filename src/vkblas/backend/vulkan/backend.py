@@ -36,10 +36,12 @@ from ..base import (
     View,
     numel,
 )
+from . import epilogue
 from .autotune import startup_check
 from .conv import encode_conv
 from .device import Device
 from .device_checks import Check, DeviceChecks
+from .gemm import EPILOGUES
 from .heaps import device_local_bytes
 from .kernels import attention as att
 from .kernels import elementwise as ew_kernels
@@ -242,11 +244,21 @@ class VulkanBackend(Backend):
         inside: bool = True,
         allow: float | None = None,
     ) -> None:
-        """Record the check (two dispatches, no host round trip). A failure raises at the next
+        """Record the check (one dispatch, no host round trip). A failure raises at the next
         ``to_numpy``/``synchronize``; kernels never read out of bounds meanwhile (gather reads 0, scatter_add
         skips)."""
         if view.numel:
             self.checks.record(Check(view, low, high, message, error, inside, allow))
+
+    def flag_where(self, op: str, flag: View, args: Sequence[View | Scalar]) -> None:
+        """OR 1 into the int32 element under ``flag`` (a view with zero strides over ``args[0]``'s shape) where the
+        boolean elementwise ``op`` is true: a value check in one dispatch. NeedsSplitting for a large view."""
+        key = ("flag", op, *(type(a) if not isinstance(a, View) else (a.dtype, a.shape, a.strides) for a in args))
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = self._plan(key, op, [flag, *args], lambda: ew_kernels.build(self.dev, op, flag, args, flag=True))
+        views = [flag, *(a for a in args if isinstance(a, View))]
+        self.launch(op, plan, views, [a for a in args if not isinstance(a, View)])
 
     # -- graph capture (the optional interface of backend/base.py; vkblas.graphs drives it)
     def capture_begin(self) -> Recording:
@@ -365,6 +377,9 @@ class VulkanBackend(Backend):
 
     # -- compute
     def elementwise(self, op: str, out: View, args: Sequence[View | Scalar]) -> None:
+        held = self.rt.held
+        if held is not None and op in EPILOGUES and epilogue.fuse(self, held, op, out, list(args)):
+            return  # done in the epilogue of the GEMM before it
         st = out[0]
         key = [op, st.dtype, out[1], out[2]]
         views = [out]
@@ -896,8 +911,11 @@ class VulkanBackend(Backend):
         weight: View | None,
         ignore_index: int,
         label_smoothing: float,
+        den: View | None = None,
     ) -> bool:
-        views = (dx, scale, x, target, lse, weight)
+        if den is not None and not (den.shape == () and den.dtype is scale.dtype is float32):
+            return False  # the kernel divides in f32: another dtype's division would round differently
+        views = (dx, scale, x, target, lse, weight, den)
         smooth = label_smoothing > 0
         plan, present = self._rows_plan(
             "cross_entropy backward" + " smooth" * smooth, views, lambda: xent.build_backward(self.dev, *views, smooth)

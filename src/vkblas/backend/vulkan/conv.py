@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..base import View, window_output_size
-from . import gemm
+from . import epilogue, gemm
 from .autotune import tuner
 from .kernels.wgsl import coalesce
 from .memory import LargeStorage
@@ -144,7 +144,7 @@ def encode_conv(
     if gp is None:
         with backend.rt.paused():  # tuned and self-checked eagerly, never inside a capture
             gp = backend.plans[key] = tuner(backend).plan(o, ga, gb, gathers, bias)
-    gemm.record(backend, gp, o, ga, gb, bias)
+    epilogue.record(backend, gp, o, ga, gb, bias)
     if later is not None:
         backend.elementwise("add", out, [out, later])
     del keep  # the pooled temporary returns on drop; the queue orders its reuse after the GEMM

@@ -2,12 +2,13 @@
 zero (``RuntimeError``) raises at the next sync point, as CUDA's device-side asserts do, and no op waits for the
 host.
 
-A check is two dispatches: ``outside`` (or ``inside``) marks the bad entries of the checked view, a ``max``
-reduction folds them into one int32 flag slot. Eager checks share one flags buffer of ``SLOTS`` slots; a captured
-graph has its own flags buffer, and each replay ORs its step's result into the graph's slot, so a failure in any
-replay since the last sync is reported. A sync point (``to_numpy``, ``synchronize``) reads the flags of everything
-not yet looked at, resets them, and raises for the first failed check with the offending value read back from its
-view. Kernels never read out of bounds meanwhile (gather reads 0, scatter_add skips).
+A check is one dispatch: ``outside`` (or ``inside``) over the checked view, each failing element ORing 1 into the
+check's int32 flag slot (an atomic; ``kernels/elementwise.py``'s ``flag`` variant). Eager checks share one flags
+buffer of ``SLOTS`` slots; a captured graph has its own flags buffer, whose slots each replay ORs into, so a failure
+in any replay since the last sync is reported. (A view too large for one binding takes two passes instead: the
+marks into a temporary, then a ``max`` reduction into the slot.) A sync point (``to_numpy``, ``synchronize``)
+reads the flags of everything not yet looked at, resets them, and raises for the first failed check with the
+offending value read back from its view. Kernels never read out of bounds meanwhile (gather reads 0, scatter_add skips).
 
 Errors leave the checks as usable as before: a failure while reading or resetting the flags (a lost batch) drops
 the flags buffer, so the next check starts from a freshly zeroed one instead of stale flags.
@@ -21,7 +22,7 @@ import numpy as np
 
 from ...dtypes import int32
 from ..base import BackendError, View
-from .memory import VulkanStorage
+from .memory import NeedsSplitting, VulkanStorage
 from .queue import Recording
 
 if TYPE_CHECKING:
@@ -77,9 +78,7 @@ class DeviceChecks:
             self.raise_failed()
         if self.flags is None:
             self.flags = self.zeroed_flags()
-        slot = View(self.flags, (), (), len(self.eager))
-        bad = self._bad(check)
-        self.backend.reduce("max", slot, bad, tuple(range(len(bad.shape))))
+        self._flag(check, self.flags, len(self.eager))
         self.eager.append(check)
 
     def zeroed_flags(self) -> VulkanStorage:
@@ -92,16 +91,20 @@ class DeviceChecks:
         if rec.checks and rec not in self.replayed:
             self.replayed.append(rec)
 
-    def _bad(self, check: Check) -> View:
-        """Reduced later over all axes: 1 where a value fails the check (bool stored as int)."""
-        v = check.view
-        bad = View.of(self.backend.alloc(v.numel, int32), v.shape)
-        if check.allow is None:
-            self.backend.elementwise("outside" if check.inside else "inside", bad, [v, check.low, check.high])
-        else:
-            op = "outside_but" if check.inside else "inside_but"
-            self.backend.elementwise(op, bad, [v, check.low, check.high, check.allow])
-        return bad
+    def _flag(self, check: Check, flags: VulkanStorage, slot: int) -> None:
+        """OR 1 into ``flags[slot]`` if a value of the check's view fails it."""
+        v, be = check.view, self.backend
+        op = ("outside" if check.inside else "inside") + ("" if check.allow is None else "_but")
+        args = [v, check.low, check.high] + ([] if check.allow is None else [check.allow])
+        try:
+            be.flag_where(op, View(flags, v.shape, (0,) * len(v.shape), slot), args)
+        except NeedsSplitting:  # a large view: its marks, then their max into the slot (flags are 0 or 1)
+            bad = View.of(be.alloc(v.numel, int32), v.shape)
+            be.elementwise(op, bad, args)
+            step = View.of(be.alloc(1, int32), ())
+            be.reduce("max", step, bad, tuple(range(len(bad.shape))))
+            flag = View(flags, (), (), slot)
+            be.elementwise("flag_or", flag, [flag, step])
 
     def _record_captured(self, rec: Recording, check: Check) -> None:
         slot = len(rec.checks)
@@ -109,12 +112,7 @@ class DeviceChecks:
             raise BackendError(
                 f"check_values on {self.backend.device_name()}: more than {SLOTS} device checks in one captured graph"
             )
-        be = self.backend
-        step = View.of(be.alloc(1, int32), ())
-        bad = self._bad(check)
-        be.reduce("max", step, bad, tuple(range(len(bad.shape))))
-        flag = View(rec.flags, (), (), slot)
-        be.elementwise("flag_or", flag, [flag, step])
+        self._flag(check, rec.flags, slot)
         rec.checks.append(check)
 
     def raise_failed(self) -> None:

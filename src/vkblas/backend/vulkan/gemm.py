@@ -231,6 +231,21 @@ class Spec:
     #: "rows": out[m, n] += bias[m] (a convolution's channels), "cols": out[m, n] += bias[n] (a linear layer's
     #: features), in the epilogue: a 4th binding, contiguous; split-K adds it in split 0's partials
     bias: str = ""
+    #: an elementwise op that followed the GEMM, done in its epilogue (``EPILOGUES``; never with split-K): out is
+    #: still stored, and the op's result goes to one more binding laid out as out; "relu_grad" also reads its
+    #: saved ReLU output from another binding of that layout
+    act: str = ""
+
+    @property
+    def extra(self) -> int:
+        """Bindings after out, a and b: the bias, the epilogue op's result and its second operand."""
+        return bool(self.bias) + EPILOGUES.get(self.act, 0)
+
+
+#: elementwise ops a GEMM's epilogue can do (``Spec.act``), with the bindings each adds. Their formulas are the
+#: elementwise table's (``ops/elementwise.py``: relu = where(x < 0, 0, x), relu_grad = where(out <= 0, 0, g)), so
+#: the fused result has the same bits as the separate dispatch
+EPILOGUES = {"relu": 1, "relu_grad": 2}
 
 
 def applicable(v: Variant, spec: Spec, limits: dict[str, Any]) -> bool:
@@ -331,7 +346,12 @@ def source(v: Variant, spec: Spec) -> str:
         ("ga", f"vec4<{st}>" if spec.a_mode[0] == "v" else st),
         ("gb", f"vec4<{st}>" if spec.b_mode[0] == "v" else st),
     ] + [("gbias", st)] * bool(spec.bias)
-    sh = int(bool(spec.bias))  # a bias binding's offset is params word 3: the words after it move up one
+    if spec.act:
+        vt = f"vec4<{st}>" if spec.out_vec else st
+        bufs += [("gact", vt)] + [("gsaved", vt)] * (EPILOGUES[spec.act] - 1)
+    # the extra bindings' offsets are params words 3.. (bias, act, saved): the words after them move up
+    sh = spec.extra
+    w_act = 3 + int(bool(spec.bias))  # word of the act binding's offset, then the saved one's
 
     def word(i: int) -> str:
         return f"{i + sh if i >= 3 else i}u"
@@ -355,6 +375,10 @@ def source(v: Variant, spec: Spec) -> str:
     let i0a = wid.y * {v.bm}u; let i0b = wid.x * {v.bn}u;
     let tx = lid % {wx}u; let ty = lid / {wx}u;
 """
+    if spec.act:  # the act (and saved) bindings are laid out as out: the same place past their own offsets
+        src += f"    let oact = oo - pi(0u) + pi({w_act}u);\n"
+        if EPILOGUES[spec.act] > 1:
+            src += f"    let osav = oo - pi(0u) + pi({w_act + 1}u);\n"
     for i in range(gm * 4):
         for j in range(gn):
             src += f"    var c{i}_{j} = vec4<{acc}>({acc}(0));\n"
@@ -448,31 +472,52 @@ def source(v: Variant, spec: Spec) -> str:
                 )
                 val = val if out_t == acc else f"{cv}({val})"
                 if spec.out_vec:
-                    src += (
-                        f"    if (row{i} < M && {col} < N) {{ go[u32((oo + i32(row{i} * N + {col})) >> 2)] = "
-                        f"{val}; }}\n"
-                    )
+                    src += f"    if (row{i} < M && {col} < N) {{ let v = {val}; let e = i32(row{i} * N + {col});\n"
+                    src += "    go[u32((oo + e) >> 2)] = v;\n"
+                    if spec.act:
+                        act = _epilogue(spec.act, "v", "gsaved[u32((osav + e) >> 2)]", cv)
+                        src += f"    gact[u32((oact + e) >> 2)] = {act};\n"
+                    src += "    }\n"
                 else:
-                    src += f"    {{ let v = {val}; let col = {col}; let base = oo + i32(row{i} * N + col);\n"
+                    src += f"    {{ let v = {val}; let col = {col}; let base = i32(row{i} * N + col);\n"
                     for c in range(4):
-                        src += f"    if (row{i} < M && col + {c}u < N) {{ go[u32(base + {c})] = v[{c}]; }}\n"
+                        src += f"    if (row{i} < M && col + {c}u < N) {{ go[u32(oo + base + {c})] = v[{c}];"
+                        if spec.act:
+                            saved = f"gsaved[u32(osav + base + {c})]"
+                            src += f" gact[u32(oact + base + {c})] = {_epilogue(spec.act, f'v[{c}]', saved, out_t)};"
+                        src += " }\n"
                     src += "    }\n"
     return src + "}\n"
 
 
-def reduce_source(dtype: DType) -> str:
-    """``out[i] = sum_s ws[i + s * total]``: the second pass of split-K."""
+def _epilogue(act: str, v: str, saved: str, ty: str) -> str:
+    """WGSL of the epilogue op ``act`` on the stored value ``v`` (of type ``ty``; ``saved``: its second operand)."""
+    zero = f"{ty}(0)"
+    if act == "relu":
+        return f"select({v}, {zero}, {v} < {zero})"
+    if act == "relu_grad":
+        return f"select({v}, {zero}, {saved} <= {zero})"
+    raise ValueError(f"no GEMM epilogue for {act!r}; expected one of {sorted(EPILOGUES)}")
+
+
+def reduce_source(dtype: DType, act: str = "") -> str:
+    """``out[i] = sum_s ws[i + s * total]``: the second pass of split-K (with the epilogue op ``act``, whose
+    result and second operand are bindings 3 and 4)."""
     st = _STYPE[dtype]
-    src = header([("go", st), ("ws", "f32")], dtype is float16)
+    extra = EPILOGUES.get(act, 0)
+    src = header([("go", st), ("ws", "f32")] + [("gact", st), ("gsaved", st)][:extra], dtype is float16)
     src += MAIN_1D
-    src += """    let total = pu(2u);
-    if (gid >= total) { return; }
+    src += f"""    let total = pu({2 + extra}u);
+    if (gid >= total) {{ return; }}
     var s = 0.0;
     var p = u32(pi(1u)) + gid;
-    for (var i = 0u; i < pu(3u); i++) { s += ws[p]; p += total; }
+    for (var i = 0u; i < pu({3 + extra}u); i++) {{ s += ws[p]; p += total; }}
+    let v = {st}(s);
+    go[u32(pi(0u)) + gid] = v;
 """
-    src += f"    go[u32(pi(0u)) + gid] = {st}(s);\n}}\n"
-    return src
+    if act:
+        src += f"    gact[u32(pi(2u)) + gid] = {_epilogue(act, 'v', 'gsaved[u32(pi(3u)) + gid]', st)};\n"
+    return src + "}\n"
 
 
 # ---------------------------------------------------------------------------------------------------- host side
@@ -494,20 +539,24 @@ Gathers = tuple[Gather | None, Gather | None]
 NO_GATHER: Gathers = (None, None)
 
 
-def make_spec(out: View, a: View, b: View, split: bool, gathers: Gathers = NO_GATHER, bias: str = "") -> Spec:
+def make_spec(
+    out: View, a: View, b: View, split: bool, gathers: Gathers = NO_GATHER, bias: str = "", act: str = ""
+) -> Spec:
     """The spec of ``out = a @ b``; a gathered operand's view is its logical (batch..., rows, cols) matrix over the
     source's storage, with the source's per-image batch strides and zero inner strides."""
     if a.dtype not in _STYPE:
         raise TypeError(f"matmul of {a.dtype.name} tensors is not supported")
     bshape, _ = coalesce(out.shape[:-2], [out.strides[:-2], a.strides[:-2], b.strides[:-2]])
-    if len(bshape) > MAX_RANK - bool(bias):
+    if act and (act not in EPILOGUES or split):
+        raise ValueError(f"GEMM epilogue {act!r}: expected one of {sorted(EPILOGUES)}, without split-K")
+    if len(bshape) > MAX_RANK - bool(bias) - EPILOGUES.get(act, 0):
         raise ValueError(f"{len(out.shape) - 2} batch dims are too many for the params window")
     n = out.shape[-1]
     out_vec = n % 4 == 0 and (split or out.offset % 4 == 0)
     ga, gb = gathers
     a_mode = ga.mode if ga else _mode(a, -2, -1, True)
     b_mode = gb.mode if gb else _mode(b, -1, -2, True)
-    return Spec(a.dtype, len(bshape), a_mode, b_mode, out_vec, split, ga, gb, bias)
+    return Spec(a.dtype, len(bshape), a_mode, b_mode, out_vec, split, ga, gb, bias, act)
 
 
 def _span(v: View, g: Gather | None) -> tuple[int, int]:
@@ -530,6 +579,7 @@ class GemmPlan:
     reduce: Plan | None
     nbatch: int
     zstep: int
+    act: str = ""  # the epilogue op (``EPILOGUES``): in the GEMM's epilogue, or with split-K in the reduce pass
 
 
 def build_plan(
@@ -541,13 +591,15 @@ def build_plan(
     splits: int,
     gathers: Gathers = NO_GATHER,
     bias: str = "",
+    act: str = "",
 ) -> GemmPlan:
     """Compile (cached by source) and lay out the dispatch of variant ``v`` with ``splits`` K splits; ``bias``:
-    the plan binds a 4th view, a contiguous bias added to every row ("rows": (M,)) or column ("cols": (N,))."""
+    the plan binds a 4th view, a contiguous bias added to every row ("rows": (M,)) or column ("cols": (N,));
+    ``act``: an epilogue op (``EPILOGUES``), whose views come after the bias, laid out as ``out``."""
     M, N = out.shape[-2:]
     K = a.shape[-1]
     splits = 1 if a.dtype is int32 else max(1, min(splits, -(-K // v.bk)))
-    spec = make_spec(out, a, b, splits > 1, gathers, bias)
+    spec = make_spec(out, a, b, splits > 1, gathers, bias, "" if splits > 1 else act)
     if v.f16_math and a.dtype is not float16:
         raise ValueError(f"variant {v.name} is f16-only")
     bshape, bstrides = coalesce(out.shape[:-2], [out.strides[:-2], a.strides[:-2], b.strides[:-2]])
@@ -561,8 +613,8 @@ def build_plan(
     per_split = -(-K // splits)
     kchunk = -(-per_split // v.bk) * v.bk  # K per split, a multiple of bk
     nbias = int(bool(bias))
-    kernel = backend.dev.kernel(source(v, spec), 3 + nbias)
-    fmt = "<iii" + "i" * nbias + "I" + "I" * 3 + "i" * 4 + "III" + "I" * spec.rank + "i" * (3 * spec.rank)
+    kernel = backend.dev.kernel(source(v, spec), 3 + spec.extra)
+    fmt = "<iii" + "i" * spec.extra + "I" + "I" * 3 + "i" * 4 + "III" + "I" * spec.rank + "i" * (3 * spec.rank)
     total = nbatch * M * N
     ostrides = bstrides[0]
     static = (
@@ -588,25 +640,30 @@ def build_plan(
     else:
         ospan = span(out.shape, out.strides)
     spans = (ospan, _span(a, spec.a_gather), _span(b, spec.b_gather)) + ((0, (M if bias == "rows" else N) - 1),) * nbias
+    spans += (ospan,) * EPILOGUES.get(spec.act, 0)
     plan = Plan(kernel, fmt, static, groups, spans)
     red = None
-    if splits > 1:
-        rk = backend.dev.kernel(reduce_source(out.dtype), 2)
+    if splits > 1:  # an epilogue op goes into the sum of the partials
+        extra = EPILOGUES.get(act, 0)
+        rk = backend.dev.kernel(reduce_source(out.dtype, act), 2 + extra)
         red = Plan(
             rk,
-            "<iiII",
+            "<ii" + "i" * extra + "II",
             (total, splits),
             grid(-(-total // WORKGROUP), max_groups),
-            ((0, total - 1), (0, splits * total - 1)),
+            ((0, total - 1), (0, splits * total - 1)) + ((0, total - 1),) * extra,
         )
-    return GemmPlan(v, spec, splits, plan, red, nbatch, zstep)
+    return GemmPlan(v, spec, splits, plan, red, nbatch, zstep, act)
 
 
 def launches(
-    backend: Any, gp: GemmPlan, out: View, a: View, b: View, bias: View | None = None
+    backend: Any, gp: GemmPlan, out: View, a: View, b: View, bias: View | None = None, act: tuple[View, ...] = ()
 ) -> list[tuple[Plan, tuple[View, ...], tuple[int, ...], tuple[int, int, int]]]:
-    """The dispatches of ``gp`` as (plan, bound views, dynamic scalars, grid); allocates the split-K workspace."""
+    """The dispatches of ``gp`` as (plan, bound views, dynamic scalars, grid); allocates the split-K workspace.
+    ``act``: the epilogue op's views (its result, then its second operand)."""
     extra = (bias,) if bias is not None else ()
+    if gp.splits == 1:
+        extra += act
     if out.numel == 0:
         return []
     target = out
@@ -619,20 +676,25 @@ def launches(
         for base in range(0, total, per)
     ]
     if gp.reduce is not None:
-        out_list.append((gp.reduce, (out, target), (), gp.reduce.groups))
+        out_list.append((gp.reduce, (out, target, *act), (), gp.reduce.groups))
     return out_list
 
 
-def record(backend: Any, gp: GemmPlan, out: View, a: View, b: View, bias: View | None = None) -> None:
-    """Record the dispatches of ``gp`` into the backend's open compute pass (``bias``: the plan's 4th view)."""
+def record(
+    backend: Any, gp: GemmPlan, out: View, a: View, b: View, bias: View | None = None, act: tuple[View, ...] = ()
+) -> None:
+    """Record the dispatches of ``gp`` into the backend's open compute pass (``bias``: the plan's 4th view;
+    ``act``: its epilogue op's views)."""
     if bool(gp.spec.bias) != (bias is not None):
         raise ValueError(f"the GEMM plan {'needs' if gp.spec.bias else 'has no place for'} a bias")
+    if len(act) != EPILOGUES.get(gp.act, 0):
+        raise ValueError(f"the GEMM plan's epilogue {gp.act!r} takes {EPILOGUES.get(gp.act, 0)} views, got {len(act)}")
     if gp.splits == 1 and gp.nbatch <= gp.zstep and out.numel:  # one dispatch: what launches() gives
         g = gp.plan.groups
         views = (out, a, b) if bias is None else (out, a, b, bias)
-        backend.launch("matmul", gp.plan, views, (0,), (g[0], g[1], gp.nbatch))
+        backend.launch("matmul", gp.plan, views + act, (0,), (g[0], g[1], gp.nbatch))
         return
-    for plan, views, scalars, groups in launches(backend, gp, out, a, b, bias):
+    for plan, views, scalars, groups in launches(backend, gp, out, a, b, bias, act):
         backend.launch("matmul", plan, views, scalars, groups)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..base import View
-from . import gemm
+from . import epilogue
 from .autotune import tuner
 from .memory import LargeStorage, NeedsSplitting
 
@@ -39,4 +39,4 @@ def encode_matmul(backend: Any, out: View, a: View, b: View, bias: View | None =
         # never tuned or self-checked inside a graph capture: that work runs eagerly, unrecorded
         with backend.rt.paused():
             gp = backend.plans[key] = tuner(backend).plan(out, a, b, bias=bias, bias_on="cols")
-    gemm.record(backend, gp, out, a, b, bias)
+    epilogue.record(backend, gp, out, a, b, bias)

@@ -126,6 +126,9 @@ class Runtime:
         self._staging: Any = None
         #: the graph capture in progress, if any
         self.recording: Recording | None = None
+        #: a dispatch whose recording waits for the next call (``hold``): a GEMM that the next elementwise op may
+        #: fold into its epilogue (``epilogue.py``)
+        self.held: Any = None
         self._reset()
 
     def _reset(self) -> None:
@@ -139,7 +142,8 @@ class Runtime:
     @property
     def dispatches(self) -> int:
         """Dispatches (and buffer copies) recorded since the runtime started, replays included: what fusion
-        reduces (benchmarks/speed.py prints it per training step)."""
+        reduces (benchmarks/speed.py prints it per training step). Counting records a held dispatch first."""
+        self.emit_held()
         return self._submitted + self.count
 
     @property
@@ -168,11 +172,31 @@ class Runtime:
         handle = self._bind_groups[bufs] = bg._internal
         return handle
 
+    def hold(self, held: Any) -> None:
+        """Keep ``held`` (an object with ``emit()``, which records its dispatch) back until the next call into the
+        runtime, which emits it first: every entry point (record, copy, upload, read, synchronize, flush, capture
+        and replay) does, so the held dispatch keeps its place in the order of the work. Meanwhile the caller may
+        take it back with :meth:`take_held` and record something that replaces it."""
+        if self.held is not None:
+            self.emit_held()
+        self.held = held
+
+    def take_held(self) -> Any:
+        held, self.held = self.held, None
+        return held
+
+    def emit_held(self) -> None:
+        held, self.held = self.held, None
+        if held is not None:
+            held.emit()
+
     def record(
         self, pipeline: Any, bufs: tuple[PoolBuffer, ...], packer: Any, args: Sequence[Any], groups: Sequence[int]
     ) -> None:
         """Record one dispatch of the native ``pipeline`` over ``bufs`` (bindings 1..k); ``args`` packed with
         ``packer`` (a ``struct.Struct``) become its params window. The hot path: keep it short."""
+        if self.held is not None:
+            self.emit_held()
         h = self._handle
         if h is None:
             h = self._open()
@@ -204,10 +228,13 @@ class Runtime:
         """Record every dispatch into ``rec`` as well as executing it (see the module docstring)."""
         if self.recording is not None:
             raise GraphCaptureError("a graph capture is already in progress on this device (captures do not nest)")
+        self.emit_held()  # eager work from before the capture is not part of it
         self.recording = rec
         self.record = self._record_captured  # type: ignore[method-assign]  # shadows the plain hot path
 
     def end_capture(self) -> Recording | None:
+        if self.recording is not None:
+            self.emit_held()  # the capture's last GEMM is part of it
         rec, self.recording = self.recording, None
         self.__dict__.pop("record", None)
         return rec
@@ -225,6 +252,8 @@ class Runtime:
     def _record_captured(
         self, pipeline: Any, bufs: tuple[PoolBuffer, ...], packer: Any, args: Sequence[Any], groups: Sequence[int]
     ) -> None:
+        if self.held is not None:  # before this dispatch, in the recording as in the pass
+            self.emit_held()
         rec = self.recording
         assert rec is not None
         window = packer.pack(*args)  # before anything is appended: a struct.error leaves rec unchanged
@@ -239,6 +268,7 @@ class Runtime:
     def replay(self, rec: Recording) -> None:
         """Re-issue ``rec``'s dispatches into the open pass: one slice copy of the params per batch of dispatches,
         then set pipeline (when it changes), set bind group, dispatch."""
+        self.emit_held()
         ops, blob, n, i = rec.ops, memoryview(rec.blob), len(rec.ops), 0
         ring, off = self.ring, self._offset
         while i < n:
@@ -271,6 +301,7 @@ class Runtime:
     def copy(self, dst: PoolBuffer, dst_offset: int, src: PoolBuffer, src_offset: int, nbytes: int) -> None:
         """Record a buffer copy in order with the recorded dispatches (offsets and size multiples of 4)."""
         self._forbid("copy")
+        self.emit_held()
         if self._encoder is None:
             self._encoder = self.device.create_command_encoder()
         if self._pass is not None:  # copies cannot be recorded inside a compute pass
@@ -286,6 +317,7 @@ class Runtime:
     def _finish(self, extra: Any = None) -> None:
         """End the pass, run ``extra(encoder)`` (copies), upload the params ring and submit. Always leaves the
         runtime with no open pass, even when wgpu reports an error (the batch is then lost and we say so)."""
+        self.emit_held()
         encoder, npending = self._encoder, self.count
         if encoder is None:
             encoder = self.device.create_command_encoder()
@@ -310,6 +342,7 @@ class Runtime:
 
     def flush(self) -> None:
         """Submit recorded work without waiting."""
+        self.emit_held()
         if self._encoder is not None:
             self._finish()
 
@@ -357,6 +390,7 @@ class Runtime:
         """Host -> buffer. ``write_buffer`` executes at the next submit *before* that submit's dispatches, so a
         recycled buffer still read by pending dispatches would be overwritten too early: submit those first."""
         self._forbid("upload")
+        self.emit_held()  # it may read pb: it must be recorded before the write is ordered against the batch
         if self._encoder is not None and not pb.fresh:
             self.flush()
         self.queue.write_buffer(pb.buf, 0, data)

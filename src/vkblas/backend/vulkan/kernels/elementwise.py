@@ -113,8 +113,12 @@ def _formula(op: str, out_dtype: DType, kinds: Sequence[tuple[str, Any]], comput
     return "".join(em.helpers.values()) + fn, f16 or out_dtype is float16
 
 
-def source(op: str, out_dtype: DType, kinds: Sequence[tuple[str, Any]], rank: int, compute: DType) -> str:
-    """WGSL for ``out = OPS[op](*args)``; ``kinds[i]`` is ``("t", dtype)`` for a tensor or ``("s", wgsl type)``."""
+def source(
+    op: str, out_dtype: DType, kinds: Sequence[tuple[str, Any]], rank: int, compute: DType, flag: bool = False
+) -> str:
+    """WGSL for ``out = OPS[op](*args)``; ``kinds[i]`` is ``("t", dtype)`` for a tensor or ``("s", wgsl type)``.
+    ``flag``: out is an int32 flag (a view with zero strides), ORed with 1 where the op is true (an atomic: the
+    device-side value checks in one dispatch, ``device_checks.py``)."""
     tensors = [k[1] for k in kinds if k[0] == "t"]
     nt = len(tensors) + 1  # out is view 0
     nscal = len(kinds) - len(tensors)
@@ -125,13 +129,17 @@ def source(op: str, out_dtype: DType, kinds: Sequence[tuple[str, Any]], rank: in
     names = [f"o{i}" for i in range(nt)]
     operands = ", ".join(load(f"b{i}", f"u32(o{i})", d) for i, d in enumerate(tensors, 1))
     value = _value_type(out_dtype)
+    if flag:  # only the failing elements touch the flag: no contention when every value passes
+        b0, last = "atomic<i32>", f"if (vk_op({operands}) != 0) {{ atomicOr(&b0[u32(o0)], 1); }}"
+    else:
+        b0, last = written_type(out_dtype), store("b0", "u32(o0)", f"vk_op({operands})", value, out_dtype)
     return (
-        header([("b0", written_type(out_dtype))] + [(f"b{i}", STORAGE_TYPE[d]) for i, d in enumerate(tensors, 1)], f16)
+        header([("b0", b0)] + [(f"b{i}", STORAGE_TYPE[d]) for i, d in enumerate(tensors, 1)], f16)
         + fn
         + MAIN_1D
         + f"    if (gid >= pu({w_n}u)) {{ return; }}\n"
         + strided_offsets("gid", rank, w_shape, names, [f"pi({i}u)" for i in range(nt)], w_strides)
-        + f"    {store('b0', 'u32(o0)', f'vk_op({operands})', value, out_dtype)}\n}}\n"
+        + f"    {last}\n}}\n"
     )
 
 
@@ -194,8 +202,9 @@ def vec_source(
     return header(bufs, f16) + (_PACK8 if out_dtype in BYTES else "") + fn + main
 
 
-def build(dev: Device, op: str, out: Any, args: Sequence[Any]) -> Plan:
-    """The plan for this call's op/dtypes/shapes/strides (its ``vec`` variant where the layout allows one)."""
+def build(dev: Device, op: str, out: Any, args: Sequence[Any], flag: bool = False) -> Plan:
+    """The plan for this call's op/dtypes/shapes/strides (its ``vec`` variant where the layout allows one);
+    ``flag``: see :func:`source` (out an int32 view with zero strides)."""
     compute = compute_dtype(op, out.dtype, args)
     views = [out] + [a for a in args if hasattr(a, "storage")]
     kinds: list[tuple[str, Any]] = []
@@ -210,14 +219,14 @@ def build(dev: Device, op: str, out: Any, args: Sequence[Any]) -> Plan:
     nwords = len(views) * (1 + rank) + nscal + 1 + rank
     if nwords > PARAM_WORDS:
         raise ValueError(f"rank {len(out.shape)} is too high for the params window ({nwords} > {PARAM_WORDS} words)")
-    kernel = dev.kernel(source(op, out.dtype, kinds, rank, compute), len(views))
+    kernel = dev.kernel(source(op, out.dtype, kinds, rank, compute, flag), len(views))
     n = out.numel
     fmt = "<" + "i" * len(views) + "".join(_SCALAR_FMT[k[1]] for k in kinds if k[0] == "s") + "I" * (1 + rank)
     fmt += "i" * (rank * len(views))
     static = (n, *shape, *[s for st in strides for s in st])
     spans = tuple(span(v.shape, v.strides) for v in views)
     vec = None
-    if rank == 1 and n % 4 == 0 and strides[0][0] == 1 and all(st[0] in (0, 1) for st in strides[1:]):
+    if not flag and rank == 1 and n % 4 == 0 and strides[0][0] == 1 and all(st[0] in (0, 1) for st in strides[1:]):
         vsrc = vec_source(op, out.dtype, kinds, compute, [st[0] == 0 for st in strides[1:]])
         vgroups = grid(-(-n // (4 * WORKGROUP * VEC_ITEMS)))
         vec = Plan(dev.kernel(vsrc, len(views)), fmt, static, vgroups, spans)

@@ -8,7 +8,9 @@ The input's dims split into *kept* dims (walked by output index, coalesced toget
 * reduced dims contiguous (softmax / cross-entropy rows, sum over the last dim): ``tpr`` ~ half the row length, so
   the lanes of a row read consecutive elements (coalesced) and rows of 10..1000 elements use the whole workgroup;
 * reduced dims strided (sum over dim 0 of (N, C)): ``tpr = 1``, and neighbouring invocations own neighbouring
-  outputs, so their reads are coalesced along the kept dim.
+  outputs, so their reads are coalesced along the kept dim;
+* a small input (``SMALL`` elements at most: a loss's sum, a small layer's bias gradient): ``tpr`` as if contiguous,
+  whatever the layout, so that it needs no second pass (a dispatch costs more than its uncoalesced reads).
 
 **Split** (two passes) when there are too few rows to fill the device or a row is too long for one invocation
 (more than ``MAX_ITERS`` loop trips; llvmpipe also gives up on loops past 65535 trips): each (output, split) pair
@@ -157,10 +159,16 @@ def _source(op: str, x: DType, out: DType, rk: int, rr: int, tpr: int, stage: st
     return src + f"    b0[u32(pi(0u) + ok)] = {store_value(result[0], result[1], out)};\n}}\n"
 
 
-def _tpr(n_red: int, contiguous: bool) -> int:
-    """Threads per row: ~half the row when the reduced elements are contiguous, else 1 (see the docstring)."""
+#: inputs of at most this many elements are reduced in one pass whatever their layout: a few workgroups' worth,
+#: where a second dispatch costs more than uncoalesced reads (a loss's (N, 2) sum over N, a small bias gradient)
+SMALL = WORKGROUP * SPLIT_MIN_ITERS
+
+
+def _tpr(n_red: int, contiguous: bool, n_out: int = 0) -> int:
+    """Threads per row: ~half the row when the reduced elements are contiguous or the input is small, else 1 (see
+    the docstring)."""
     t = 1
-    while contiguous and t < WORKGROUP and 2 * t < n_red:
+    while (contiguous or n_out * n_red <= SMALL) and t < WORKGROUP and 2 * t < n_red:
         t *= 2
     return t
 
@@ -196,7 +204,7 @@ def _plan(dev: Device, op: str, out: Any, x: Any, axes: tuple[int, ...], stage: 
         n_out *= n
     for n in rshape:
         n_red *= n
-    tpr = _tpr(n_red, bool(rr) and rsx[-1] == 1)
+    tpr = _tpr(n_red, bool(rr) and rsx[-1] == 1, n_out)
     if splits is None:
         splits = _splits(n_out, n_red, tpr)
         if splits > 1:

@@ -84,11 +84,11 @@ def forward_source(dtype: Any, has_w: bool, smooth: bool) -> str:
     return src + f"    wk[u32(pi({at['wk']}u) + i32(r) * pi({s + 6}u))] = wt;\n}}\n"
 
 
-def backward_source(dtype: Any, sdtype: Any, has_w: bool, smooth: bool) -> str:
-    # bindings: dx, scale, x, target, lse, [w]; params: offsets, ignore_index, a, c, M, C, dx (2), scale, x (2),
-    # target, lse, w strides
+def backward_source(dtype: Any, sdtype: Any, has_w: bool, smooth: bool, has_den: bool = False) -> str:
+    # bindings: dx, scale, x, target, lse, [w], [den]; params: offsets, ignore_index, a, c, M, C, dx (2), scale,
+    # x (2), target, lse, w strides
     views = [("dx", True, dtype), ("sc", True, sdtype), ("x", True, dtype), ("tg", True, int32)]
-    views += [("lse", True, float32), ("w", has_w, dtype)]
+    views += [("lse", True, float32), ("w", has_w, dtype), ("den", has_den, sdtype)]
     bufs, at = _bindings(views)
     nb = len(bufs)
     s = nb + 5  # dx row, dx col, scale, x row, x col, target, lse, w strides
@@ -102,7 +102,10 @@ def backward_source(dtype: Any, sdtype: Any, has_w: bool, smooth: bool) -> str:
         src += "    sw = wsum(sw, lid);\n"
     else:
         src += "    let sw = f32(n);\n"
-    src += f"    let g = select(0.0, f32(sc[u32(pi({at['sc']}u) + i32(r) * pi({s + 2}u))]), keep);\n"
+    g = f"f32(sc[u32(pi({at['sc']}u) + i32(r) * pi({s + 2}u))])"
+    if has_den:  # the mean's division (f32 only: the same bits as dividing first)
+        g = f"{g} / f32(den[u32(pi({at['den']}u))])"
+    src += f"    let g = select(0.0, {g}, keep);\n"
     src += f"    let l = lse[u32(pi({at['lse']}u) + i32(r) * pi({s + 6}u))];\n"
     w_t = f"f32(w[u32(pi({at['w']}u) + i32(ts) * pi({s + 7}u))])" if has_w else "1.0"
     src += f"    let wt = {w_t};\n    let p = g * (a * wt + c * sw);\n    let q = g * a * wt;\n"
@@ -144,10 +147,12 @@ def build_forward(dev: Device, loss: Any, lse: Any, wk: Any, x: Any, target: Any
     return Plan(kernel, fmt, static, grid(m), tuple(span(v.shape, v.strides) for v in views))
 
 
-def build_backward(dev: Device, dx: Any, scale: Any, x: Any, target: Any, lse: Any, w: Any, smooth: bool) -> Plan:
+def build_backward(
+    dev: Device, dx: Any, scale: Any, x: Any, target: Any, lse: Any, w: Any, den: Any, smooth: bool
+) -> Plan:
     m, c = _check(x, [(scale, tuple(_STORE)), (target, (int32,)), (lse, (float32,))], w, [dx])
-    views = [v for v in (dx, scale, x, target, lse, w) if v is not None]
-    kernel = dev.kernel(backward_source(x.dtype, scale.dtype, w is not None, smooth), len(views))
+    views = [v for v in (dx, scale, x, target, lse, w, den) if v is not None]
+    kernel = dev.kernel(backward_source(x.dtype, scale.dtype, w is not None, smooth, den is not None), len(views))
     static = (m, c, *dx.strides, scale.strides[0], *x.strides, target.strides[0], lse.strides[0], _stride(w))
     fmt = "<" + "i" * len(views) + "iff" + "II" + "i" * (len(static) - 2)
     return Plan(kernel, fmt, static, grid(m), tuple(span(v.shape, v.strides) for v in views))
