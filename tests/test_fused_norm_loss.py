@@ -398,3 +398,67 @@ def test_fused_cross_entropy_lowers_an_mlp_steps_dispatches(monkeypatch: pytest.
         counts.append(rt.dispatches - before)
     fused, composed = counts
     assert fused <= composed - 5, counts
+
+
+@pytest.mark.parametrize(
+    "shape, fits",
+    [((512, 10), True), ((256, 64), True), ((1638, 10), True), ((1639, 10), False), ((100, 65), False)],
+    ids=lambda v: str(v) if isinstance(v, tuple) else ("mean in the pass" if v else "sum and division after"),
+)
+def test_cross_entropy_mean_in_the_rows_pass(
+    shape: tuple[int, int], fits: bool, device: str, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """float32 logits get their mean and its denominator from the rows' own pass (on Vulkan a small batch only, at
+    most 16384 logits and 64 classes), larger ones from a sum and a division after it: the same values and
+    gradients as PyTorch's in float64 either way, transposed (strided) logits, ignored rows, class weights and label
+    smoothing included."""
+    torch = require_torch()
+    calls: list[bool] = []
+    backend_type = type(vb.zeros(1, device=device)._backend)
+    primitive = backend_type.cross_entropy
+
+    def spy(self: Any, *args: Any) -> bool:
+        done = primitive(self, *args)
+        calls.append(len(args) == 9 and done)
+        return done
+
+    monkeypatch.setattr(backend_type, "cross_entropy", spy)
+    x = (rng.standard_normal(shape[::-1]) * 3).T  # strided rows
+    target = rng.integers(0, shape[1], shape[0])
+    target[::7] = -100
+    w = rng.random(shape[1]) + 0.5
+    for kw in ({}, {"weight": True, "label_smoothing": 0.2}):
+        tkw = {k: torch.tensor(w) if k == "weight" else v for k, v in kw.items()}
+        vkw = {k: t(w, device, dtype=vb.float32) if k == "weight" else v for k, v in kw.items()}
+        tx = torch.tensor(x.astype(np.float32).astype(np.float64), requires_grad=True)
+        leaf = vb.tensor(np.ascontiguousarray(x.T), dtype=vb.float32, device=device, requires_grad=True)
+        vx = leaf.T  # (M, C) rows of stride 1 over (C, M) storage
+        assert not vx.is_contiguous()
+        calls.clear()
+        got = F.cross_entropy(vx, vb.tensor(target, device=device), **vkw)
+        want = torch.nn.functional.cross_entropy(tx, torch.tensor(target), **tkw)
+        assert any(calls) == (fits or device == "cpu"), calls  # the cpu backend sums any size
+        np.testing.assert_allclose(got.item(), want.item(), rtol=2e-6)
+        got.backward()
+        want.backward()
+        np.testing.assert_allclose(leaf.grad.numpy().T, tx.grad.numpy(), rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.vulkan
+def test_cross_entropy_mean_in_the_rows_pass_saves_two_dispatches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sum of the rows and the mean's division are not dispatches of their own for a small batch."""
+    from vkblas.backend.vulkan.kernels import xent
+
+    rng = np.random.default_rng(0)
+    x = vb.tensor(rng.standard_normal((512, 10)), dtype=vb.float32, device="vulkan")
+    y = vb.tensor(rng.integers(0, 10, 512), device="vulkan")
+    rt = x._backend.rt
+    counts, losses = [], []
+    for fits in (True, False):
+        monkeypatch.setattr(xent, "mean_fits", lambda x, fits=fits: fits)
+        F.cross_entropy(x, y)  # plans built before counting
+        before = rt.dispatches
+        losses.append(F.cross_entropy(x, y).item())
+        counts.append(rt.dispatches - before)
+    assert counts[0] == counts[1] - 2, counts
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)

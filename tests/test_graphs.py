@@ -115,7 +115,7 @@ def assert_same(a: tuple, b: tuple, rtol: float = 1e-4, atol: float = 1e-5) -> N
 def test_replays_match_eager_steps(opt: str) -> None:
     data = batches((12,))
     graphed = run_graph(mlp, opt, data)
-    assert graphed[2].num_dispatches > 20
+    assert graphed[2].num_dispatches > 12  # the whole step: forward, loss, backward and the update
     assert_same(run_eager(mlp, opt, data, capturable=True), graphed)
     assert_same(run_eager(mlp, opt, data, capturable=False), graphed)  # device bias corrections: fp32 close
 

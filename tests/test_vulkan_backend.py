@@ -29,7 +29,7 @@ wgpu = pytest.importorskip("wgpu")
 from vkblas.backend.vulkan import VulkanBackend, list_adapters  # noqa: E402
 from vkblas.backend.vulkan import queue as vk_queue  # noqa: E402
 from vkblas.backend.vulkan.kernels import elementwise as vk_elementwise  # noqa: E402
-from vkblas.backend.vulkan.kernels.reduce import SMALL, SplitPlan  # noqa: E402
+from vkblas.backend.vulkan.kernels.reduce import MEDIUM, SplitPlan  # noqa: E402
 from vkblas.bench.copy import copy_bandwidth, device_copy  # noqa: E402
 from vkblas.ops.record import RECORDS  # noqa: E402
 
@@ -744,16 +744,30 @@ def _reduce_check(vk, x: np.ndarray, op: str, axes, dtype=D.float32, **layout):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-4, err_msg=f"{op} {x.shape} {axes}")
 
 
-@pytest.mark.parametrize("rows", [64, 65, 1000, 1700, 20000])
+@pytest.mark.parametrize("rows", [64, 65, 1000, 1700, 20000, 40000])
 def test_reduce_tall_split(vk, rows):
-    """Sum over dim 0 of (N, 10) (the bias-gradient shape): one pass while the input is small (at most SMALL
-    elements: the lanes of a workgroup share a column), interleaved splits above."""
+    """Sum over dim 0 of (N, 10) (the bias-gradient shape): one pass up to MEDIUM elements (the lanes of a workgroup
+    share a column: all of them for SMALL inputs, as many as keep each one's loop short above), then splits of
+    every lane's rows; splits interleaved over the rows (one lane per column) above MEDIUM."""
     x = RNG.standard_normal((rows, 10))
     x[rows // 2, 3] = x[rows - 1, 4] = 50.0  # ties for argmax across splits: the first wins
     for op in ("sum", "max", "argmax", "argmin"):
         _reduce_check(vk, x, op, (0,))
     key = ("reduce", "sum", D.float32, (10,), (1,), D.float32, (rows, 10), (10, 1), (0,))
-    assert isinstance(vk.plans[key], SplitPlan) == (rows * 10 > SMALL)
+    assert isinstance(vk.plans[key], SplitPlan) == (rows >= 20000)
+
+
+@pytest.mark.parametrize("shape", [(512, 256), (512, 512), (300, 701), (129, 1000)])
+def test_reduce_medium_strided_in_one_pass(vk, shape):
+    """The bias gradient of a 256- or 512-wide layer at batch 512 (and odd sizes) sums over dim 0 in one pass: as
+    many lanes per column as keep each lane's loop to SPLIT_MIN_ITERS; every op, ties included, as numpy."""
+    x = RNG.standard_normal(shape)
+    x[shape[0] // 2, 3] = x[shape[0] - 1, 3] = x[1, 3] = 50.0  # ties in one column, across lanes: the first wins
+    for op in ("sum", "max", "argmax", "argmin"):
+        _reduce_check(vk, x, op, (0,))
+    key = ("reduce", "sum", D.float32, shape[1:], (1,), D.float32, shape, (shape[1], 1), (0,))
+    assert not isinstance(vk.plans[key], SplitPlan)
+    assert shape[0] * shape[1] <= MEDIUM
 
 
 @pytest.mark.parametrize("n", [16384, 16385, 100_003])

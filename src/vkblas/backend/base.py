@@ -423,6 +423,7 @@ class Backend(ABC):
         weight: View | None,
         ignore_index: int,
         label_smoothing: float,
+        mean: View | None = None,
     ) -> bool:
         """Optional: per row ``i`` of the (M, C) logits ``x`` (any strides; C > 0) and int32 ``target`` (M,), the
         float32 ``lse[i] = log(sum_c exp(x[i, c]))`` (NaN for a row holding NaN or +inf, or all -inf),
@@ -431,7 +432,10 @@ class Backend(ABC):
         label_smoothing``, ``c = label_smoothing / C``, ``W = sum_c weight_c`` (0 for an ignored row, whatever its
         logits). The caller checks targets; a kernel must still never read outside ``x`` for a bad one. Returns
         whether it did the work; the default leaves it to ``nn.functional``'s composition (four reduction and
-        elementwise passes for the log-sum-exp, a gather and an elementwise)."""
+        elementwise passes for the log-sum-exp, a gather and an elementwise). With ``mean`` (a (2,) float32 view),
+        also ``mean = (sum_i loss_i / sum_i wk_i, sum_i wk_i)`` (the ``reduction="mean"`` loss and its
+        denominator, summed in float32); a backend that can do the rows but not the mean in one pass returns
+        False for that call (nothing written) and the caller asks again without it."""
         return False
 
     def cross_entropy_backward(

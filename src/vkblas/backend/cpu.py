@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import BYTES, DType, float64
+from ..dtypes import BYTES, DType, float32, float64
 from . import elementwise as ew
 from .base import (
     PCG_INC,
@@ -612,9 +612,12 @@ class CpuBackend(Backend):
         weight: View | None,
         ignore_index: int,
         label_smoothing: float,
+        mean: View | None = None,
     ) -> bool:
         a = _np(x)
         acc = np.float64 if a.dtype == np.float64 else np.float32
+        if mean is not None and (a.dtype != np.float32 or mean.dtype is not float32 or mean.shape != (2,)):
+            return False
         xs = a.astype(acc, copy=False)
         m, c = xs.shape
         t = _np(target).astype(np.int64)
@@ -632,9 +635,14 @@ class CpuBackend(Backend):
                 w_sum = c if w is None else w.sum()
                 sxw = xs.sum(1) if w is None else xs @ w
                 row = row + label_smoothing / c * (w_sum * row_lse - sxw)
-        np.copyto(_np(loss), np.where(keep, row, 0), casting="unsafe")
+        kept = np.where(keep, row, 0)
+        np.copyto(_np(loss), kept, casting="unsafe")
         np.copyto(_np(lse), row_lse, casting="unsafe")
         np.copyto(_np(wk), wt, casting="unsafe")
+        if mean is not None:
+            total = wt.sum(dtype=np.float32)
+            with np.errstate(all="ignore"):  # every row ignored: 0 / 0, NaN as PyTorch's mean
+                _np(mean)[...] = (kept.sum(dtype=np.float32) / total, total)
         return True
 
     def cross_entropy_backward(

@@ -518,9 +518,12 @@ def _fused_cross_entropy(
             row, wk = empty((m,), xr.dtype, backend), empty((m,), sdt, backend)
         lse = empty((m,), sdt, backend)
         fused = small_ii and xr.numel() > 0
-        fused = fused and backend.cross_entropy(
-            row._view, lse._view, wk._view, xr._view, tgt._view, wv, ignore_index, label_smoothing
-        )
+        # the mean and its denominator in the same pass where the backend can (a small batch): (mean, den)
+        total = empty((2,), sdt, backend) if fused and pair is not None and reduction == "mean" else None
+        args = (row._view, lse._view, wk._view, xr._view, tgt._view, wv, ignore_index, label_smoothing)
+        if total is not None and not backend.cross_entropy(*args, total._view):
+            total = None
+        fused = fused and (total is not None or backend.cross_entropy(*args))
         composed: list[Tensor] = []  # (index, keep) of the composition, made when it runs
 
         def composition_rows() -> list[Tensor]:
@@ -551,6 +554,9 @@ def _fused_cross_entropy(
             out, den = row.reshape(want), None
         elif reduction == "sum":
             out, den = row.sum(), None
+        elif total is not None:
+            out = Tensor._make(View(total._view.storage, (), (), 0), backend)
+            den = Tensor._make(View(total._view.storage, (), (), 1), backend)
         elif fused and pair is not None:
             sums = _raw_reduce("sum", pair, (0,), False)._view  # (loss sum, weight sum): their 0-d views
             den = Tensor._make(View(sums.storage, (), (), 1), backend)

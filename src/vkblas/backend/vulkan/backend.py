@@ -888,11 +888,16 @@ class VulkanBackend(Backend):
         weight: View | None,
         ignore_index: int,
         label_smoothing: float,
+        mean: View | None = None,
     ) -> bool:
-        views = (loss, lse, wk, x, target, weight)
+        if mean is not None and not (xent.mean_fits(x) and mean.shape == (2,) and mean.dtype is float32):
+            return False
+        views = (loss, lse, wk, x, target, weight, mean)
         smooth = label_smoothing > 0
         plan, present = self._rows_plan(
-            "cross_entropy" + " smooth" * smooth, views, lambda: xent.build_forward(self.dev, *views, smooth)
+            "cross_entropy" + " smooth" * smooth,
+            views,
+            lambda: xent.build_forward(self.dev, *views[:6], smooth, mean),
         )
         c = label_smoothing / x.shape[1]
         try:

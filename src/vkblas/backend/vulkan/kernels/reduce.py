@@ -10,7 +10,8 @@ The input's dims split into *kept* dims (walked by output index, coalesced toget
 * reduced dims strided (sum over dim 0 of (N, C)): ``tpr = 1``, and neighbouring invocations own neighbouring
   outputs, so their reads are coalesced along the kept dim;
 * a small input (``SMALL`` elements at most: a loss's sum, a small layer's bias gradient): ``tpr`` as if contiguous,
-  whatever the layout, so that it needs no second pass (a dispatch costs more than its uncoalesced reads).
+  whatever the layout, so that it needs no second pass (a dispatch costs more than its uncoalesced reads); a
+  medium strided one (``MEDIUM``: a wider layer's bias gradient) takes just enough lanes per output for one pass.
 
 **Split** (two passes) when there are too few rows to fill the device or a row is too long for one invocation
 (more than ``MAX_ITERS`` loop trips; llvmpipe also gives up on loops past 65535 trips): each (output, split) pair
@@ -164,11 +165,21 @@ def _source(op: str, x: DType, out: DType, rk: int, rr: int, tpr: int, stage: st
 SMALL = WORKGROUP * SPLIT_MIN_ITERS
 
 
+#: strided inputs of at most this many elements take as many lanes per output as keep one pass short enough
+#: not to split (a 256- or 512-wide layer's bias gradient at batch 512): the lanes of an output read different
+#: rows, but a second pass would cost a dispatch
+MEDIUM = 1 << 18
+
+
 def _tpr(n_red: int, contiguous: bool, n_out: int = 0) -> int:
-    """Threads per row: ~half the row when the reduced elements are contiguous or the input is small, else 1 (see
-    the docstring)."""
+    """Threads per row: ~half the row when the reduced elements are contiguous or the input is small; for a
+    medium strided input, enough that no invocation loops more than SPLIT_MIN_ITERS times; else 1 (see the
+    docstring)."""
     t = 1
-    while (contiguous or n_out * n_red <= SMALL) and t < WORKGROUP and 2 * t < n_red:
+    size = n_out * n_red
+    while (contiguous or size <= SMALL) and t < WORKGROUP and 2 * t < n_red:
+        t *= 2
+    while size <= MEDIUM and t < WORKGROUP and -(-n_red // t) > SPLIT_MIN_ITERS:
         t *= 2
     return t
 

@@ -1,4 +1,5 @@
-"""Cross-entropy kernels: ``cross_entropy`` and ``cross_entropy_backward`` (backend/base.py), one workgroup per row.
+"""Cross-entropy kernels: ``cross_entropy`` and ``cross_entropy_backward`` (backend/base.py), one workgroup per row
+(and a small forward that also writes the mean: one workgroup, one row per invocation, for up to MEAN_MAX_LOGITS).
 
 Forward, for the (M, C) logits: one pass for the row's maximum (NaN wins, by a bit test: a compiler may assume no
 NaN in ``max``), one for ``sum exp(x - max)`` (and, with label smoothing, the weighted row sum and the weights'
@@ -19,12 +20,13 @@ from .norm import _MAIN, _STORE, _WSUM, _bindings, _stride
 from .plan import Plan, span
 from .wgsl import WORKGROUP, grid, header, store_value
 
-_WMAX = f"""var<workgroup> redm: array<f32, {WORKGROUP}>;
-fn isnan_(v: f32) -> bool {{ return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u; }}
-fn maxnan(a: f32, b: f32) -> f32 {{
-    if (isnan_(a) || isnan_(b)) {{ return bitcast<f32>(0x7fc00000u); }}
+_MAXNAN = """fn isnan_(v: f32) -> bool { return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u; }
+fn maxnan(a: f32, b: f32) -> f32 {
+    if (isnan_(a) || isnan_(b)) { return bitcast<f32>(0x7fc00000u); }
     return select(b, a, a >= b);
-}}
+}
+"""
+_WMAX = f"""var<workgroup> redm: array<f32, {WORKGROUP}>;
 fn wmax(v: f32, lid: u32) -> f32 {{
     redm[lid] = v;
     workgroupBarrier();
@@ -46,32 +48,54 @@ def _target(at: dict[str, int], s_t: int) -> str:
     return src + "    let keep = t != ii && t >= 0 && u32(t) < n;\n    let ts = select(0u, u32(t), keep);\n"
 
 
-def forward_source(dtype: Any, has_w: bool, smooth: bool) -> str:
-    # bindings: loss, lse, wk, x, target, [w]; params: offsets, ignore_index, a, c, M, C, x (2), target, w, loss,
-    # lse, wk strides
+#: a batch of at most this many logits gets the small forward (one workgroup, one row per invocation) that also
+#: writes the mean: a 10-class head at batch 512 is 5,120 logits, where the per-row kernel, the sum of the rows and
+#: the mean's division were three dispatches
+MEAN_MAX_LOGITS = 16384
+#: ... and at most this many classes (an invocation walks its row's classes alone, twice)
+MEAN_MAX_CLASSES = 64
+
+
+def forward_source(dtype: Any, has_w: bool, smooth: bool, mean: bool = False) -> str:
+    """The forward kernel; ``mean``: the small variant, one workgroup whose invocations take one row at a time and
+    then sum the rows' losses and weights into ``mean`` = (loss sum / weight sum, weight sum)."""
+    # bindings: loss, lse, wk, x, target, [w], [mean]; params: offsets, ignore_index, a, c, M, C, x (2), target, w,
+    # loss, lse, wk, [mean] strides
     views = [("loss", True, dtype), ("lse", True, float32), ("wk", True, float32), ("x", True, dtype)]
-    views += [("tg", True, int32), ("w", has_w, dtype)]
+    views += [("tg", True, int32), ("w", has_w, dtype), ("mean", mean, float32)]
     bufs, at = _bindings(views)
     nb = len(bufs)
-    s = nb + 5  # x row, x col, target, w, loss, lse, wk strides
-    src = header(bufs, dtype is float16) + LOG["f32"] + _WSUM + _WMAX + _MAIN
-    src += f"    if (r >= pu({nb + 3}u)) {{ return; }}\n    let n = pu({nb + 4}u);\n"
+    s = nb + 5  # x row, x col, target, w, loss, lse, wk, mean strides
+    src = header(bufs, dtype is float16) + LOG["f32"] + _WSUM + _MAXNAN
+    if mean:
+        src += f"@compute @workgroup_size({WORKGROUP})\nfn main(@builtin(local_invocation_index) lid: u32) {{\n"
+        src += f"    let rows = pu({nb + 3}u);\n    var tl = 0.0;\n    var tw = 0.0;\n"
+        src += f"    for (var r = lid; r < rows; r += {WORKGROUP}u) {{\n"
+    else:
+        src += _WMAX + _MAIN + f"    if (r >= pu({nb + 3}u)) {{ return; }}\n"
+    src += f"    let n = pu({nb + 4}u);\n"
     src += f"    let ii = pi({nb}u);\n    let a = pf({nb + 1}u);\n    let c = pf({nb + 2}u);\n"
     src += f"    let xo = pi({at['x']}u) + i32(r) * pi({s}u);\n    let xs = pi({s + 1}u);\n"
     load_x = "f32(x[u32(xo + i32(j) * xs)])"
     load_w = f"f32(w[u32(pi({at['w']}u) + i32(j) * pi({s + 3}u))])" if has_w else "1.0"
+    # the row's classes: split over the workgroup (then trees), or walked by one invocation
+    cols = "var j = 0u; j < n; j += 1u" if mean else f"var j = lid; j < n; j += {WORKGROUP}u"
     src += f"    var mx = {_NEG_INF};\n"
-    src += f"    for (var j = lid; j < n; j += {WORKGROUP}u) {{ mx = maxnan(mx, {load_x}); }}\n"
-    src += "    mx = wmax(mx, lid);\n    var se = 0.0;\n    var sxw = 0.0;\n    var sw = 0.0;\n"
-    src += (
-        f"    for (var j = lid; j < n; j += {WORKGROUP}u) {{\n        let v = {load_x};\n        se += exp(v - mx);\n"
-    )
+    src += f"    for ({cols}) {{ mx = maxnan(mx, {load_x}); }}\n"
+    if not mean:
+        src += "    mx = wmax(mx, lid);\n"
+    src += "    var se = 0.0;\n    var sxw = 0.0;\n    var sw = 0.0;\n"
+    src += f"    for ({cols}) {{\n        let v = {load_x};\n        se += exp(v - mx);\n"
     if smooth:
         src += f"        let wj = {load_w};\n        sxw += wj * v;\n        sw += wj;\n"
-    src += "    }\n    let lz = mx + vk_log_f32(wsum(se, lid));\n"
-    if smooth:
-        src += "    sxw = wsum(sxw, lid);\n    sw = wsum(sw, lid);\n"
-    src += "    if (lid != 0u) { return; }\n" + _target(at, s + 2)
+    if mean:
+        src += "    }\n    let lz = mx + vk_log_f32(se);\n"
+    else:
+        src += "    }\n    let lz = mx + vk_log_f32(wsum(se, lid));\n"
+        if smooth:
+            src += "    sxw = wsum(sxw, lid);\n    sw = wsum(sw, lid);\n"
+        src += "    if (lid != 0u) { return; }\n"
+    src += _target(at, s + 2)
     w_t = f"f32(w[u32(pi({at['w']}u) + i32(ts) * pi({s + 3}u))])" if has_w else "1.0"
     src += f"    let wt = select(0.0, {w_t}, keep);\n"
     src += "    let pk = f32(x[u32(xo + i32(ts) * xs)]);\n"
@@ -81,7 +105,13 @@ def forward_source(dtype: Any, has_w: bool, smooth: bool) -> str:
     src += "    v = select(0.0, v, keep);\n"
     src += f"    loss[u32(pi({at['loss']}u) + i32(r) * pi({s + 4}u))] = {store_value('v', 'f32', dtype)};\n"
     src += f"    lse[u32(pi({at['lse']}u) + i32(r) * pi({s + 5}u))] = lz;\n"
-    return src + f"    wk[u32(pi({at['wk']}u) + i32(r) * pi({s + 6}u))] = wt;\n}}\n"
+    src += f"    wk[u32(pi({at['wk']}u) + i32(r) * pi({s + 6}u))] = wt;\n"
+    if not mean:
+        return src + "}\n"
+    src += "    tl += v;\n    tw += wt;\n    }\n"  # f32 logits only (the backend's condition): v is the stored loss
+    src += "    tl = wsum(tl, lid);\n    tw = wsum(tw, lid);\n    if (lid != 0u) { return; }\n"
+    src += f"    let mo = pi({at['mean']}u);\n    let ms = pi({s + 7}u);\n"
+    return src + "    mean[u32(mo)] = tl / tw;\n    mean[u32(mo + ms)] = tw;\n}\n"
 
 
 def backward_source(dtype: Any, sdtype: Any, has_w: bool, smooth: bool, has_den: bool = False) -> str:
@@ -137,14 +167,31 @@ def _check(x: Any, m_vectors: list[tuple[Any, Any]], w: Any, more: list[Any]) ->
     return m, c
 
 
-def build_forward(dev: Device, loss: Any, lse: Any, wk: Any, x: Any, target: Any, w: Any, smooth: bool) -> Plan:
+def mean_fits(x: Any) -> bool:
+    """Whether the small forward (with the mean) takes these logits."""
+    m, c = x.shape
+    return x.dtype is float32 and c <= MEAN_MAX_CLASSES and m * c <= MEAN_MAX_LOGITS
+
+
+def build_forward(
+    dev: Device, loss: Any, lse: Any, wk: Any, x: Any, target: Any, w: Any, smooth: bool, mean: Any = None
+) -> Plan:
     f32, i32 = (float32,), (int32,)
     m, c = _check(x, [(loss, (x.dtype,)), (lse, f32), (wk, f32), (target, i32)], w, [])
-    views = [v for v in (loss, lse, wk, x, target, w) if v is not None]
-    kernel = dev.kernel(forward_source(x.dtype, w is not None, smooth), len(views))
+    if mean is not None and (mean.shape != (2,) or mean.dtype is not float32 or not mean_fits(x)):
+        raise ValueError(
+            f"the mean's cross-entropy takes a (2,) float32 mean and float32 logits of at most {MEAN_MAX_LOGITS} "
+            f"elements and {MEAN_MAX_CLASSES} classes, got {mean.dtype.name}{list(mean.shape)} and "
+            f"{x.dtype.name}{list(x.shape)}"
+        )
+    views = [v for v in (loss, lse, wk, x, target, w, mean) if v is not None]
+    kernel = dev.kernel(forward_source(x.dtype, w is not None, smooth, mean is not None), len(views))
     static = (m, c, *x.strides, target.strides[0], _stride(w), loss.strides[0], lse.strides[0], wk.strides[0])
+    if mean is not None:
+        static += (mean.strides[0],)
     fmt = "<" + "i" * len(views) + "iff" + "II" + "i" * (len(static) - 2)
-    return Plan(kernel, fmt, static, grid(m), tuple(span(v.shape, v.strides) for v in views))
+    groups = (1, 1, 1) if mean is not None else grid(m)
+    return Plan(kernel, fmt, static, groups, tuple(span(v.shape, v.strides) for v in views))
 
 
 def build_backward(
