@@ -85,7 +85,7 @@ def vkblas_step(model: str, device: str, tiny: bool) -> tuple[Callable[[], Any],
             return nn.functional.cross_entropy(net(x), y)
 
     def step() -> Any:
-        opt.zero_grad(set_to_none=False)
+        opt.zero_grad()  # set_to_none, as PyTorch's side below and speed.py
         loss = loss_of()
         loss.backward()
         opt.step()

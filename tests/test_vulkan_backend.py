@@ -608,6 +608,29 @@ def test_chain_beyond_flush_threshold(vk):
     np.testing.assert_array_equal(vk.to_numpy(a), np.full(8, n, np.float32))
 
 
+def test_work_is_submitted_every_flush_threshold_dispatches(vk):
+    """Eager work and replays reach the GPU in batches of FLUSH_DISPATCHES, not at the next sync point only: the
+    GPU runs one batch while the host records the next (a replay longer than a batch is split across two)."""
+    rt, most = vk.rt, vk_queue.FLUSH_DISPATCHES
+    assert most <= 256  # small batches (the module docstring): 2048 made host and GPU take turns
+    a = put(vk, np.zeros(8, np.float32), D.float32)
+    vk.synchronize()
+    start = rt._submitted
+    for _ in range(3 * most):
+        vk.elementwise("add", a, [a, 1.0])
+    assert rt.count == 0 and rt._submitted - start == 3 * most
+    n = most + 5
+    cap = vk.capture_begin()
+    for _ in range(n):
+        vk.elementwise("add", a, [a, 1.0])
+    vk.capture_end()
+    for _ in range(2):
+        vk.capture_replay(cap)
+    assert rt.count < most
+    np.testing.assert_array_equal(vk.to_numpy(a), np.full(8, 3 * most + 3 * n, np.float32))
+    vk.capture_release(cap)
+
+
 def test_large_grid_2d(vk):
     n = 65535 * 256 + 1000  # more workgroups than one grid dimension allows
     ones = put(vk, np.ones(1, np.int32), D.int32, shape=(n,), strides=(0,))

@@ -33,8 +33,12 @@ re-issues its dispatches with three C calls each. Host reads, uploads and copies
 not be repeated by a replay.
 
 Submission happens at sync points (``read``, ``synchronize``), before an upload that could race with pending work,
-or when ``FLUSH_DISPATCHES`` dispatches or the params ring fill up. Waiting uses buffer mapping
-(``on_submitted_work_done_sync`` is broken in wgpu-py 0.32).
+or when ``FLUSH_DISPATCHES`` dispatches or the params ring fill up. That count is small on purpose, so that the
+GPU runs one batch while the host records the next. At 2048, a loop of eager training steps recorded ~60 steps
+before the GPU saw any, and the sync point of every 64th device check then waited for all of them: host and GPU
+took turns instead of overlapping. (Measured on an H200, BENCHMARKS.md: 256 against 64 and 128, and against a
+first batch of 32 after each wait doubling up to 256; fewer submits matter to a replay loop's host.) Waiting uses
+buffer mapping (``on_submitted_work_done_sync`` is broken in wgpu-py 0.32).
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ from .device import Device, Kernel
 from .kernels.wgsl import PARAM_WORDS
 from .memory import PoolBuffer, Window
 
-FLUSH_DISPATCHES = 2048
+FLUSH_DISPATCHES = 256
 _WINDOW = PARAM_WORDS * 4
 _RING_BYTES = (FLUSH_DISPATCHES + 1) * _WINDOW
 _BIND_GROUP_CACHE = 8192
