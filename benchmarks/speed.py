@@ -11,7 +11,9 @@ Modes:
 * vkblas ``graph``: the step captured once with ``vkblas.graphs`` (Adam ``capturable=True``), then per step the
   batch is copied into the static inputs and the graph replayed.
 * vkblas ``compile``: the step wrapped in ``vkblas.compile`` (warm-up, capture and replay done by the decorator).
-* PyTorch ``eager`` on CUDA when present, else on the CPU.
+* PyTorch ``eager`` on CUDA when present, else on the CPU, in fp32 arithmetic like vkblas: TF32 off for cuBLAS and
+  cuDNN (by default PyTorch lets cuDNN's convolutions run in TF32 on tensor cores; the CNN's ratios in BENCHMARKS.md
+  before 2026-12-03 were measured against that).
 * PyTorch ``graph`` (CUDA only): the whole step captured with ``torch.cuda.graph`` after a side-stream warm-up,
   ``Adam(capturable=True)``, the recipe of PyTorch's CUDA-graphs documentation.
 
@@ -198,6 +200,8 @@ def vkblas_runs(model_name: str, modes: list[str], device: str, args: argparse.N
 # ---------------------------------------------------------------- PyTorch
 def torch_runs(model_name: str, torch: Any, device: str, args: argparse.Namespace) -> list[Result]:
     nn, F = torch.nn, torch.nn.functional
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 against fp32
+    torch.backends.cudnn.allow_tf32 = False
     xh, yh = host_data()
     X, Y = torch.from_numpy(xh).to(device), torch.from_numpy(yh).to(device)
     cuda = device.startswith("cuda")

@@ -167,6 +167,18 @@ def test_autotune_cache_roundtrip(fresh, monkeypatch, tmp_path):
     assert autotune.tuner(fresh).log == []
 
 
+def test_autotune_tunes_each_batch_count_apart(fresh, monkeypatch):
+    """A batched GEMM of 2 and one of 40 (a convolution at two batch sizes: the same per-image shape) are two shape
+    classes; a choice made for the small batch must not be reused for the large one."""
+    monkeypatch.setenv("VKBLAS_AUTOTUNE", "1")
+    monkeypatch.setattr(autotune, "MIN_TUNE_FLOPS", 1)
+    monkeypatch.setattr(gemm, "candidates", lambda *a: [(gemm.BY_NAME["32x32k16.4x4.db"], 1)])
+    for n in (2, 40, 33):  # 33 rounds up to 40's class
+        _check(fresh, RNG.standard_normal((n, 20, 24)), RNG.standard_normal((n, 24, 36)))
+    classes = [e["class"] for e in autotune.tuner(fresh).log]
+    assert len(classes) == 2 and "|b2|" in classes[0] and "|b64|" in classes[1]
+
+
 def test_autotune_off(fresh, monkeypatch):
     monkeypatch.setenv("VKBLAS_AUTOTUNE", "0")
     assert not autotune.Tuner(fresh).enabled

@@ -8,6 +8,7 @@ vkblas device's time to PyTorch's (CUDA when present, else CPU) for forward+back
 
 Times are wall clock per call, the best of a few batches of back-to-back calls each ended by one synchronize (what a
 training loop sees); the first call of a shape (kernel compilation, autotuning) is not timed.
+PyTorch runs in fp32 arithmetic like vkblas: TF32 off (cuDNN's default is TF32 on tensor cores).
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ def _vkblas(
 def _torch_times(
     torch: Any, layer: Layer, device: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, g: np.ndarray, budget: float
 ) -> tuple[float, float]:
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 against fp32: cuDNN's convolutions default to TF32
+    torch.backends.cudnn.allow_tf32 = False
     tx = torch.from_numpy(x).to(device).requires_grad_(layer.input_grad)
     tw, tb = (torch.from_numpy(a).to(device).requires_grad_() for a in (w, b))
     tg = torch.from_numpy(g).to(device)

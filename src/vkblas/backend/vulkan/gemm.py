@@ -38,7 +38,7 @@ from ..base import View, contiguous_strides
 from .kernels.plan import Plan, span
 from .kernels.wgsl import MAIN_1D, PARAM_WORDS, WORKGROUP, coalesce, grid, header, strided_offsets
 
-TEMPLATE_VERSION = 2  # bump when generated code changes meaning: invalidates autotune caches
+TEMPLATE_VERSION = 3  # bump when generated code changes meaning: invalidates autotune caches
 MAX_SPLITS = 256  # split-K: the most K splits (each an f32 partial of the output in the workspace)
 
 # params words: 0..2 element offsets of out, a, b (filled by ``launch``); 3 first z of this dispatch; 4 M, 5 N, 6 K,
@@ -97,6 +97,10 @@ VARIANTS: tuple[Variant, ...] = (
     _v("128x32k16.8x4.db", 128, 32, 16, 8, 4),
     _v("32x64k16.4x4.db", 32, 64, 16, 4, 4),
     _v("32x32k16.4x4.db", 32, 32, 16, 4, 4),
+    _v("64x64k8.4x4.db", 64, 64, 8, 4, 4),
+    _v("32x64k8.4x4.db", 32, 64, 8, 4, 4),
+    _v("32x128k8.4x8.db", 32, 128, 8, 4, 8),
+    _v("32x192k8.4x12.db", 32, 192, 8, 4, 12),
     _v("128x128k16.8x8.h16", 128, 128, 16, 8, 8, f16_math=True),
     _v("64x64k16.4x4.h16", 64, 64, 16, 4, 4, f16_math=True),
     _v("64x128k16.4x8.h16", 64, 128, 16, 4, 8, f16_math=True),
@@ -195,24 +199,39 @@ class Gather:
                 lines.append(f"    let {p}j = {tap} / {ch}u; let {p}c = {tap} % {ch}u;")
             lines.append(f"    let {p}ky = {p}j / {kw}u; let {p}kx = {p}j % {kw}u;")
         lines.append(f"    let {p}y = {q} / {gx}u; let {p}x = {q} % {gx}u;")
-        conds, coords = [], []
-        for ax, (n, s, pd, d) in enumerate(zip(self.src, self.stride, self.padding, self.dilation, strict=True)):
+        # the offset as (pixel part) + (tap part), in wrapping u32 arithmetic (exact wherever the element is read):
+        # a thread's tap part is the same for every K tile (or every pixel), its pixel part the same for every rep
+        # of its loads, so the compiler computes each once; only the checks that some (pixel, tap) fails are
+        # emitted (without padding, a window's taps all land inside)
+        conds, pix, tap = [], [f"{p}n * {sn}u"] * (self.images > 1), [f"{p}c * {sc}u"]
+        axes = zip(self.src, self.grid, self.stride, self.padding, self.dilation, (sy, sx), strict=True)
+        for ax, (n, g, s, pd, d, st) in enumerate(axes):
             o, k, u = f"{p}{'yx'[ax]}", f"{p}k{'yx'[ax]}", f"{p}u{'yx'[ax]}"
+            kmax = (self.kernel[ax] - 1) * d
             if self.kind == "window":  # u = o*s + k*d, the source coordinate plus the padding
                 lines.append(f"    let {u} = {o} * {s}u + {k} * {d}u;")
-                conds += ([f"{u} >= {pd}u"] if pd else []) + [f"{u} < {n + pd}u"]
-                coords.append(f"({u} - {pd}u)" if pd else u)
-            else:  # transposed: the output pixel o' with o'*s = o + p - k*d
-                lines.append(f"    let {u} = {o} + {pd}u; let {u}k = {k} * {d}u;")
-                t = f"({u} - {u}k)"
-                conds.append(f"{u} >= {u}k")
-                if s > 1:
-                    conds.append(f"{t} % {s}u == 0u")
-                    t = f"({t} / {s}u)"
-                conds.append(f"{t} < {n}u")
-                coords.append(t)
-        addr = f"{base}{p}c * {sc}u + {coords[0]} * {sy}u + {coords[1]} * {sx}u"
-        return lines, " && ".join(conds), addr
+                hi = (g - 1) * s + kmax >= n + pd
+                # both bounds as one compare where both can fail: below the padding, u - pd wraps past n
+                conds += [f"{u} - {pd}u < {n}u" if hi else f"{u} >= {pd}u"] if pd else [f"{u} < {n}u"] * hi
+                pix.append(f"{o} * {s * st}u" + (f" - {pd * st}u" if pd * st else ""))
+                tap.append(f"{k} * {d * st}u")
+                continue
+            # transposed: the output pixel o' with o'*s = o + p - k*d
+            lines.append(f"    let {u} = {o} + {pd}u; let {u}k = {k} * {d}u;")
+            t = f"({u} - {u}k)"
+            hi = (g - 1 + pd) // s >= n
+            # as for a window: where both can fail, u < uk wraps t far past n, which checks both
+            conds += [f"{u} >= {u}k"] if kmax > pd and not (hi and (2**32 - kmax) // s >= n) else []
+            if s > 1:  # the pixel and the tap in one term
+                conds.append(f"{t} % {s}u == 0u")
+                t = f"({t} / {s}u)"
+                pix.append(f"{t} * {st}u")
+            else:
+                pix.append(f"{u} * {st}u")
+                tap[-1] += f" - {k} * {d * st}u"
+            conds += [f"{t} < {n}u"] if hi else []
+        addr = f"({' + '.join(pix)}) + ({' + '.join(tap)})"
+        return lines, " && ".join(conds) or "true", f"({addr})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,6 +378,12 @@ def source(v: Variant, spec: Spec) -> str:
     src = header(bufs, dt is float16)
     src += f"var<workgroup> As: array<vec4<{ctype}>, {v.stages * size_a}>;\n"
     src += f"var<workgroup> Bs: array<vec4<{ctype}>, {v.stages * size_b}>;\n"
+    gb_ = spec.b_gather
+    masked = gb_ is not None and gb_.masks_tiles(v.bk)
+    if gb_ is not None and gb_.kind == "transposed" and not masked:
+        raise ValueError(f"a transposed gather needs channels-last taps in multiples of the K step {v.bk}: {gb_}")
+    if masked:  # per stage: the last K tile (numbered from 1) whose weights held an inf or NaN
+        src += f"var<workgroup> nonfinite: array<atomic<u32>, {v.stages}>;\n"
     src += f"@compute @workgroup_size({nt})\n"
     src += "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
     src += f"    let z = wid.z + pu({word(3)});\n    let S = pu({word(11)});\n"
@@ -385,17 +410,14 @@ def source(v: Variant, spec: Spec) -> str:
     la, sa = _load_code("a", spec.a_mode, v.bm, v.bk, nt, "As", ctype, row_a, spec.a_gather)
     lb, sb = _load_code("b", spec.b_mode, v.bn, v.bk, nt, "Bs", ctype, row_b, spec.b_gather)
 
-    gb_ = spec.b_gather
-    masked = gb_ is not None and gb_.masks_tiles(v.bk)
-    if gb_ is not None and gb_.kind == "transposed" and not masked:
-        raise ValueError(f"a transposed gather needs channels-last taps in multiples of the K step {v.bk}: {gb_}")
-
-    def compute(buf: str, tile_k0: str) -> str:
-        """The unrolled product of one K tile; each K step in its own block so the a*/b* names can repeat. A masked
-        gather's tile is summed apart and added only to the columns its taps reach (see ``Gather.masks_tiles``)."""
-        ptype = "f16" if v.f16_math else "f32"  # partial sums of the tile (f16 math, or a masked gather's)
-        partial = v.f16_math or masked
-        lines = [f"    var p{i}_{j} = vec4<{ptype}>(0);" for i in range(gm * 4) for j in range(gn)] if partial else []
+    def products(buf: str, guarded: bool) -> list[str]:
+        """The unrolled product of one K tile, each K step in its own block so the a*/b* names can repeat;
+        ``guarded``: each product added only where the column's mask ``m{h}`` is set (a masked gather's slow path,
+        in f32 even for f16 math)."""
+        ptype = "f16" if v.f16_math else "f32"
+        lines = (
+            [f"    var p{i}_{j} = vec4<f16>(0);" for i in range(gm * 4) for j in range(gn)] * v.f16_math * (not guarded)
+        )
         for kk in range(v.bk):
             lines.append("    {")
             lines += [f"    let a{g} = As[{buf}a + {kk * row_a + g * wy}u + ty];" for g in range(gm)]
@@ -403,52 +425,74 @@ def source(v: Variant, spec: Spec) -> str:
             for g in range(gm):
                 for r in range(4):
                     for h in range(gn):
-                        c, p = f"c{g * 4 + r}_{h}", f"p{g * 4 + r}_{h}"
-                        if partial:
-                            lines.append(f"    {p} = fma(vec4<{ptype}>(a{g}[{r}]), b{h}, {p});")
+                        c, q = f"c{g * 4 + r}_{h}", f"p{g * 4 + r}_{h}"
+                        if guarded:
+                            prod = f"f32(a{g}[{r}]) * vec4<f32>(b{h})"
+                            lines.append(f"    {c} += select(vec4<f32>(0.0), {prod}, m{h});")
+                        elif v.f16_math:
+                            lines.append(f"    {q} = fma(vec4<{ptype}>(a{g}[{r}]), b{h}, {q});")
                         elif is_int:
                             lines.append(f"    {c} += a{g}[{r}] * b{h};")
                         else:
                             lines.append(f"    {c} = fma(vec4<f32>(a{g}[{r}]), b{h}, {c});")
             lines.append("    }")
-        if v.f16_math and not masked:
+        if v.f16_math and not guarded:
             lines += [f"    c{i}_{j} += vec4<f32>(p{i}_{j});" for i in range(gm * 4) for j in range(gn)]
-        if masked and gb_ is not None:
-            for h in range(gn):
-                valid = []
-                for c in range(4):
-                    code, cond, _ = gb_.code(
-                        f"m{h}_{c}", f"(i0b + {h * 4 * wx + c}u + tx * 4u)", tile_k0, (tile_k0, "0u", v.bk)
-                    )
-                    lines += code
-                    valid.append(cond)
-                lines.append(f"    let m{h} = vec4<bool>({', '.join(valid)});")
-            zero = "vec4<f32>(0.0)"
-            lines += [
-                f"    c{i}_{j} += select({zero}, vec4<f32>(p{i}_{j}), m{j});" for i in range(gm * 4) for j in range(gn)
-            ]
+        return lines
+
+    def compute(buf: str, tile_k0: str, stage: str, mark: str) -> str:
+        """One K tile's products. A masked gather's tile whose weights hold an inf or NaN (``nonfinite[stage]`` is
+        ``mark``) adds each product only to the columns its taps reach (see ``Gather.masks_tiles``); every other
+        tile, where the missing taps' ``0 * w`` is exactly 0, takes the plain products."""
+        if not masked or gb_ is None:
+            return "\n".join(products(buf, False)) + "\n"
+        lines = [f"    if (atomicLoad(&nonfinite[{stage}]) == {mark}) {{"]
+        for h in range(gn):
+            valid = []
+            for c in range(4):
+                code, cond, _ = gb_.code(
+                    f"m{h}_{c}", f"(i0b + {h * 4 * wx + c}u + tx * 4u)", tile_k0, (tile_k0, "0u", v.bk)
+                )
+                lines += code
+                valid.append(cond)
+            lines.append(f"    let m{h} = vec4<bool>({', '.join(valid)});")
+        lines += products(buf, True) + ["    } else {"] + products(buf, False) + ["    }"]
         return "\n".join(lines) + "\n"
 
+    def flag(stage: str, mark: str) -> str:
+        """A masked gather's weights tile, just stored to ``stage``: raise its flag if it holds an inf or NaN."""
+        if not masked:
+            return ""
+        vec = spec.a_mode[0] == "v"
+        count = v.bm * v.bk // (4 if vec else 1)
+        ty, exp = ("vec4<u32>", "vec4<u32>(0x7f800000u)") if vec else ("u32", "0x7f800000u")
+        f32 = "vec4<f32>" if vec else "f32"
+        # the exponent's bits all set: inf or NaN (a bit test, which no float mode can fold away)
+        tests = [f"any((bitcast<{ty}>({f32}(ar{r})) & {exp}) == {exp})" for r in range(-(-count // nt))]
+        return f"    if ({' || '.join(tests)}) {{ atomicMax(&nonfinite[{stage}], {mark}); }}\n"
+
     src += "    let ntiles = (kend - min(kend, kbeg) + " + f"{v.bk - 1}u) / {v.bk}u;\n"
+    if masked:  # workgroup memory starts undefined on some drivers (lavapipe): the flags start at "no tile"
+        src += f"    if (lid < {v.stages}u) {{ atomicStore(&nonfinite[lid], 0u); }}\n    workgroupBarrier();\n"
     if v.stages == 2:
         src += "    var k0 = kbeg;\n    var sbase = 0u;\n"
         src += "\n".join(la + lb) + "\n"
         src += "\n".join(sa).replace("sbase", "0u") + "\n" + "\n".join(sb).replace("sbase", "0u") + "\n"
-        src += "    workgroupBarrier();\n"
+        src += flag("0u", "1u") + "    workgroupBarrier();\n"
         src += "    for (var t = 0u; t < ntiles; t++) {\n"
         src += f"    let cura = (t & 1u) * {size_a}u; let curb = (t & 1u) * {size_b}u;\n"
         src += f"    k0 = kbeg + (t + 1u) * {v.bk}u;\n"  # loads past kend are masked off by the guards
         src += "\n".join(la + lb) + "\n"
-        src += compute("cur", f"(kbeg + t * {v.bk}u)")
+        src += compute("cur", f"(kbeg + t * {v.bk}u)", "t & 1u", "t + 1u")
         src += f"    if (t + 1u < ntiles) {{\n    sbase = {size_a}u - cura;\n" + "\n".join(sa) + "\n"
-        src += f"    sbase = {size_b}u - curb;\n" + "\n".join(sb) + "\n    }\n"
+        src += f"    sbase = {size_b}u - curb;\n" + "\n".join(sb) + "\n" + flag("1u - (t & 1u)", "t + 2u") + "    }\n"
         src += "    workgroupBarrier();\n    }\n"
     else:
         src += "    let cura = 0u; let curb = 0u; let sbase = 0u;\n"
         src += "    for (var t = 0u; t < ntiles; t++) {\n"
         src += f"    let k0 = kbeg + t * {v.bk}u;\n"
-        src += "\n".join(la + lb + sa + sb) + "\n    workgroupBarrier();\n"
-        src += compute("cur", "k0") + "    workgroupBarrier();\n    }\n"
+        src += "\n".join(la + lb + sa + sb) + "\n" + flag("0u", "t + 1u") + "    workgroupBarrier();\n"
+        src += compute("cur", "k0", "0u", "t + 1u") + "    workgroupBarrier();\n    }\n"
     # epilogue: guarded stores (out is contiguous: row stride N)
     cv = f"vec4<{out_t}>"
     if spec.bias == "cols":  # one vec4 of the bias per column group; guarded: the edge tiles' columns past N
