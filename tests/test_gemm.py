@@ -473,3 +473,10 @@ def test_training_step_with_epilogue_relus_has_the_bits_of_separate_ones(fresh, 
     assert n_base - n_fused == 6
     for p, q in zip(base, fused, strict=True):
         np.testing.assert_array_equal(p, q)
+
+
+def test_convolution_only_variants_are_timed_only_for_gathered_gemms():
+    limits = {"max-compute-invocations-per-workgroup": 256, "max-compute-workgroup-storage-size": 49152}
+    names = {v.name for v, _ in gemm.candidates(D.float32, 64, 576, 288, 512, limits)}
+    gathered = {v.name for v, _ in gemm.candidates(D.float32, 64, 576, 288, 512, limits, gathered=True)}
+    assert gemm.CONV_ONLY <= set(gemm.BY_NAME) and not names & gemm.CONV_ONLY and gemm.CONV_ONLY <= gathered

@@ -160,7 +160,7 @@ class Tuner:
         spec = gemm.make_spec(out, a, b, False, gathers, axis)
         self.backend.rt.flush()  # pending work first: our passes then run after it, in queue order
         plans = {}
-        for v, s in gemm.candidates(a.dtype, M, N, K, nbatch, limits):
+        for v, s in gemm.candidates(a.dtype, M, N, K, nbatch, limits, gathers != gemm.NO_GATHER):
             if v.name in self.disabled or not gemm.applicable(v, spec, limits):
                 continue
             try:
