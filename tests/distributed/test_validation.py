@@ -340,6 +340,7 @@ def test_a_diloco_round_waits_for_its_results_held_for_a_check(db_url: str, tmp_
     try:
         alice, bob, carol = c.register("alice"), c.register("bob"), c.register("carol")
         la, lb = _lease(c, alice), _lease(c, bob)
+        assert la["unit_id"] != lb["unit_id"], (la, lb)
         with c.ctx.db.session() as s:  # alice's unit is checked, bob's is not (the draw, fixed)
             s.execute(update(Unit).where(Unit.id == la["unit_id"]).values(quorum=2))
             s.execute(update(Unit).where(Unit.id == lb["unit_id"]).values(quorum=1))
