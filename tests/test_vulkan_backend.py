@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -629,6 +630,71 @@ def test_work_is_submitted_every_flush_threshold_dispatches(vk):
     assert rt.count < most
     np.testing.assert_array_equal(vk.to_numpy(a), np.full(8, 3 * most + 3 * n, np.float32))
     vk.capture_release(cap)
+
+
+@pytest.fixture
+def held_submits(vk, monkeypatch):
+    """The submit thread held back: each handed-off batch waits for ``release`` (set by a timer, so that a call
+    which rightly waits for the thread does not hang the test)."""
+    release, real = threading.Event(), vk.rt._submit
+
+    def submit(*batch):
+        release.wait(10)
+        real(*batch)
+
+    monkeypatch.setattr(vk.rt, "_submit", submit)
+    vk.synchronize()
+    yield release
+    release.set()
+    monkeypatch.undo()
+    vk.synchronize()
+
+
+def test_an_upload_into_a_recycled_buffer_waits_for_the_submit_thread(vk, held_submits):
+    """A full batch is submitted by the submit thread; an upload (queue.write_buffer, which runs before the next
+    submit's dispatches) into a recycled buffer that the handed-off batch reads must wait until it is submitted.
+    Before the wait, the batch read the new data (the runtime only checked its own open batch)."""
+    n, most = 64, vk_queue.FLUSH_DISPATCHES
+    src = put(vk, np.full(n, 1.0, np.float32), D.float32)
+    out = empty(vk, (n,), D.float32)
+    vk.elementwise("mul", out, [src, 0.0])
+    for _ in range(most - 1):  # out += src: with the mul, a whole batch, handed off and held back
+        vk.elementwise("add", out, [out, src])
+    assert vk.rt.count == 0 and len(vk.rt._in_flight) == 1
+    pb = src.storage.buffer
+    del src
+    threading.Timer(0.3, held_submits.set).start()
+    again = put(vk, np.full(n, 100.0, np.float32), D.float32)  # the same pooled buffer, overwritten
+    assert again.storage.buffer is pb
+    np.testing.assert_array_equal(vk.to_numpy(out), np.full(n, most - 1, np.float32))
+
+
+def test_a_failed_hand_off_is_raised_at_the_next_sync_and_later_work_still_runs(vk, monkeypatch):
+    """A batch whose submit fails on the submit thread is reported (with its dispatch count) at the next call that
+    waits for the thread; the work recorded after it is submitted all the same, and the runtime goes on."""
+    real, calls = vk.rt._submit, []
+
+    def submit(encoder, windows, npending):
+        calls.append(npending)
+        if len(calls) == 1:
+            raise vk_queue._lost(npending, RuntimeError("injected"))
+        real(encoder, windows, npending)
+
+    vk.synchronize()
+    monkeypatch.setattr(vk.rt, "_submit", submit)
+    most = vk_queue.FLUSH_DISPATCHES
+    a, b = put(vk, np.zeros(8, np.float32), D.float32), put(vk, np.zeros(8, np.float32), D.float32)
+    for _ in range(most):  # a's batch: lost
+        vk.elementwise("add", a, [a, 1.0])
+    for _ in range(3):  # b's work: recorded after it, in the open batch
+        vk.elementwise("add", b, [b, 1.0])
+    with pytest.raises(BackendError, match=rf"submitting {most} recorded dispatch\(es\) failed.*injected"):
+        vk.synchronize()
+    monkeypatch.undo()
+    np.testing.assert_array_equal(vk.to_numpy(b), np.full(8, 3, np.float32))
+    vk.elementwise("add", a, [a, 1.0])
+    assert vk.to_numpy(a).shape == (8,)  # usable again
+    assert calls == [most, 3]
 
 
 def test_large_grid_2d(vk):

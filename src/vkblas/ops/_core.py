@@ -78,6 +78,8 @@ def same_backend(op: str, tensors: Sequence[Tensor]) -> Backend:
 
 
 def broadcast_shapes(*shapes: tuple[int, ...], op: str = "broadcast") -> tuple[int, ...]:
+    if shapes and all(s == shapes[0] for s in shapes):  # the common case (every same-shape binary op): no loop
+        return tuple(shapes[0])
     nd = max((len(s) for s in shapes), default=0)
     out = []
     for i in range(nd):

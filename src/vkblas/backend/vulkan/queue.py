@@ -39,12 +39,21 @@ before the GPU saw any, and the sync point of every 64th device check then waite
 took turns instead of overlapping. (Measured on an H200, BENCHMARKS.md: 256 against 64 and 128, and against a
 first batch of 32 after each wait doubling up to 256; fewer submits matter to a replay loop's host.) Waiting uses
 buffer mapping (``on_submitted_work_done_sync`` is broken in wgpu-py 0.32).
+
+A batch that fills up is handed to a *submit thread*, which uploads its params windows (a copy) and submits it.
+wgpu-native validates and encodes a pass's commands in ``CommandEncoder.finish``: on an H200's host that was ~1.7 us
+per dispatch, 40 of the MLP graph replay's 115 us a step, now overlapped with the recording of the next batch (cffi
+releases the GIL in native calls). Every other queue operation waits for the thread first, so the queue's order is
+the recording order: sync points submit inline after it, and an upload into a buffer that a handed-off batch may
+read waits for it. A failed hand-off is raised at the next of those calls, naming the dispatches lost.
 """
 
 from __future__ import annotations
 
 import struct
+from collections import deque
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -57,6 +66,7 @@ from .kernels.wgsl import PARAM_WORDS
 from .memory import PoolBuffer, Window
 
 FLUSH_DISPATCHES = 256
+MAX_IN_FLIGHT = 2  # batches handed to the submit thread and not yet submitted (``Runtime._hand_off``)
 _WINDOW = PARAM_WORDS * 4
 _RING_BYTES = (FLUSH_DISPATCHES + 1) * _WINDOW
 _BIND_GROUP_CACHE = 8192
@@ -77,6 +87,10 @@ _FORBIDDEN = {
     "synchronize": "synchronize() is not allowed during graph capture; synchronize after the capture block or "
     "after replay()",
 }
+
+
+def _lost(npending: int, error: Exception) -> BackendError:
+    return BackendError(f"vulkan: submitting {npending} recorded dispatch(es) failed; their results are lost: {error}")
 
 
 class Recording(Capture):
@@ -128,6 +142,9 @@ class Runtime:
         self._bg_objects: dict[tuple[PoolBuffer, ...], Any] = {}
         self._offset = _ffi_.new("uint32_t[1]")
         self._staging: Any = None
+        #: the thread that submits full batches, and its pending hand-offs (oldest first)
+        self._submitter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vkblas-submit")
+        self._in_flight: deque[Future[None]] = deque()
         #: the graph capture in progress, if any
         self.recording: Recording | None = None
         #: a dispatch whose recording waits for the next call (``hold``): a GEMM that the next elementwise op may
@@ -219,7 +236,7 @@ class Runtime:
         self.pos = pos + _WINDOW
         self.count = n = self.count + 1
         if n >= FLUSH_DISPATCHES:
-            self.flush()
+            self._hand_off()
 
     def dispatch(
         self, kernel: Kernel, bufs: Sequence[PoolBuffer], fmt: str, args: Sequence[Any], groups: tuple[int, int, int]
@@ -296,7 +313,7 @@ class Runtime:
             self.count += k
             i += k
             if self.count >= FLUSH_DISPATCHES:
-                self.flush()
+                self._hand_off()
 
     def _forbid(self, what: str) -> None:
         if self.recording is not None:
@@ -316,12 +333,12 @@ class Runtime:
         src.fresh = dst.fresh = False
         self.count = n = self.count + 1
         if n >= FLUSH_DISPATCHES:
-            self.flush()
+            self._hand_off()
 
-    def _finish(self, extra: Any = None) -> None:
-        """End the pass, run ``extra(encoder)`` (copies), upload the params ring and submit. Always leaves the
-        runtime with no open pass, even when wgpu reports an error (the batch is then lost and we say so)."""
-        self.emit_held()
+    def _end_batch(self, extra: Any = None) -> tuple[Any, bytes, int]:
+        """End the open pass, run ``extra(encoder)`` (copies) and take the batch: (encoder, its params windows, its
+        dispatch count). The runtime is left with no open batch; the windows are a copy, so the ring can be refilled
+        at once."""
         encoder, npending = self._encoder, self.count
         if encoder is None:
             encoder = self.device.create_command_encoder()
@@ -330,25 +347,65 @@ class Runtime:
                 self._pass.end()
             if extra is not None:
                 extra(encoder)
-            if self.pos:
-                self.queue.write_buffer(self.ring_gpu, 0, memoryview(self.ring)[: self.pos])
-            self.queue.submit([encoder.finish()])
+            return encoder, bytes(memoryview(self.ring)[: self.pos]), npending
         except Exception as e:  # noqa: BLE001 - wgpu validation errors come as several exception types
-            raise BackendError(
-                f"vulkan: submitting {npending} recorded dispatch(es) failed; their results are lost: {e}"
-            ) from e
+            raise _lost(npending, e) from e
         finally:
             self._submitted += npending
             self._reset()
-            if len(self._bind_groups) > _BIND_GROUP_CACHE:
+            if len(self._bind_groups) > _BIND_GROUP_CACHE:  # safe: recorded commands hold their bind groups
                 self._bind_groups.clear()
                 self._bg_objects.clear()
 
+    def _submit(self, encoder: Any, windows: bytes, npending: int) -> None:
+        """Upload a batch's params windows into the ring and submit it (on the submit thread, or inline)."""
+        try:
+            if windows:
+                self.queue.write_buffer(self.ring_gpu, 0, windows)
+            self.queue.submit([encoder.finish()])
+        except Exception as e:  # noqa: BLE001
+            raise _lost(npending, e) from e
+
+    def _hand_off(self) -> None:
+        """Give the open batch to the submit thread (the dispatch-count threshold): wgpu-native validates and
+        encodes a batch's commands in ``finish`` (about 1.7 us per dispatch on an H200's host, half of a graph
+        replay's host time), which now overlaps the recording of the next batch. At most ``MAX_IN_FLIGHT``
+        batches wait there: the host stays at most that far ahead of submission."""
+        self.emit_held()
+        self._reap(keep=MAX_IN_FLIGHT - 1)
+        if self._encoder is None:
+            return
+        batch = self._end_batch()
+        self._in_flight.append(self._submitter.submit(self._submit, *batch))
+
+    def _reap(self, keep: int = 0) -> None:
+        """Collect finished hand-offs, waiting until at most ``keep`` are pending; raise the first failure (its
+        dispatches' results are lost, as the message says)."""
+        pending, first = self._in_flight, None
+        while pending and (len(pending) > keep or pending[0].done()):
+            error = pending.popleft().exception()
+            first = first or error
+        if first is not None:
+            raise first
+
+    def _finish(self, extra: Any = None) -> None:
+        """Submit everything recorded, in order: wait for the hand-offs, then end the open batch (``extra(encoder)``
+        adds copies) and submit it on this thread. Always leaves the runtime with no open pass, even when wgpu
+        reports an error (the batch is then lost and we say so)."""
+        self.emit_held()
+        try:
+            self._reap()
+        finally:  # after a failed hand-off too: later work is not dropped unsaid (the error names what was lost)
+            self._submit(*self._end_batch(extra))
+
     def flush(self) -> None:
-        """Submit recorded work without waiting."""
+        """Submit recorded work without waiting for the device; on return everything recorded is submitted (in
+        order with work that the caller then puts on the queue itself, as the autotuner does)."""
         self.emit_held()
         if self._encoder is not None:
             self._finish()
+        else:
+            self._reap()
 
     def _staging_buffer(self, nbytes: int) -> Any:
         if self._staging is None or self._staging.size < nbytes:
@@ -395,7 +452,7 @@ class Runtime:
         recycled buffer still read by pending dispatches would be overwritten too early: submit those first."""
         self._forbid("upload")
         self.emit_held()  # it may read pb: it must be recorded before the write is ordered against the batch
-        if self._encoder is not None and not pb.fresh:
+        if not pb.fresh:  # also a batch on the submit thread may read it
             self.flush()
         self.queue.write_buffer(pb.buf, 0, data)
 
