@@ -660,7 +660,7 @@ def test_an_upload_into_a_recycled_buffer_waits_for_the_submit_thread(vk, held_s
     vk.elementwise("mul", out, [src, 0.0])
     for _ in range(most - 1):  # out += src: with the mul, a whole batch, handed off and held back
         vk.elementwise("add", out, [out, src])
-    assert vk.rt.count == 0 and len(vk.rt._in_flight) == 1
+    assert vk.rt.count == 0 and len(vk.rt._in_flight) == 1 and vk.rt.pending  # pending: not yet submitted
     pb = src.storage.buffer
     del src
     threading.Timer(0.3, held_submits.set).start()
