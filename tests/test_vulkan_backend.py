@@ -642,8 +642,8 @@ def held_submits(vk, monkeypatch):
         release.wait(10)
         real(*batch)
 
-    monkeypatch.setattr(vk.rt, "_submit", submit)
     vk.synchronize()
+    monkeypatch.setattr(vk.rt, "_submit", submit)
     yield release
     release.set()
     monkeypatch.undo()
@@ -667,6 +667,34 @@ def test_an_upload_into_a_recycled_buffer_waits_for_the_submit_thread(vk, held_s
     again = put(vk, np.full(n, 100.0, np.float32), D.float32)  # the same pooled buffer, overwritten
     assert again.storage.buffer is pb
     np.testing.assert_array_equal(vk.to_numpy(out), np.full(n, most - 1, np.float32))
+
+
+def test_an_interrupted_sync_keeps_the_order_of_the_work(vk, held_submits, monkeypatch):
+    """Ctrl-C while a sync waits for the submit thread (a training loop stopped, then a checkpoint read): the open
+    batch must not be submitted ahead of the batch still on the thread. Before, the wait forgot that batch and the
+    sync's own submit went first, so the later ``out *= 2`` ran before the batch that sets ``out``."""
+    most = vk_queue.FLUSH_DISPATCHES
+    out = put(vk, np.full(8, 7.0, np.float32), D.float32)
+    vk.elementwise("mul", out, [out, 0.0])
+    for _ in range(most - 1):  # out = 0 + 255: a whole batch, handed off and held back
+        vk.elementwise("add", out, [out, 1.0])
+    vk.elementwise("mul", out, [out, 2.0])  # the open batch
+    future = vk.rt._in_flight[0]
+    real = future.exception
+    calls = []
+
+    def interrupted(timeout=None):
+        calls.append(timeout)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real(timeout)
+
+    monkeypatch.setattr(future, "exception", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        vk.synchronize()
+    assert vk.rt.pending
+    held_submits.set()
+    np.testing.assert_array_equal(vk.to_numpy(out), np.full(8, 2 * (most - 1), np.float32))
 
 
 def test_a_failed_hand_off_is_raised_at_the_next_sync_and_later_work_still_runs(vk, monkeypatch):

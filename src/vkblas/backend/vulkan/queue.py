@@ -384,20 +384,23 @@ class Runtime:
         dispatches' results are lost, as the message says)."""
         pending, first = self._in_flight, None
         while pending and (len(pending) > keep or pending[0].done()):
-            error = pending.popleft().exception()
+            error = pending[0].exception()  # waits; an interrupt (Ctrl-C) leaves the hand-off pending
+            pending.popleft()
             first = first or error
         if first is not None:
             raise first
 
     def _finish(self, extra: Any = None) -> None:
         """Submit everything recorded, in order: wait for the hand-offs, then end the open batch (``extra(encoder)``
-        adds copies) and submit it on this thread. Always leaves the runtime with no open pass, even when wgpu
-        reports an error (the batch is then lost and we say so)."""
+        adds copies) and submit it on this thread. Leaves the runtime with no open pass, even when wgpu reports an
+        error (the batch is then lost and we say so); only an interrupted wait (Ctrl-C) leaves the open batch for
+        the next call, so that it is never submitted ahead of a hand-off."""
         self.emit_held()
         try:
             self._reap()
         finally:  # after a failed hand-off too: later work is not dropped unsaid (the error names what was lost)
-            self._submit(*self._end_batch(extra))
+            if not self._in_flight:
+                self._submit(*self._end_batch(extra))
 
     def flush(self) -> None:
         """Submit recorded work without waiting for the device; on return everything recorded is submitted (in
