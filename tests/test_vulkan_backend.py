@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -695,6 +696,21 @@ def test_an_interrupted_sync_keeps_the_order_of_the_work(vk, held_submits, monke
     assert vk.rt.pending
     held_submits.set()
     np.testing.assert_array_equal(vk.to_numpy(out), np.full(8, 2 * (most - 1), np.float32))
+
+
+def test_full_batches_are_submitted_inline_once_threads_take_no_work(vk, monkeypatch):
+    """At interpreter exit executors refuse new work (``atexit`` code may still run tensors): a full batch is then
+    submitted on the calling thread, in order, instead of the error escaping from an arbitrary op."""
+    closed = ThreadPoolExecutor(max_workers=1)
+    closed.shutdown()
+    vk.synchronize()
+    monkeypatch.setattr(vk.rt, "_submitter", closed)
+    most = vk_queue.FLUSH_DISPATCHES
+    a = put(vk, np.zeros(8, np.float32), D.float32)
+    for _ in range(2 * most + 3):
+        vk.elementwise("add", a, [a, 1.0])
+    assert not vk.rt._in_flight and vk.rt.count == 3
+    np.testing.assert_array_equal(vk.to_numpy(a), np.full(8, 2 * most + 3, np.float32))
 
 
 def test_a_failed_hand_off_is_raised_at_the_next_sync_and_later_work_still_runs(vk, monkeypatch):

@@ -377,7 +377,13 @@ class Runtime:
         if self._encoder is None:
             return
         batch = self._end_batch()
-        self._in_flight.append(self._submitter.submit(self._submit, *batch))
+        try:
+            future = self._submitter.submit(self._submit, *batch)
+        except RuntimeError:  # no new work for threads (the interpreter is exiting): submit here, still in order
+            self._reap()
+            self._submit(*batch)
+            return
+        self._in_flight.append(future)
 
     def _reap(self, keep: int = 0) -> None:
         """Collect finished hand-offs, waiting until at most ``keep`` are pending; raise the first failure (its
