@@ -157,7 +157,7 @@ def _pool_inputs(dtype: Any) -> list[np.ndarray]:
     special[0, 1, 2, 2:4] = [np.inf, np.inf]
     special[1, 2, 4:6, 0:2] = -np.inf
     special[1, 0, 6:8, 6:8] = [[-0.0, 0.0], [0.0, -0.0]]
-    return [ties, special]
+    return [ties, special, ties[:0]]  # and an empty batch
 
 
 POOLS = [dict(kernel_size=2), dict(kernel_size=(2, 3)), dict(kernel_size=3, stride=3), dict(kernel_size=(1, 2))]
@@ -165,7 +165,8 @@ POOLS = [dict(kernel_size=2), dict(kernel_size=(2, 3)), dict(kernel_size=3, stri
 
 def _pool_grad(shape: tuple[int, ...]) -> np.ndarray:
     g = np.arange(np.prod(shape), dtype=np.float64).reshape(shape) - 3.0
-    g[0, 0, 0, :2] = [-0.0, np.inf]  # -0 comes back +0 (0 + g), inf stays where the index is
+    if g.size:
+        g[0, 0, 0, :2] = [-0.0, np.inf]  # -0 comes back +0 (0 + g), inf stays where the index is
     return g
 
 

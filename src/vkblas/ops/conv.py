@@ -457,7 +457,7 @@ def _max_pool_windows(
     kk = k[0] * k[1]
     chunks = _chunks(n, _POOL_TEMPORARIES * c * kk * length * src.dtype.itemsize)
     values = indices = None
-    if len(chunks) > 1:
+    if len(chunks) != 1:  # several chunks, or none (an empty batch)
         values = empty((n, c, 1, length), src.dtype, src._backend)
         indices = empty((n, c, 1, length), int32, src._backend) if argmax else None
     for i0, i1 in chunks:

@@ -1005,6 +1005,8 @@ class VulkanBackend(Backend):
         dtype = grad_input[0].dtype
         if dtype not in (float32, float16) or grad[0].dtype is not dtype or grad.shape != pooled != indices.shape:
             return False
+        if not grad.numel:  # an empty batch or channel dim (a window never is empty): nothing to write
+            return True
         return self._max_pool("max_pool2d backward", True, (grad_input, grad, indices), kernel_size)
 
     def _max_pool(self, op: str, backward: bool, views: tuple[View, View, View], kernel_size: tuple[int, int]) -> bool:
