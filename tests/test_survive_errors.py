@@ -276,8 +276,10 @@ def _error_in_capture(d: str) -> Any:
 
 
 def _many_checks_then_a_bad_index(d: str) -> Any:
+    from vkblas.backend.vulkan.device_checks import EAGER_SLOTS
+
     x = vb.ones(5, device=d)
-    for i in range(70):  # more checks than the device's flag slots before the next sync
+    for i in range(EAGER_SLOTS + 6):  # more checks than the device's flag slots before the next sync
         x[vb.tensor([i % 5], device=d)]
     return x[vb.tensor([9], device=d)]
 
@@ -325,7 +327,7 @@ BAD: list[tuple[str, Callable[[str], Any], type[BaseException]]] = [
     ("amax of empty", lambda d: vb.zeros(0, device=d).amax(), RuntimeError),
     ("read during capture", _capture_read, RuntimeError),
     ("error inside a capture", _error_in_capture, RuntimeError),
-    ("70 checks, then a bad index", _many_checks_then_a_bad_index, IndexError),
+    ("more checks than flag slots, then a bad index", _many_checks_then_a_bad_index, IndexError),
     ("int scalar overflow", lambda d: vb.tensor([1], device=d) + 2**40, RuntimeError),
     ("lost batch", _invalid_dispatch, vb.BackendError),
     ("second backward", _second_backward, RuntimeError),
