@@ -33,12 +33,13 @@ re-issues its dispatches with three C calls each. Host reads, uploads and copies
 not be repeated by a replay.
 
 Submission happens at sync points (``read``, ``synchronize``), before an upload that could race with pending work,
-or when ``FLUSH_DISPATCHES`` dispatches or the params ring fill up. That count is small on purpose, so that the
-GPU runs one batch while the host records the next. At 2048, a loop of eager training steps recorded ~60 steps
-before the GPU saw any, and the sync point of every 64th device check then waited for all of them: host and GPU
-took turns instead of overlapping. (Measured on an H200, BENCHMARKS.md: 256 against 64 and 128, and against a
-first batch of 32 after each wait doubling up to 256; fewer submits matter to a replay loop's host.) Waiting uses
-buffer mapping (``on_submitted_work_done_sync`` is broken in wgpu-py 0.32).
+or when ``FLUSH_DISPATCHES`` dispatches or the params ring fill up. That count is small on purpose, so that the GPU
+runs one batch while the host records the next. At 2048, a loop of eager training steps recorded ~60 steps before
+the GPU saw any, and the sync point of every 64th device check then waited for all of them: host and GPU took turns
+instead of overlapping (eager checks now sync every 1024th: ``device_checks.EAGER_SLOTS``). (Measured on an H200,
+BENCHMARKS.md: 256 against 64 and 128, and against a first batch of 32 after each wait doubling up to 256; fewer
+submits matter to a replay loop's host.) Waiting uses buffer mapping (``on_submitted_work_done_sync`` is broken
+in wgpu-py 0.32).
 
 A batch that fills up is handed to a *submit thread*, which uploads its params windows (a copy) and submits it.
 wgpu-native validates and encodes a pass's commands in ``CommandEncoder.finish``: on an H200's host that was ~1.7 us
