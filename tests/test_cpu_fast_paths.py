@@ -328,6 +328,35 @@ def test_threaded_kernels_match_one_thread(monkeypatch: pytest.MonkeyPatch, thre
         _same_bits(got, want)
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_cache_blocked_kernels_match_whole_chunks(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """Max pooling walks each thread's chunk in CACHE_BLOCK-sized slices: the same bits as one slice per chunk,
+    also where the slices do not divide the chunk (41 images, 3 per slice)."""
+    x = _operand(np.random.default_rng(9), (41, 3, 34, 34), np.float32)
+    monkeypatch.setattr(cpu, "_threads", threads)
+    monkeypatch.setattr(cpu, "CACHE_BLOCK", x.size)  # one slice per chunk
+    whole = _training_ops(x)
+    monkeypatch.setattr(cpu, "CACHE_BLOCK", 3 * 8 * 34 * 34)  # three of the pooled (41, 8, 34, 34) images
+    for got, want in zip(_training_ops(x), whole, strict=True):
+        _same_bits(got, want)
+
+
+def test_parallel_blocks_cover_each_row_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_parallel(..., block)`` hands out slices of about ``block`` elements that cover ``range(n)`` once, in
+    order within each thread; a block smaller than a row still gives one row per slice."""
+    monkeypatch.setattr(cpu, "_threads", 3)
+    n, size = 50, 50 * cpu.PARALLEL_MIN
+    for block, rows in ((7 * cpu.PARALLEL_MIN, 7), (1, 1), (None, None)):
+        seen: list[slice] = []
+        cpu._parallel(seen.append, n, size, block)
+        covered = sorted(i for s in seen for i in range(*s.indices(n)))
+        assert covered == list(range(n))
+        if rows is not None:
+            assert max(len(range(*s.indices(n))) for s in seen) == rows
+        else:
+            assert len(seen) == 3
+
+
 def test_threaded_elementwise_with_overlapping_operands(monkeypatch: pytest.MonkeyPatch) -> None:
     """An output that overlaps an operand at an offset is not split (a chunk would overwrite another's input)."""
     monkeypatch.setattr(cpu, "_threads", 2)

@@ -153,24 +153,43 @@ def cpu_threads() -> int:
     return _threads
 
 
-def _parallel(run: Callable[[slice], object], n: int, size: int) -> None:
+#: elements a multi-pass loop body (max-pooling's ~15 passes over its taps) works on at once: ~1 MiB of fp32
+#: stays in a core's L2 between the passes. On the MNIST CNN's first pool (128x32x28x28, one thread, an Intel
+#: Xeon with 2 MiB of L2) blocks of 8 images took the forward from 5.0 to 3.5 ms and the backward from 3.4 to
+#: 2.75; whole-array passes go out to L3. On an AMD EPYC the two were level (±0.5 ms).
+CACHE_BLOCK = 1 << 18
+
+
+def _parallel(run: Callable[[slice], object], n: int, size: int, block: int | None = None) -> None:
     """``run(chunk)`` over slices covering ``range(n)`` (the leading axis of arrays of ``size`` elements), on
     ``cpu_threads()`` threads (at most a :func:`thread_cap`) where the work is big enough; the caller's thread
-    takes the first chunk."""
+    takes the first chunk. With ``block``, each thread walks its chunk in slices of about ``block`` elements (a
+    body that makes several passes over its slice keeps it in cache)."""
     global _executor
     cap = host_thread_cap()
     threads = cpu_threads() if cap is None else min(cap, cpu_threads())
     parts = min(threads, n) if size >= PARALLEL_MIN else 1
+    per_row = size // max(n, 1)
+    rows = n if block is None or per_row == 0 else max(1, block // per_row)
+
+    def walk(chunk: slice) -> None:
+        start, stop, _ = chunk.indices(n)
+        if stop - start <= rows:
+            run(chunk)
+            return
+        for i in range(start, stop, rows):
+            run(slice(i, min(stop, i + rows)))
+
     if parts <= 1:
-        run(slice(None))
+        walk(slice(None))
         return
     bounds = [n * i // parts for i in range(parts + 1)]
     chunks = [slice(bounds[i], bounds[i + 1]) for i in range(parts)]
     if _executor is None:
         _executor = ThreadPoolExecutor(max_workers=max(cpu_threads() - 1, 1), thread_name_prefix="vkblas-cpu")
-    futures = [_executor.submit(run, chunk) for chunk in chunks[1:]]
+    futures = [_executor.submit(walk, chunk) for chunk in chunks[1:]]
     try:
-        run(chunks[0])
+        walk(chunks[0])
     finally:
         for f in futures:
             f.result()
@@ -542,7 +561,7 @@ class CpuBackend(Backend):
             np.copyto(values_out[b], best)
             np.copyto(indices_out[b], index, casting="unsafe")
 
-        _parallel(run, n, a.size)
+        _parallel(run, n, a.size, CACHE_BLOCK)
         return True
 
     def layer_norm(
@@ -699,7 +718,7 @@ class CpuBackend(Backend):
                 for j in range(kw):
                     _select_into(win[b, :, :, i, :, j], np.equal(index[b], i * kw + j, out=hit), g0, 0.0)
 
-        _parallel(run, n, out.size)
+        _parallel(run, n, out.size, CACHE_BLOCK)
         return True
 
     def fold(
