@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from sqlalchemy import select, update
 
-from vkblas.distributed.coordinator.models import Lease, Update
+from vkblas.distributed.coordinator.copies import MAX_REISSUES
+from vkblas.distributed.coordinator.models import Lease, Unit, Update
 
 from .conftest import InProcess, needs_data
 from .helpers import _error, _lease, _payload, _put, _update
@@ -408,6 +409,57 @@ def test_rounds_close_on_quorum_and_weigh_late_results(db_url, tmp_path, algorit
         with c.ctx.db.read_session() as s:
             rows = s.execute(select(Update.staleness, Update.status).order_by(Update.seq)).all()
         assert [tuple(r) for r in rows] == [(0, "applied"), (1, "applied"), (0, "applied")]
+    finally:
+        c.close()
+
+
+def test_a_unit_dropped_stale_is_trained_again_from_the_current_model(db_url, tmp_path):
+    """A result too late for the staleness bound is dropped, but its unit opens again (unpinned) and is leased from
+    the current model, so its samples are still trained; at most ``MAX_REISSUES`` times. (A fast worker racing
+    rounds ahead once cost a run 64 of its 512 samples.)"""
+    c = InProcess(
+        db_url,
+        tmp_path,
+        algorithm="diloco",
+        quorum=0.5,
+        round_seconds=3600,
+        max_staleness=0,
+        epochs=4,
+        unit_seconds=0.01,
+    )
+    try:
+        a, b = c.register("a"), c.register("b")
+        ap = c.applier(evaluate=False)
+        la, lb = _lease(c, a), _lease(c, b)
+        assert _put(c, a, la, _payload(la, _update(c))).status_code == 200
+        assert ap.step() == 1  # a closes round 0 alone
+        late = lb
+        for attempt in range(MAX_REISSUES + 1):
+            assert _put(c, b, late, _payload(late, _update(c))).status_code == 200  # computed from an old version
+            la = _lease(c, a)
+            assert _put(c, a, la, _payload(la, _update(c))).status_code == 200
+            assert ap.step() == 2  # a's fresh unit applied, b's dropped stale
+            with c.ctx.db.read_session() as s:
+                unit = s.get(Unit, lb["unit_id"])
+                assert s.scalar(select(Update.status).where(Update.lease_id == late["lease_id"])) == "stale"
+                reopened = unit.status == "open" and unit.base_version is None
+            if attempt == MAX_REISSUES:
+                assert not reopened  # the cap: a run must end
+                break
+            assert reopened
+            again = _lease(c, b)
+            assert again["unit_id"] == lb["unit_id"] and again["data"] == lb["data"]
+            assert again["base_version"] == ap.published  # from the current model
+            la = _lease(c, a)
+            assert _put(c, a, la, _payload(la, _update(c))).status_code == 200
+            assert ap.step() == 1  # a closes another round alone: b's copy falls behind again
+            late = again
+        again = _lease(c, b)
+        assert again["unit_id"] != lb["unit_id"]
+        assert _put(c, b, again, _payload(again, _update(c))).status_code == 200
+        la = _lease(c, a)
+        assert _put(c, a, la, _payload(la, _update(c))).status_code == 200
+        assert ap.step() == 2
     finally:
         c.close()
 

@@ -50,7 +50,7 @@ from ..algorithms import GlobalModel, StalenessFilter
 from ..codec import LazyUpdate, PayloadFile, RangeDecoder
 from ..protocol import ModelManifest
 from ..robust import StreamedAggregate
-from . import checkpoints, rounds, trust
+from . import checkpoints, copies, rounds, trust
 from .config import RunSpec
 from .crud import current_lr, expire_leases
 from .db import Database
@@ -74,6 +74,7 @@ EVAL_SHARE = 0.1  # the most of the wall time the evaluation may take (it shares
 @dataclass
 class Decision:
     seq: int
+    unit_id: int | None
     worker_id: int
     samples: int
     status: str  # applied | stale
@@ -349,7 +350,7 @@ class Applier:
                 model.apply_gradient(self._payload(u), lr_scale=j.scale)
                 self.samples_applied += u.samples
             status = "applied" if j.accepted else "stale"
-            out.append(Decision(u.seq, u.worker_id, u.samples, status, j.staleness, model.version))
+            out.append(Decision(u.seq, u.unit_id, u.worker_id, u.samples, status, j.staleness, model.version))
         return out
 
     def _apply_round(self, batch: list[Update], total: int) -> list[Decision]:
@@ -375,7 +376,15 @@ class Applier:
                 model.apply_gradient(mean, lr_scale=scale)
             self.samples_applied += sum(u.samples for u, _ in used)
         return [
-            Decision(u.seq, u.worker_id, u.samples, "applied" if j.accepted else "stale", j.staleness, model.version)
+            Decision(
+                u.seq,
+                u.unit_id,
+                u.worker_id,
+                u.samples,
+                "applied" if j.accepted else "stale",
+                j.staleness,
+                model.version,
+            )
             for u, j in judged
         ]
 
@@ -416,6 +425,12 @@ class Applier:
                     )
                     c = counts.setdefault(d.worker_id, [0, 0])
                     c[0], c[1] = c[0] + int(d.status == "applied"), c[1] + int(d.status == "stale")
+                # a stale unit's samples are trained again from the current model (units before workers, as
+                # every transaction takes them)
+                for uid in sorted({d.unit_id for d in decisions if d.status == "stale" and d.unit_id is not None}):
+                    unit = s.get(Unit, uid, with_for_update=True)
+                    if unit is not None:
+                        copies.reissue(s, unit)
                 for wid in sorted(counts):  # worker rows in id order, as every transaction takes them
                     s.execute(  # credit is the validator's (validated work), not the applier's
                         update(Worker)

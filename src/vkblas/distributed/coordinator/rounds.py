@@ -41,6 +41,9 @@ def closed(s: Session, spec: RunSpec, run: Run, v: int, pending: list[Update], n
         select(func.coalesce(func.sum(Lease.samples), 0))
         .join(Unit, Unit.id == Lease.unit_id)
         .where(func.coalesce(unit_round(), Lease.base_version) == v)
+        # copies of the unit's current pin only: a unit handed out again after a stale result (copies.reissue)
+        # keeps its earlier leases, which would hold its new round's quorum out of reach
+        .where(Lease.base_version == Unit.base_version)
     )
     # the quorum is of the round's units (first copies)
     leased = s.scalar(leased_q.where(Lease.status.in_(("active", "done")), Lease.role == "primary"))
