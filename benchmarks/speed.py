@@ -28,19 +28,20 @@ under 3), far longer on lavapipe, where ``--steps 3 --warmup 2`` is the useful s
     python3 benchmarks/speed.py --models mlp --modes eager,graph
     python3 benchmarks/speed.py --memory              # the CNN step's memory instead (cpu and vulkan, PyTorch CPU)
 
-``--host``: the host cost of one eager MLP step instead (issue 15's "eager cost"): forward, loss, backward,
-``optimizer.step()`` and ``zero_grad`` at a tiny batch (``--batch``, default 4), vkblas on each ``--devices`` entry
-(default: cpu and vulkan) beside PyTorch CPU eager (one thread) doing the same step at the same batch, in the same
-run; minimum over ``--repeat`` runs of ``--steps`` steps. *host* is the time until the last step returns (Python
-and the runtime issuing the work: on Vulkan the device runs it later), *wall* until the sync after it. The default
-run (20 steps of ~50 dispatches) stays under the runtime's 2048 dispatches per submit, so nothing is submitted
-before the sync: on lavapipe, which runs a submit's work in the submitting thread, host then holds no device
-time. On the cpu backend both include numpy's arithmetic (Adam over the 0.5 M parameters is most of it);
-``--hidden 32,16`` shrinks the model until that is negligible. ``--profile N`` adds cProfile's top N functions
-(by own time) of the vkblas step on each device.
+``--host``: the host cost of one eager step instead (issue 15's "eager cost"), for each of ``--models``: forward,
+loss, backward, ``optimizer.step()`` and ``zero_grad`` at a tiny batch (``--batch``, default 4), vkblas on each
+``--devices`` entry (default: cpu and vulkan) beside PyTorch CPU eager (one thread) doing the same step at the same
+batch, in the same run; minimum over ``--repeat`` runs of ``--steps`` steps. *host* is the time until the last step
+returns (Python and the runtime issuing the work: on Vulkan the device runs it later), *cpu* the calling thread's
+CPU time over that span (the runtime's submit thread and the driver's threads, which a device runs beside the
+Python, are not in it: on lavapipe, whose execution can block the caller when batches pile up, *cpu* is the figure
+to read), *wall* until the sync after it. On the cpu backend all three include numpy's arithmetic (Adam over the
+MLP's 0.5 M parameters is most of it); ``--hidden 32,16`` shrinks the MLP until that is negligible. ``--profile N``
+adds cProfile's top N functions (by own time) of the vkblas step on each device.
 
     python3 benchmarks/speed.py --host                              # cpu and vulkan (lavapipe here), batch 4
     python3 benchmarks/speed.py --host --devices cpu --profile 25   # where cpu's step time goes
+    python3 benchmarks/speed.py --host --models cnn --devices vulkan --profile 40
 
 ``--memory`` prints, for one CNN training step at batch 512 (after a warm-up step, so Adam's state exists; the
 gradients set to None first), the bytes above the step's *baseline* (weights, Adam's two moments and the batch):
@@ -346,15 +347,17 @@ def memory_table(devices: list[str], torch: Any, batch: int = BATCH) -> None:
 
 
 # ---------------------------------------------------------------- host cost of the eager step (--host)
-def host_step_vkblas(device: str, batch: int, hidden: tuple[int, ...]) -> tuple[Callable[[], None], Callable[[], None]]:
-    """The eager MLP training step at ``batch`` on ``device``, and its sync."""
+def host_step_vkblas(
+    model_name: str, device: str, batch: int, hidden: tuple[int, ...]
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """The eager training step of ``model_name`` at ``batch`` on ``device``, and its sync."""
     import vkblas as vk
     from vkblas import nn
 
     xh, yh = host_data()
     x, y = vk.tensor(xh[:batch], device=device), vk.tensor(yh[:batch].astype(np.int32), device=device)
     vk.manual_seed(0)
-    model = build("mlp", nn, hidden).to(device)
+    model = build(model_name, nn, hidden).to(device)
     opt = vk.optim.Adam(model.parameters(), lr=1e-3)
 
     def step() -> None:
@@ -365,11 +368,13 @@ def host_step_vkblas(device: str, batch: int, hidden: tuple[int, ...]) -> tuple[
     return step, x._backend.synchronize
 
 
-def host_step_torch(torch: Any, batch: int, hidden: tuple[int, ...]) -> tuple[Callable[[], None], Callable[[], None]]:
+def host_step_torch(
+    model_name: str, torch: Any, batch: int, hidden: tuple[int, ...]
+) -> tuple[Callable[[], None], Callable[[], None]]:
     xh, yh = host_data()
     x, y = torch.from_numpy(xh[:batch].copy()), torch.from_numpy(yh[:batch].copy())
     torch.manual_seed(0)
-    model = build("mlp", torch.nn, hidden)
+    model = build(model_name, torch.nn, hidden)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
     def step() -> None:
@@ -380,22 +385,24 @@ def host_step_torch(torch: Any, batch: int, hidden: tuple[int, ...]) -> tuple[Ca
     return step, lambda: None
 
 
-def host_us(step: Callable[[], None], sync: Callable[[], None], steps: int, repeat: int) -> tuple[float, float]:
-    """(host, wall) µs per step, each the minimum over ``repeat`` runs of ``steps`` steps: host until the last step
-    returns (what Python and the runtime spend issuing the work), wall until the sync after it. The first steps
-    compile pipelines, tune GEMMs and settle the buffer pool (and the bind groups of its buffers): not timed."""
+def host_us(step: Callable[[], None], sync: Callable[[], None], steps: int, repeat: int) -> tuple[float, float, float]:
+    """(host, cpu, wall) µs per step, each the minimum over ``repeat`` runs of ``steps`` steps: host until the last
+    step returns (what Python and the runtime spend issuing the work), cpu the calling thread's CPU time over the same
+    span (not the submit thread's nor the driver's: what a faster device cannot hide), wall until the sync after it.
+    The first steps compile pipelines, tune GEMMs and settle the buffer pool (and the bind groups of its buffers):
+    not timed."""
     for _ in range(WARM_STEPS):
         step()
     sync()
-    host = wall = float("inf")
+    host = cpu = wall = float("inf")
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         for _ in range(steps):
             step()
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.thread_time()
         sync()
-        host, wall = min(host, t1 - t0), min(wall, time.perf_counter() - t0)
-    return host / steps * 1e6, wall / steps * 1e6
+        host, cpu, wall = min(host, t1 - t0), min(cpu, c1 - c0), min(wall, time.perf_counter() - t0)
+    return host / steps * 1e6, cpu / steps * 1e6, wall / steps * 1e6
 
 
 def host_profile(step: Callable[[], None], sync: Callable[[], None], steps: int, top: int, title: str) -> None:
@@ -436,26 +443,30 @@ def host_main(args: argparse.Namespace) -> int:
     devices = args.devices.split(",") if args.devices else ["cpu"] + [d for d in vk.devices() if d != "cpu"][:1]
     hidden = tuple(int(n) for n in args.hidden.split(","))
     torch = torch_or_none()
-    ref = None
     if torch is not None:
         torch.set_num_threads(1)  # the step is host-bound: threads only add noise to the comparison
-        ref, _ = host_us(*host_step_torch(torch, args.batch, hidden), args.steps, args.repeat)
-    rows = []
-    for dev in devices:
-        step, sync = host_step_vkblas(dev, args.batch, hidden)
-        host, wall = host_us(step, sync, args.steps, args.repeat)
-        rows.append((f"vkblas {dev}", f"{host:,.0f}", f"{wall:,.0f}", f"{host / ref:.2f}x" if ref else ""))
-        if args.profile:
-            host_profile(step, sync, args.steps, args.profile, f"vkblas {dev}")
-    if ref is not None:
-        rows.append((f"torch {torch.__version__} cpu (1 thread)", f"{ref:,.0f}", f"{ref:,.0f}", "1.00x"))
-    widths = "-".join(str(n) for n in (784, *hidden, NUM_CLASSES))
-    print_table(
-        f"\nhost cost of one eager MLP {widths} step (batch {args.batch}, Adam, zero_grad), min of {args.repeat} x "
-        f"{args.steps} steps",
-        ("framework", "host µs/step", "wall µs/step", "host vs torch cpu"),
-        rows,
-    )
+    for model_name in args.models.split(","):
+        ref = None
+        if torch is not None:
+            ref, _, _ = host_us(*host_step_torch(model_name, torch, args.batch, hidden), args.steps, args.repeat)
+        rows = []
+        for dev in devices:
+            step, sync = host_step_vkblas(model_name, dev, args.batch, hidden)
+            host, cpu, wall = host_us(step, sync, args.steps, args.repeat)
+            rows.append(
+                (f"vkblas {dev}", f"{host:,.0f}", f"{cpu:,.0f}", f"{wall:,.0f}", f"{host / ref:.2f}x" if ref else "")
+            )
+            if args.profile:
+                host_profile(step, sync, args.steps, args.profile, f"vkblas {model_name} {dev}")
+        if ref is not None:
+            rows.append((f"torch {torch.__version__} cpu (1 thread)", f"{ref:,.0f}", "", f"{ref:,.0f}", "1.00x"))
+        what = "MLP " + "-".join(str(n) for n in (784, *hidden, NUM_CLASSES)) if model_name == "mlp" else "CNN"
+        print_table(
+            f"\nhost cost of one eager {what} step (batch {args.batch}, Adam, zero_grad), min of {args.repeat} x "
+            f"{args.steps} steps",
+            ("framework", "host µs/step", "cpu µs/step (main thread)", "wall µs/step", "host vs torch cpu"),
+            rows,
+        )
     return 0
 
 
@@ -489,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory", action="store_true", help="the CNN step's memory table instead of its speed")
     p.add_argument("--memory-devices", default="cpu,vulkan", help="vkblas devices for --memory (default cpu,vulkan)")
     p.add_argument("--memory-batch", type=int, default=BATCH, help=f"batch size for --memory (default {BATCH})")
-    p.add_argument("--host", action="store_true", help="host cost of the eager MLP step at a tiny batch (see above)")
+    p.add_argument("--host", action="store_true", help="host cost of the eager step at a tiny batch (see above)")
     p.add_argument("--batch", type=int, default=4, help="batch of --host (default 4)")
     p.add_argument("--devices", default=None, help="vkblas devices of --host, comma-separated (default: cpu,vulkan)")
     p.add_argument("--repeat", type=int, default=20, help="timed runs of --host; the minimum is shown (default 20)")

@@ -40,6 +40,10 @@ Pair = tuple[int, int]
 
 
 def _pair(v: IntOr2, name: str, op: str, minimum: int = 0) -> Pair:
+    if type(v) is int and v >= minimum:  # the common cases first: every conv and pool call takes three
+        return (v, v)
+    if type(v) is tuple and len(v) == 2 and type(v[0]) is int and type(v[1]) is int and min(v) >= minimum:
+        return v
     t = (v, v) if isinstance(v, (int, np.integer)) else tuple(v)
     if len(t) != 2 or not all(isinstance(n, (int, np.integer)) and n >= minimum for n in t):
         raise ValueError(f"{op}: {name} must be an int >= {minimum} or a pair of them, got {v!r}")
@@ -356,6 +360,8 @@ def _pool_input(
     """(input to unfold, its symmetric padding, (OH, OW)): with ``ceil_mode``, the partial last windows come from
     extra bottom/right padding of ``fill`` (a copy), the rest from the primitive's own padding."""
     h, w = x.shape[-2:]
+    if not ceil_mode and p == (0, 0) and d == (1, 1) and h >= k[0] and w >= k[1]:  # _pool_size, written out
+        return x, p, ((h - k[0]) // s[0] + 1, (w - k[1]) // s[1] + 1)
     oh, ow = (_pool_size(n, k_, s_, p_, d_, ceil_mode) for n, k_, s_, p_, d_ in zip((h, w), k, s, p, d, strict=True))
     extra = [
         max(0, (o - 1) * s_ + d_ * (k_ - 1) + 1 - (n + 2 * p_))
@@ -414,26 +420,26 @@ def max_pool2d(
         fused = None
         if (needs_grad or return_indices) and s == k and sp == (0, 0) and d == (1, 1) and src is x:
             fused = _fused_max_pool(x, k, oh, ow)  # the backend's one-pass primitive, where it has one
-        if fused is not None:
-            values, indices = fused
-        else:
+        if fused is not None:  # (N, C, OH, OW) both
+            out, indices = fused
+        else:  # (N, C, 1, OH*OW) both
             values, indices = _max_pool_windows(src, k, s, sp, d, lowest, oh * ow, needs_grad or return_indices)
-    out = values.reshape(n, c, oh, ow)
+            out = values.reshape(n, c, oh, ow)
     if needs_grad:
         ph, pw = src.shape[-2:]
 
         def rule(node: Node, g: Tensor) -> tuple[Tensor]:
             if fused is not None:  # the backend's primitive put the forward through: its backward may too
                 grad = empty((n, c, h, w), g.dtype, g._backend)
-                g4, i4 = g.reshape(n, c, oh, ow), indices.reshape(n, c, oh, ow)
-                if g._backend.max_pool2d_backward(grad._view, g4._view, i4._view, k):
+                if g._backend.max_pool2d_backward(grad._view, g._view, indices._view, k):
                     return (grad,)
             # g at the argmax of each window (a one-hot over the window dim), then summed back onto the image; in
             # chunks of images, as forward's windows
             grad = empty((n, c, ph, pw), g.dtype, g._backend)
             g4, taps = g.reshape(n, c, 1, oh * ow), _taps(g._backend, kk)
+            i4 = indices.reshape(n, c, 1, oh * ow)
             for i0, i1 in _chunks(n, _POOL_TEMPORARIES * c * kk * oh * ow * g.dtype.itemsize) if grad.numel() else ():
-                hot = elementwise("eq", _images(indices, i0, i1), taps)
+                hot = elementwise("eq", _images(i4, i0, i1), taps)
                 cols_g = elementwise("where", hot, _images(g4, i0, i1), 0.0).reshape(i1 - i0, c * kk, oh * ow)
                 g._backend.fold(_images(grad, i0, i1)._view, cols_g._view, k, s, sp, d)
             return (grad[..., p[0] : p[0] + h, p[1] : p[1] + w] if (ph, pw) != (h, w) else grad,)
@@ -443,7 +449,7 @@ def max_pool2d(
     if not return_indices:
         return out
     origin, taps = (x.new_tensor(a, int32) for a in _window_origins(w, k, s, p, d, oh, ow))
-    flat = elementwise("add", origin, _take_taps(taps, indices)).reshape(n, c, oh, ow)
+    flat = elementwise("add", origin, _take_taps(taps, indices.reshape(n, c, 1, oh * ow))).reshape(n, c, oh, ow)
     return out, flat.squeeze(0) if unbatched else flat
 
 
@@ -477,14 +483,14 @@ def _max_pool_windows(
 
 
 def _fused_max_pool(x: Tensor, k: Pair, oh: int, ow: int) -> tuple[Tensor, Tensor] | None:
-    """(values, indices) as (N, C, 1, OH*OW) -- the composition's shapes -- from ``Backend.max_pool2d`` over the
-    non-overlapping windows of ``x``, or ``None`` where the backend leaves it to the composition."""
+    """(values, indices) as (N, C, OH, OW) from ``Backend.max_pool2d`` over the non-overlapping windows of ``x``, or
+    ``None`` where the backend leaves it to the composition."""
     n, c = x.shape[:2]
     values = empty((n, c, oh, ow), x.dtype, x._backend)
     indices = empty((n, c, oh, ow), int32, x._backend)
     if not values.numel() or not x._backend.max_pool2d(values._view, indices._view, x._view, k):
         return None
-    return values.reshape(n, c, 1, oh * ow), indices.reshape(n, c, 1, oh * ow)
+    return values, indices
 
 
 def _last_nan(windows: Tensor, values: Tensor, first: Tensor, kk: int) -> Tensor:

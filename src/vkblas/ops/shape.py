@@ -70,6 +70,21 @@ def _strides_for_view(v: View, shape: tuple[int, ...]) -> tuple[int, ...] | None
 
 def reshape(input: Tensor, *shape: Any) -> Tensor:  # noqa: A002
     x = input
+    v = x._view
+    if len(shape) == 1 and type(shape[0]) is tuple:
+        shape = shape[0]
+    if v.is_contiguous():  # the common case, written out: a contiguous tensor to a shape of Python ints
+        n = 1
+        for k in shape:
+            if type(k) is not int or k < 0:
+                break
+            n *= k
+        else:
+            if shape == v.shape:
+                return x
+            if n == numel(v.shape):
+                out = View(v.storage, shape, contiguous_strides(shape), v.offset)
+                return _view_of(x, out, "ViewBackward", lambda _, g, s=v.shape: (g.reshape(s),))
     new = _infer(_shape_arg(shape), x.numel(), x.shape)
     if new == x.shape:
         return x

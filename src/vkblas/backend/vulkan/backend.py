@@ -111,6 +111,11 @@ def _foreach_bindable(views: Sequence[View], n: int) -> bool:
 _BINDABLE = (PoolBuffer, Window)
 
 
+#: convolution geometries as tuples of Python ints, keyed by themselves (numpy integers hash and compare equal, so
+#: they find the entry too): one lookup a call instead of converting four pairs
+_GEOMETRIES: dict[Any, tuple[tuple[int, int], ...]] = {}
+
+
 class VulkanBackend(Backend):
     name = "vulkan"
     can_capture = True
@@ -982,7 +987,13 @@ class VulkanBackend(Backend):
         views = [out, a, b] + ([bias] if bias is not None else [])
         if out[0].dtype not in (float32, float16) or any(v[0].dtype is not out[0].dtype for v in views):
             return False
-        geometry = tuple(tuple(int(x) for x in g) for g in (kernel_size, stride, padding, dilation))
+        raw = (kernel_size, stride, padding, dilation)
+        try:
+            geometry = _GEOMETRIES[raw]
+        except (KeyError, TypeError):  # new, or unhashable (lists)
+            geometry = tuple(tuple(int(x) for x in g) for g in raw)
+            if len(_GEOMETRIES) < 256:
+                _GEOMETRIES[geometry] = geometry
         try:
             return encode_conv(self, kind, out, a, b, geometry, bias)  # type: ignore[arg-type]
         except NeedsSplitting:  # raised before anything is recorded
@@ -1011,7 +1022,8 @@ class VulkanBackend(Backend):
 
     def _max_pool(self, op: str, backward: bool, views: tuple[View, View, View], kernel_size: tuple[int, int]) -> bool:
         """One dispatch of the max-pooling kernel (kernels/window.py); views beyond a binding: the composition."""
-        key = (op, *((v[0].dtype, v[1], v[2]) for v in views), tuple(kernel_size))
+        a, b, c = views
+        key = (op, a[0].dtype, a[1], a[2], b[0].dtype, b[1], b[2], c[0].dtype, c[1], c[2], tuple(kernel_size))
         plan = self.plans.get(key)
         if plan is None:
             build = lambda: window.build_max_pool(self.dev, backward, *views, kernel_size)  # noqa: E731

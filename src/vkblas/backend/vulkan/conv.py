@@ -17,9 +17,10 @@ layouts coincide (one input channel, 1x1 kernels).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from ..base import View, window_output_size
+from ..base import View, contiguous_strides, window_output_size
 from . import epilogue, gemm
 from .autotune import tuner
 from .kernels.wgsl import coalesce
@@ -29,29 +30,40 @@ KINDS = ("forward", "input", "weight")
 Geometry = tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int]]  # kernel, stride, pad, dil
 
 
-def _gathered(v: View, shape: tuple[int, ...], batched: bool) -> View:
-    """The logical matrix view of a gathered operand: the source's storage and offset, its image stride as the
-    batch stride, no inner strides (the gather addresses the elements)."""
-    return View(v.storage, shape, ((v.strides[0],) if batched else ()) + (0, 0), v.offset)
+#: an operand of the GEMM as a layout over one of the call's views (0: the output, 1: ``a``, 2: the weight matrix
+#: or ``b``): (which, shape, strides); bound to that view's storage and offset per call (:func:`_bind`)
+Template = tuple[int, tuple[int, ...], tuple[int, ...]]
 
 
-def _planes(out: View, wmat: View, src: View, g: gemm.Gather) -> tuple[View, View, View, gemm.Gathers]:
+def _bind(t: Template, views: tuple[View, View, View]) -> View:
+    v = views[t[0]]
+    return View(v.storage, t[1], t[2], v.offset)
+
+
+def _gathered(which: int, v: View, shape: tuple[int, ...], batched: bool) -> Template:
+    """The logical matrix of a gathered operand: the source's storage and offset, its image stride as the batch
+    stride, no inner strides (the gather addresses the elements)."""
+    return (which, shape, ((v.strides[0],) if batched else ()) + (0, 0))
+
+
+def _planes(out: View, wmat: View, src: View, g: gemm.Gather) -> tuple[tuple[Template, ...], gemm.Gathers]:
     """``out[n] (ch, pixels) = wmat (ch, K) @ gathered (K, pixels)`` per image, as a batched GEMM (the weight
     broadcast). Measured on an H200 (MNIST CNN, 2026-12-01): the transposed product, pixels as the GEMM's rows and
     the output stored column-major, ran the 32->64 conv at 0.83 ms against this layout's 0.45 ms."""
     n, ch = out.shape[:2]
     pixels = out.shape[2] * out.shape[3]
     kdim = wmat.shape[1]
-    return (
-        View(out.storage, (n, ch, pixels), (ch * pixels, pixels, 1), out.offset),
-        View(wmat.storage, (n, ch, kdim), (0, *wmat.strides), wmat.offset),
-        _gathered(src, (n, kdim, pixels), True),
-        (None, g),
+    templates = (
+        (0, (n, ch, pixels), (ch * pixels, pixels, 1)),
+        (2, (n, ch, kdim), (0, *wmat.strides)),
+        _gathered(1, src, (n, kdim, pixels), True),
     )
+    return templates, (None, g)
 
 
-def problem(kind: str, out: View, a: View, b: View, geometry: Geometry) -> tuple[View, View, View, gemm.Gathers]:
-    """(out, a, b, gathers) of the GEMM that computes ``kind``; ValueError naming the shapes when they disagree."""
+def problem(kind: str, out: View, a: View, b: View, geometry: Geometry) -> tuple[tuple[Template, ...], gemm.Gathers]:
+    """(templates of out, a, b, gathers) of the GEMM that computes ``kind`` (``b``: the weight matrix for the
+    forward and the input gradient); ValueError naming the shapes when they disagree."""
     k, s, p, d = geometry
     kk = k[0] * k[1]
     ranks = (len(out.shape), len(a.shape), len(b.shape))
@@ -82,7 +94,12 @@ def problem(kind: str, out: View, a: View, b: View, geometry: Geometry) -> tuple
             gemm.Gather("planes", False, o, (oh, ow), (oh, ow), n, gy.strides),
             gemm.Gather("window", False, c, (h, w), (oh, ow), n, x.strides, k, s, p, d),
         )
-        result = (out, _gathered(gy, (o, pixels), False), _gathered(x, (pixels, c * kk), False), gathers)
+        templates = (
+            (0, out.shape, out.strides),
+            _gathered(1, gy, (o, pixels), False),
+            _gathered(2, x, (pixels, c * kk), False),
+        )
+        result = (templates, gathers)
     else:
         raise ValueError(f"unknown convolution product {kind!r}; expected one of {KINDS}")
     bad = [f"{got} (expected {exp})" for exp, got in want if tuple(got) != exp]
@@ -93,23 +110,64 @@ def problem(kind: str, out: View, a: View, b: View, geometry: Geometry) -> tuple
     return result
 
 
-def weight_rows(backend: Any, w4: View, swap: bool) -> tuple[View, Any]:
+def weight_rows(w4: View, swap: bool) -> tuple[View, tuple[tuple[int, ...], tuple[int, ...]] | None]:
     """The weight (O, C, kh, kw) as the (rows, kh*kw*ch) matrix of the forward (rows O, channels C) or, ``swap``,
-    of the input gradient (rows C, channels O), and the temporary storage to keep alive until the GEMM is recorded
-    (None when the weight's own strides give the matrix)."""
+    of the input gradient (rows C, channels O): over the weight's own storage where its strides give the matrix
+    (and None), else over a contiguous temporary (storage None here) and the (shape, strides) of the weight's
+    elements to copy into it in order."""
     o, c, kh, kw = w4.shape
     s0, s1, s2, s3 = w4.strides
     rows, ch, srow, sch = (c, o, s1, s0) if swap else (o, c, s0, s1)
     shape, (strides,) = coalesce((kh, kw, ch), [(s2, s3, sch)])
     if len(shape) <= 1:  # (ky, kx, ch) is one stride of the weight already
         return View(w4.storage, (rows, kh * kw * ch), (srow, strides[0] if strides else 1), w4.offset), None
-    tmp = backend.alloc(rows * kh * kw * ch, w4.dtype)
-    backend.elementwise(
-        "copy",
-        View(tmp, (rows, kh, kw, ch), (kh * kw * ch, kw * ch, ch, 1), 0),
-        [View(w4.storage, (rows, kh, kw, ch), (srow, s2, s3, sch), w4.offset)],
-    )
-    return View(tmp, (rows, kh * kw * ch), (kh * kw * ch, 1), 0), tmp
+    return View(None, (rows, kh * kw * ch), (kh * kw * ch, 1), 0), ((rows, kh, kw, ch), (srow, s2, s3, sch))
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """What recording one convolution product takes, made once per layout (shapes, strides, offset alignment) of
+    the call's views: the tuned GEMM, where its operands lie in the call's views, the weight matrix's copy (or
+    none), and where the bias goes. Eager steps make the same calls every step; this keeps their host cost to
+    binding views and recording (the layout work, a few µs a call, is done once)."""
+
+    gp: Any
+    templates: tuple[Template, ...]
+    weight: tuple[tuple[int, ...], tuple[int, ...]]  # the weight matrix's (shape, strides) over its storage
+    copy: tuple[tuple[int, ...], tuple[int, ...]] | None  # the weight's elements copied into a temporary
+    bias: str  # "", "epilogue" or "later" (a strided bias: added after the GEMM; the epilogue reads a dense one)
+
+
+def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geometry, bias: View | None) -> Any:
+    """The :class:`Recipe` of this call's layout, or False where it is left to the composition: negative strides,
+    nothing to compute, an input gradient whose K tiles cannot each have one (ky, kx) (gemm.Gather.masks_tiles)."""
+    views = (out, a, b) + ((bias,) if bias is not None else ())
+    if any(x < 0 for v in views for x in v.strides) or not all(v.numel for v in views):
+        return False
+    if kind == "input" and any(a.shape[1] % bk for bk in gemm.K_STEPS):
+        return False
+    copy = None
+    if kind in ("forward", "input"):
+        o, c = (out.shape[1], a.shape[1]) if kind == "forward" else (a.shape[1], out.shape[1])
+        if len(b.shape) != 4 or b.shape != (o, c, *geometry[0]):
+            raise ValueError(f"convolution {kind}: weight of shape {b.shape}, expected {(o, c, *geometry[0])}")
+        b, copy = weight_rows(b, kind == "input")
+        if copy is not None:  # a storage for the tuner's look at the matrix (dtype; its data is not read)
+            b = View(backend.alloc(b.shape[0] * b.shape[1], out.dtype), b.shape, b.strides, 0)
+    templates, gathers = problem(kind, out, a, b, geometry)
+    mode = ""
+    if bias is not None:
+        if kind != "forward" or bias.shape != (out.shape[1],):
+            raise ValueError(f"convolution {kind}: a bias of shape {bias.shape} (only the forward's, (O,))")
+        mode = "later" if bias.strides != (1,) and bias.shape[0] > 1 else "epilogue"
+    bound = tuple(_bind(t, (out, a, b)) for t in templates)
+    key = ("conv", kind, geometry, *((v.dtype, v.shape, v.strides, v.offset % 4 == 0) for v in bound))
+    key += (gathers, mode == "epilogue")
+    gp = backend.plans.get(key)
+    if gp is None:
+        with backend.rt.paused():  # tuned and self-checked eagerly, never inside a capture
+            gp = backend.plans[key] = tuner(backend).plan(*bound, gathers, bias if mode == "epilogue" else None)
+    return Recipe(gp, templates, (b.shape, b.strides), copy, mode)
 
 
 def encode_conv(
@@ -118,34 +176,50 @@ def encode_conv(
     """Record one convolution product (see the module's notes and ``Backend.convolution``); False where it is left
     to the composition: an operand of a large tensor (cut into pieces there), negative strides, or nothing to
     compute. The forward's ``bias`` (O,) is added in the GEMM's epilogue."""
-    views = (out, a, b) + ((bias,) if bias is not None else ())
-    if any(isinstance(v.storage, LargeStorage) for v in views) or any(x < 0 for v in views for x in v.strides):
+    if (
+        a.storage.__class__ is LargeStorage
+        or b.storage.__class__ is LargeStorage
+        or out.storage.__class__ is LargeStorage
+        or (bias is not None and bias.storage.__class__ is LargeStorage)
+    ):
         return False
-    if not all(v.numel for v in views):
+    key = (
+        "conv-recipe",
+        kind,
+        geometry,
+        out.dtype,
+        out.shape,
+        out.strides,
+        out.offset & 3,
+        a.shape,
+        a.strides,
+        a.offset & 3,
+        b.shape,
+        b.strides,
+        b.offset & 3,
+        None if bias is None else (bias.shape, bias.strides),
+    )
+    r = backend.plans.get(key)
+    if r is None:
+        r = backend.plans[key] = _recipe(backend, kind, out, a, b, geometry, bias)
+    if r is False:
         return False
-    if kind == "input" and any(a.shape[1] % bk for bk in gemm.K_STEPS):
-        return False  # whichever variant runs, its K tiles must each have one (ky, kx): gemm.Gather.masks_tiles
     keep = None
-    if kind in ("forward", "input"):
-        o, c = (out.shape[1], a.shape[1]) if kind == "forward" else (a.shape[1], out.shape[1])
-        if len(b.shape) != 4 or b.shape != (o, c, *geometry[0]):
-            raise ValueError(f"convolution {kind}: weight of shape {b.shape}, expected {(o, c, *geometry[0])}")
-        b, keep = weight_rows(backend, b, kind == "input")
-    o, ga, gb, gathers = problem(kind, out, a, b, geometry)
-    later = None  # a strided bias: added after the GEMM (the epilogue reads a contiguous one)
-    if bias is not None:
-        if kind != "forward" or bias.shape != (out.shape[1],):
-            raise ValueError(f"convolution {kind}: a bias of shape {bias.shape} (only the forward's, (O,))")
-        if bias.strides != (1,) and bias.shape[0] > 1:
-            later, bias = View(bias.storage, out.shape, (0, bias.strides[0], 0, 0), bias.offset), None
-    key = ("conv", kind, geometry, *((v.dtype, v.shape, v.strides, v.offset % 4 == 0) for v in (o, ga, gb)))
-    key += (gathers, bias is not None)
-    gp = backend.plans.get(key)
-    if gp is None:
-        with backend.rt.paused():  # tuned and self-checked eagerly, never inside a capture
-            gp = backend.plans[key] = tuner(backend).plan(o, ga, gb, gathers, bias)
-    epilogue.record(backend, gp, o, ga, gb, bias)
-    if later is not None:
+    shape, strides = r.weight
+    if r.copy is None:
+        wm = View(b.storage, shape, strides, b.offset)
+    else:
+        keep = backend.alloc(shape[0] * shape[1], b.dtype)
+        src_shape, src_strides = r.copy
+        dst = View(keep, src_shape, contiguous_strides(src_shape), 0)
+        backend.elementwise("copy", dst, [View(b.storage, src_shape, src_strides, b.offset)])
+        wm = View(keep, shape, strides, 0)
+    ops = (out, a, wm)
+    t0, t1, t2 = r.templates
+    o, ga, gb = _bind(t0, ops), _bind(t1, ops), _bind(t2, ops)
+    epilogue.record(backend, r.gp, o, ga, gb, bias if r.bias == "epilogue" else None)
+    if r.bias == "later":
+        later = View(bias.storage, out.shape, (0, bias.strides[0], 0, 0), bias.offset)  # type: ignore[union-attr]
         backend.elementwise("add", out, [out, later])
     del keep  # the pooled temporary returns on drop; the queue orders its reuse after the GEMM
     return True
