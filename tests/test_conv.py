@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import vkblas as vk
-from conftest import require_torch
+from conftest import require_torch, requires_vulkan
 from references import conv_ref, pad_hw, pool_ref
 from vkblas.backend.base import View
 from vkblas.nn import functional as F
@@ -383,6 +383,15 @@ def test_bench_conv_runs(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "conv", "--help"])
     assert "conv2d" in capsys.readouterr().out
+
+
+@requires_vulkan
+def test_bench_conv_times_the_captured_step_where_the_device_captures():
+    from vkblas.bench.conv import Layer, run
+
+    cols, rows = run([Layer("tiny", 2, 2, 3, 6)], ["vulkan"], use_torch=False, budget=0.01)
+    assert cols == ["layer", "vk vulkan fwd ms", "vk vulkan f+b ms", "vk vulkan graph f+b ms"]
+    assert all(t > 0 for t in rows[0][1:])
 
 
 # ------------------------------------------------------------------------------------------ chunks of images

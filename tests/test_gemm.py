@@ -353,6 +353,19 @@ def test_every_variant_runs_relu_and_its_mask_in_its_epilogue(fresh, variant):
             np.testing.assert_array_equal(res, want.astype(np.float32))
 
 
+@pytest.mark.parametrize("ty", ["f32", "vec4<f32>", "f16", "vec4<f16>"])
+def test_epilogue_conditions_test_nan_by_bits(ty):
+    """The H200's driver folded the fused ``select(v, 0, v < 0)`` into ``max(v, 0)``: relu(NaN) became 0 there
+    while the separate dispatch kept NaN (the test above failed on it; lavapipe does not fold, so it passes here).
+    Each epilogue condition carries a NaN bit test of its float operand, as the elementwise table's comparisons do
+    (``wgsl.guard_nan``), which no float mode can fold away."""
+    for act, tested in (("relu", "v"), ("relu_grad", "s")):
+        code = gemm._epilogue(act, "v", "s", ty)
+        u = "vec4<u32>" if ty.startswith("vec4") else "u32"
+        f = "vec4<f32>" if ty.startswith("vec4") else "f32"
+        assert f"bitcast<{u}>({f}({tested}))" in code and "0x7f800000u" in code, code
+
+
 def test_epilogue_op_with_split_k_joins_the_sum_of_the_partials(fresh):
     m, k, n = 6, 3000, 9
     va, vb, _, vsaved = _act_case(fresh, m, k, n)

@@ -6,6 +6,10 @@ forward+backward (grads of weight and bias, and of the input except for a first 
 present (or those given by ``--devices``), PyTorch on the CPU and on CUDA when present, and the ratio of the first
 vkblas device's time to PyTorch's (CUDA when present, else CPU) for forward+backward.
 
+Captured, like with like: on a device that captures graphs, forward+backward is also captured once and replayed
+(``graph f+b``: no host cost per call, what a ``vkblas.compile`` step sees), beside PyTorch's forward+backward
+captured in a CUDA graph (``torch.autograd.grad`` of the same output), with their ratio.
+
 Times are wall clock per call, the best of a few batches of back-to-back calls each ended by one synchronize (what a
 training loop sees); the first call of a shape (kernel compilation, autotuning) is not timed.
 PyTorch runs in fp32 arithmetic like vkblas: TF32 off (cuDNN's default is TF32 on tensor cores).
@@ -22,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .gemm import format_table
+from .gemm import cuda_graph, format_table
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,8 @@ def _time(fn: Callable[[], Any], sync: Callable[[], None], budget: float, max_re
 
 def _vkblas(
     layer: Layer, device: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, g: np.ndarray, budget: float
-) -> tuple[float, float]:
+) -> tuple[float, ...]:
+    """(forward ms, forward+backward ms) eager, then the captured forward+backward's ms where it can capture."""
     import vkblas as vk
     from vkblas.nn import functional as F
 
@@ -90,7 +95,13 @@ def _vkblas(
     def sync() -> None:
         vk.synchronize(device)
 
-    return _time(fwd, sync, budget), _time(fwd_bwd, sync, budget)
+    times = (_time(fwd, sync, budget), _time(fwd_bwd, sync, budget))
+    if not vk.graphs.can_capture(device):
+        return times
+    graph = vk.graphs.Graph()
+    with vk.graphs.capture(graph, device=device):  # the gradients' buffers are the graph's: each replay rewrites them
+        fwd_bwd()
+    return (*times, _time(graph.replay, sync, budget))
 
 
 def _torch_times(
@@ -115,7 +126,15 @@ def _torch_times(
         if device == "cuda":
             torch.cuda.synchronize()
 
-    return _time(fwd, sync, budget), _time(fwd_bwd, sync, budget)
+    times = (_time(fwd, sync, budget), _time(fwd_bwd, sync, budget))
+    if device != "cuda":
+        return times
+    wants = [tx, tw, tb] if layer.input_grad else [tw, tb]
+
+    def grads() -> Any:
+        return torch.autograd.grad(conv(tx, tw, tb, padding=layer.padding), wants, tg)
+
+    return (*times, _time(cuda_graph(torch, grads).replay, sync, budget))
 
 
 def _torch() -> Any:
@@ -140,13 +159,19 @@ def run(
         ref_devices.append("cpu")
     if torch is not None and torch.cuda.is_available():
         ref_devices.append("cuda")
+    import vkblas as vk
+
+    captures = [vk.graphs.can_capture(d) for d in devices]
     cols = ["layer"]
-    for d in devices:
-        cols += [f"vk {d} fwd ms", f"vk {d} f+b ms"]
+    for d, c in zip(devices, captures, strict=True):
+        cols += [f"vk {d} fwd ms", f"vk {d} f+b ms"] + [f"vk {d} graph f+b ms"] * c
     for d in ref_devices:
-        cols += [f"torch {d} fwd ms", f"torch {d} f+b ms"]
+        cols += [f"torch {d} fwd ms", f"torch {d} f+b ms"] + ["torch cuda graph f+b ms"] * (d == "cuda")
     if devices and ref_devices:
         cols.append(f"vk {devices[0]} / torch {ref_devices[-1]} f+b")
+    graph_ratio = bool(devices) and captures[0] and "cuda" in ref_devices
+    if graph_ratio:
+        cols.append(f"vk {devices[0]} graph / torch cuda graph f+b")
     rng = np.random.default_rng(seed)
     rows = []
     for layer in layers:
@@ -156,12 +181,14 @@ def run(
         b = rng.standard_normal(ws[0], dtype=np.float32)
         g = rng.standard_normal((layer.batch, layer.cout, layer.size, layer.size), dtype=np.float32)
         row: list[Any] = [layer.label]
-        for d in devices:
-            row += _vkblas(layer, d, x, w, b, g, budget)
-        for d in ref_devices:
-            row += _torch_times(torch, layer, d, x, w, b, g, budget)
+        ours = [_vkblas(layer, d, x, w, b, g, budget) for d in devices]
+        theirs = [_torch_times(torch, layer, d, x, w, b, g, budget) for d in ref_devices]
+        for times in ours + theirs:
+            row += times
         if devices and ref_devices:
-            row.append(row[2] / row[-1])
+            row.append(ours[0][1] / theirs[-1][1])
+        if graph_ratio:
+            row.append(ours[0][2] / theirs[-1][2])
         rows.append(row)
         print(f"  {layer.label}: done", file=sys.stderr, flush=True)
     return cols, rows

@@ -9,6 +9,11 @@ weight gradient); transposed operands are read through strides, as the autograd 
 
 Times are wall clock over a batch of back-to-back calls (about 0.5 TFLOP of work) ended by one synchronize, for vkblas
 and for cuBLAS alike (what a training loop sees); the first call of a shape includes autotuning and is not timed.
+That wall time includes each call's host cost, which at the small layer shapes (20 us kernels) outweighs the kernel.
+So the table also compares the kernels alone ("kernel" columns, on a GPU with timestamp queries): vkblas's chosen
+plan (split-K reduce included) repeated in one compute pass between two GPU timestamps, against cuBLAS's kernels
+replayed from a CUDA graph between two CUDA events; both after about a second of the same work, so that the GPU's
+clocks are up (timed cold, the first candidates of a run measured 2-3x slower on an H200).
 """
 
 from __future__ import annotations
@@ -136,6 +141,22 @@ class _Vk:
         gf = _time(batch, s.flops * inner)
         return gf, self.be.to_numpy(out)
 
+    def kernel(self, s: Shape, a: np.ndarray, b: np.ndarray, warm_s: float = 1.0) -> float | None:
+        """GFLOP/s of the GEMM kernel(s) alone (GPU timestamps), after ``warm_s`` seconds of the same work; None
+        without timestamp queries (where there is no GPU clock to read)."""
+        from vkblas.backend.vulkan.autotune import tuner
+        from vkblas.dtypes import float32
+
+        if "timestamp-query" not in getattr(getattr(self.be, "dev", None), "features", ()):
+            return None
+        out, va, vb = self.views(a, b, s.layout, float32)
+        t = tuner(self.be)
+        gp = t.plan(out, va, vb)  # the plan matmul uses (the tuner's table: tuned by run() already)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < warm_s:
+            t.time(gp, out, va, vb)
+        return s.flops / min(t.time(gp, out, va, vb) for _ in range(5)) / 1e9
+
 
 def _inner(s: Shape) -> int:
     """Calls per sync: enough GPU work (~0.5 TFLOP) that one sync's latency does not dominate (both libraries)."""
@@ -150,11 +171,32 @@ def _torch() -> Any:
     return torch
 
 
+def _torch_operands(torch: Any, s: Shape, a: np.ndarray, b: np.ndarray, dev: str) -> tuple[Any, Any]:
+    """A and B on ``dev`` in the shape's layout: a ``t`` operand stored transposed and read through its strides."""
+
+    def put(x: np.ndarray, transposed: bool) -> Any:
+        t = torch.from_numpy(np.ascontiguousarray(np.swapaxes(x, -1, -2)) if transposed else x).to(dev)
+        return t.transpose(-1, -2) if transposed else t
+
+    return put(a, s.layout[0] == "t"), put(b, s.layout[1] == "t")
+
+
+def cuda_graph(torch: Any, fn: Callable[[], Any], warmups: int = 3) -> Any:
+    """``fn`` captured in a CUDA graph, after ``warmups`` calls on a side stream (as capture wants)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmups):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
 def _torch_run(torch: Any, s: Shape, a: np.ndarray, b: np.ndarray, dev: str, tf32: bool) -> tuple[float, Any]:
-    ta = torch.from_numpy(np.ascontiguousarray(np.swapaxes(a, -1, -2)) if s.layout[0] == "t" else a).to(dev)
-    tb = torch.from_numpy(np.ascontiguousarray(np.swapaxes(b, -1, -2)) if s.layout[1] == "t" else b).to(dev)
-    ta = ta.transpose(-1, -2) if s.layout[0] == "t" else ta
-    tb = tb.transpose(-1, -2) if s.layout[1] == "t" else tb
+    ta, tb = _torch_operands(torch, s, a, b, dev)
     cuda = dev.startswith("cuda")
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -171,6 +213,34 @@ def _torch_run(torch: Any, s: Shape, a: np.ndarray, b: np.ndarray, dev: str, tf3
 
     gf = _time(step, s.flops * inner)
     return gf, out.cpu().numpy()
+
+
+def _torch_kernel(torch: Any, s: Shape, a: np.ndarray, b: np.ndarray, warm_s: float = 1.0) -> float:
+    """GFLOP/s of cuBLAS fp32 (TF32 off) kernels alone: ``_inner(s)`` products captured in a CUDA graph, replayed
+    between two events (no launch cost per product), after ``warm_s`` seconds of replays."""
+    ta, tb = _torch_operands(torch, s, a, b, "cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    out = torch.matmul(ta, tb)
+    inner = _inner(s)
+
+    def products() -> None:
+        for _ in range(inner):
+            torch.matmul(ta, tb, out=out)
+
+    graph = cuda_graph(torch, products, warmups=1)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < warm_s:
+        graph.replay()
+        torch.cuda.synchronize()
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    best = float("inf")
+    for _ in range(3):
+        begin.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        best = min(best, begin.elapsed_time(end) * 1e-3 / inner)
+    return s.flops / best / 1e9
 
 
 def _reference(torch: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -207,6 +277,9 @@ def run(
     if has_cuda:
         cols += ["cuBLAS fp32 GF/s", "err", "cuBLAS tf32 GF/s", "err"]
     cols += ["vk/torch fp32"]
+    kernels = "timestamp-query" in getattr(getattr(vk.be, "dev", None), "features", ())
+    if kernels:
+        cols += ["vk kernel GF/s"] + ["cuBLAS kernel GF/s", "vk/cuBLAS kernel"] * has_cuda
     print("  " + "  ".join(cols), flush=True)  # the header first: each row is printed as soon as it is measured
     rng = np.random.default_rng(seed)
     rows: list[list[Any]] = []
@@ -239,6 +312,12 @@ def run(
             row += [gf, _rel_err(c, ref)]
             torch.backends.cuda.matmul.allow_tf32 = False
         row.append(gf32 / torch_fp32 if torch_fp32 else "-")
+        if kernels:
+            vk_kernel = vk.kernel(s, a, b)
+            row.append(vk_kernel)
+            if has_cuda:
+                theirs = _torch_kernel(torch, s, a, b)
+                row += [theirs, vk_kernel / theirs if vk_kernel else "-"]
         rows.append(row)
         print("  " + "  ".join(_fmt(x) for x in row), flush=True)
         if json_path:

@@ -269,7 +269,13 @@ class Tuner:
 
 
 #: what the fp32 defaults pick, small to large (gemm.default_choice), checked when a device starts
-STARTUP_VARIANTS = ("32x32k16.4x4.db", "64x64k16.4x4.db", "128x128k8.8x8.db", "128x256k8.8x16.db")
+STARTUP_VARIANTS = (
+    "32x32k16.4x4.db",
+    "64x64k16.4x4.db",
+    "128x128k8.8x8.db",
+    "128x256k8.8x16.db",
+    "128x256k16.8x16.db.p0",
+)
 
 
 def startup_check(backend: Any) -> None:

@@ -239,16 +239,24 @@ class Expr:
         return self._cmp(o, "!=")
 
 
-def guard_nan(cmp: str, operands: Sequence[str], op: str) -> str:
+def guard_nan(cmp: str, operands: Sequence[str], op: str, lanes: int = 1) -> str:
     """The float comparison ``cmp`` made false (true for ``!=``) for NaN operands by bit tests: a compiler that
     assumes no NaN folds ``select(a, 0, a < 0)`` into ``max(a, 0)``, which loses a NaN ``a`` (the H200's relu). With
-    the test in the condition, any such fold happens only where ``a`` is not NaN. Literal operands need none."""
-    tests = [f"((bitcast<u32>(f32({c})) & 0x7fffffffu) > 0x7f800000u)" for c in operands]
+    the test in the condition, any such fold happens only where ``a`` is not NaN. Literal operands need none.
+    ``lanes`` 4: ``cmp`` and the operands are vec4s, the tests per component (``&``/``|`` of bool vectors)."""
+    if lanes == 1:
+        tests = [f"((bitcast<u32>(f32({c})) & 0x7fffffffu) > 0x7f800000u)" for c in operands]
+        both, either = "&&", "||"
+    else:
+        u = f"vec{lanes}<u32>"
+        tests = [f"((bitcast<{u}>(vec{lanes}<f32>({c})) & {u}(0x7fffffffu)) > {u}(0x7f800000u))" for c in operands]
+        both, either = "&", "|"
+        cmp = f"({cmp})"  # the operands of & and | are unary expressions in WGSL's grammar
     if not tests:
         return cmp
     if op == "!=":
-        return f"({cmp} || {' || '.join(tests)})"
-    return f"({cmp} && !({' || '.join(tests)}))"
+        return f"({cmp} {either} {f' {either} '.join(tests)})"
+    return f"({cmp} {both} !({f' {either} '.join(tests)}))"
 
 
 def _per_type(text: str | Mapping[str, str], ty: str) -> str:
