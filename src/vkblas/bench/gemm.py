@@ -141,14 +141,17 @@ class _Vk:
         gf = _time(batch, s.flops * inner)
         return gf, self.be.to_numpy(out)
 
-    def kernel(self, s: Shape, a: np.ndarray, b: np.ndarray, warm_s: float = 1.0) -> float | None:
-        """GFLOP/s of the GEMM kernel(s) alone (GPU timestamps), after ``warm_s`` seconds of the same work; None
-        without timestamp queries (where there is no GPU clock to read)."""
+    @property
+    def has_timestamps(self) -> bool:
+        """Whether the device can time kernels with GPU timestamp queries (what :meth:`kernel` needs)."""
+        return "timestamp-query" in getattr(getattr(self.be, "dev", None), "features", ())
+
+    def kernel(self, s: Shape, a: np.ndarray, b: np.ndarray, warm_s: float = 1.0) -> float:
+        """GFLOP/s of the GEMM kernel(s) alone (GPU timestamps; see :attr:`has_timestamps`), after ``warm_s``
+        seconds of the same work."""
         from vkblas.backend.vulkan.autotune import tuner
         from vkblas.dtypes import float32
 
-        if "timestamp-query" not in getattr(getattr(self.be, "dev", None), "features", ()):
-            return None
         out, va, vb = self.views(a, b, s.layout, float32)
         t = tuner(self.be)
         gp = t.plan(out, va, vb)  # the plan matmul uses (the tuner's table: tuned by run() already)
@@ -277,7 +280,7 @@ def run(
     if has_cuda:
         cols += ["cuBLAS fp32 GF/s", "err", "cuBLAS tf32 GF/s", "err"]
     cols += ["vk/torch fp32"]
-    kernels = "timestamp-query" in getattr(getattr(vk.be, "dev", None), "features", ())
+    kernels = vk.has_timestamps
     if kernels:
         cols += ["vk kernel GF/s"] + ["cuBLAS kernel GF/s", "vk/cuBLAS kernel"] * has_cuda
     print("  " + "  ".join(cols), flush=True)  # the header first: each row is printed as soon as it is measured
@@ -317,7 +320,7 @@ def run(
             row.append(vk_kernel)
             if has_cuda:
                 theirs = _torch_kernel(torch, s, a, b)
-                row += [theirs, vk_kernel / theirs if vk_kernel else "-"]
+                row += [theirs, vk_kernel / theirs]
         rows.append(row)
         print("  " + "  ".join(_fmt(x) for x in row), flush=True)
         if json_path:
