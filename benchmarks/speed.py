@@ -27,6 +27,11 @@ under 3), far longer on lavapipe, where ``--steps 3 --warmup 2`` is the useful s
     python3 benchmarks/speed.py --steps 3 --warmup 2  # on lavapipe
     python3 benchmarks/speed.py --models mlp --modes eager,graph
     python3 benchmarks/speed.py --memory              # the CNN step's memory instead (cpu and vulkan, PyTorch CPU)
+    python3 benchmarks/speed.py --item-every 1        # each step's loss read on the host, as a logging loop does
+
+``--item-every N`` reads every Nth step's loss with ``.item()`` on both sides: the host then waits for the device,
+which idles until the host has issued the next step's first work (PyTorch launches each kernel as it is called;
+vkblas hands its first batch after a wait to the device after ``queue.FIRST_BATCH`` dispatches).
 
 ``--host``: the host cost of one eager step instead (issue 15's "eager cost"), for each of ``--models``: forward,
 loss, backward, ``optimizer.step()`` and ``zero_grad`` at a tiny batch (``--batch``, default 4), vkblas on each
@@ -56,6 +61,7 @@ to allocator rounding.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import time
 from collections.abc import Callable
@@ -105,16 +111,27 @@ class Result:
     dispatches: float | None = None
 
 
-def timed(step: Callable[[int], Any], sync: Callable[[], None], steps: int, warmup: int, limit: float) -> tuple:
-    """(samples/s, steps run) of ``step(i)`` after ``warmup`` calls; stops after ``limit`` seconds."""
+def timed(
+    step: Callable[[int], Any], sync: Callable[[], None], steps: int, warmup: int, limit: float, item_every: int = 0
+) -> tuple:
+    """(samples/s, steps run) of ``step(i)`` after ``warmup`` calls; stops after ``limit`` seconds. With
+    ``item_every`` N, every Nth step's loss (what ``step`` returns) is read on the host, as a loop that logs it does.
+
+    The garbage of earlier measurements is collected first: left to the cyclic collector, a full collection of
+    everything the earlier models, graphs and PyTorch made ran inside a later timed loop (the H200, 2026-12-04:
+    ~170 ms in the eager CNN's 300 steps, 0.86x instead of 1.01x run alone). The collector stays on while timing,
+    so each framework pays for its own steps' garbage."""
     for i in range(warmup):
         step(i)
     sync()
+    gc.collect()
     t0 = time.perf_counter()
     done = 0
     while done < steps:
-        step(warmup + done)
+        loss = step(warmup + done)
         done += 1
+        if item_every and done % item_every == 0:
+            loss.item()
         if time.perf_counter() - t0 > limit:
             break
     sync()
@@ -153,8 +170,8 @@ def vkblas_runs(model_name: str, modes: list[str], device: str, args: argparse.N
 
         if mode == "eager":
 
-            def step(i: int, train_step: Callable = train_step) -> None:
-                train_step(*batch(i))
+            def step(i: int, train_step: Callable = train_step) -> Any:
+                return train_step(*batch(i))
 
         elif mode == "graph":
             if not graphs.can_capture(device):
@@ -162,26 +179,27 @@ def vkblas_runs(model_name: str, modes: list[str], device: str, args: argparse.N
             sx, sy = vk.empty((BATCH, 1, 28, 28), device=device), vk.empty((BATCH,), dtype=vk.int32, device=device)
             holder: dict[str, Any] = {}
 
-            def step(i: int, train_step: Callable = train_step, sx: Any = sx, sy: Any = sy, h: dict = holder) -> None:
+            def step(i: int, train_step: Callable = train_step, sx: Any = sx, sy: Any = sy, h: dict = holder) -> Any:
                 x, y = batch(i)
                 sx.copy_(x)
                 sy.copy_(y)
                 if i < 2:  # warm-up: the optimizer state exists before capture
-                    train_step(sx, sy)
-                elif "g" not in h:
+                    return train_step(sx, sy)
+                if "g" not in h:
                     h["g"] = graphs.Graph()
                     with graphs.capture(h["g"], device=device):
                         h["loss"] = train_step(sx, sy)
                 else:
                     h["g"].replay()
+                return h["loss"]
 
         else:
             if not hasattr(vk, "compile"):
                 continue
             compiled = vk.compile(train_step)
 
-            def step(i: int, compiled: Callable = compiled) -> None:
-                compiled(*batch(i))
+            def step(i: int, compiled: Callable = compiled) -> Any:
+                return compiled(*batch(i))
 
         warmup = max(args.warmup, 3 if mode != "eager" else 1)
         before = None
@@ -193,7 +211,11 @@ def vkblas_runs(model_name: str, modes: list[str], device: str, args: argparse.N
             step(warmup)
             step(warmup + 1)
             per_step = (runtime.dispatches - before) / 2
-        rate, done = timed(lambda i, step=step, w=warmup: step(w + 2 + i), sync, args.steps, 0, args.max_seconds)
+
+        def run(i: int, step: Callable = step, w: int = warmup) -> Any:
+            return step(w + 2 + i)
+
+        rate, done = timed(run, sync, args.steps, 0, args.max_seconds, args.item_every)
         results.append(Result("vkblas", mode, rate, done, per_step if before is not None else None))
     return results
 
@@ -220,13 +242,15 @@ def torch_runs(model_name: str, torch: Any, device: str, args: argparse.Namespac
     model = build(model_name, nn).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
-    def eager(i: int) -> None:
+    def eager(i: int) -> Any:
         x, y = batch(i)
         opt.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
         opt.step()
+        return loss
 
-    rate, done = timed(eager, sync, args.steps, args.warmup, args.max_seconds)
+    rate, done = timed(eager, sync, args.steps, args.warmup, args.max_seconds, args.item_every)
     results.append(Result(f"torch ({device})", "eager", rate, done))
     if not cuda:
         return results
@@ -246,16 +270,18 @@ def torch_runs(model_name: str, torch: Any, device: str, args: argparse.Namespac
     g = torch.cuda.CUDAGraph()
     opt.zero_grad(set_to_none=True)
     with torch.cuda.graph(g):
-        F.cross_entropy(model(sx), sy).backward()
+        static_loss = F.cross_entropy(model(sx), sy)
+        static_loss.backward()
         opt.step()
 
-    def replay(i: int) -> None:
+    def replay(i: int) -> Any:
         x, y = batch(i)
         sx.copy_(x)
         sy.copy_(y)
         g.replay()
+        return static_loss
 
-    rate, done = timed(replay, sync, args.steps, args.warmup, args.max_seconds)
+    rate, done = timed(replay, sync, args.steps, args.warmup, args.max_seconds, args.item_every)
     results.append(Result(f"torch ({device})", "graph", rate, done))
     return results
 
@@ -471,7 +497,7 @@ def host_main(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- table
-def table(model: str, ours: list[Result], theirs: list[Result]) -> None:
+def table(model: str, ours: list[Result], theirs: list[Result], item_every: int = 0) -> None:
     ref = {r.mode: r for r in theirs}
     rows = []
     for r in [*ours, *theirs]:
@@ -480,7 +506,8 @@ def table(model: str, ours: list[Result], theirs: list[Result]) -> None:
         disp = f"{r.dispatches:.0f}" if r.dispatches is not None else ""
         rows.append((r.framework, r.mode, f"{r.samples_per_s:,.0f}", r.steps, ratio, disp))
     print_table(
-        f"\n{model}: batch {BATCH}, Adam, data on the device",
+        f"\n{model}: batch {BATCH}, Adam, data on the device"
+        + (f", loss.item() every {item_every} step(s)" if item_every else ""),
         ("framework", "mode", "samples/s", "steps", "ratio", "dispatches/step"),
         rows,
     )
@@ -497,6 +524,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", default="mlp,cnn", help="comma-separated: mlp, cnn")
     p.add_argument("--modes", default=",".join(MODES), help=f"vkblas modes, comma-separated: {', '.join(MODES)}")
     p.add_argument("--max-seconds", type=float, default=15.0, help="stop one measurement after this (default 15)")
+    p.add_argument(
+        "--item-every", type=int, default=0, help="read the loss on the host every N timed steps (default 0: never)"
+    )
     p.add_argument("--memory", action="store_true", help="the CNN step's memory table instead of its speed")
     p.add_argument("--memory-devices", default="cpu,vulkan", help="vkblas devices for --memory (default cpu,vulkan)")
     p.add_argument("--memory-batch", type=int, default=BATCH, help=f"batch size for --memory (default {BATCH})")
@@ -530,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
     for model in args.models.split(","):
         ours = vkblas_runs(model, modes, device, args)
         theirs = torch_runs(model, torch, tdev, args) if torch is not None else []
-        table(model, ours, theirs)
+        table(model, ours, theirs, args.item_every)
     return 0
 
 

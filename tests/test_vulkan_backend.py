@@ -610,18 +610,25 @@ def test_chain_beyond_flush_threshold(vk):
     np.testing.assert_array_equal(vk.to_numpy(a), np.full(8, n, np.float32))
 
 
+def full_batches(vk):
+    """Sync, then leave the runtime as in the middle of a long loop: batches of FLUSH_DISPATCHES from the first."""
+    vk.synchronize()
+    vk.rt.limit = vk_queue.FLUSH_DISPATCHES
+
+
 def test_work_is_submitted_every_flush_threshold_dispatches(vk):
     """Eager work and replays reach the GPU in batches of FLUSH_DISPATCHES, not at the next sync point only: the
     GPU runs one batch while the host records the next (a replay longer than a batch is split across two)."""
     rt, most = vk.rt, vk_queue.FLUSH_DISPATCHES
     assert most <= 256  # small batches (the module docstring): 2048 made host and GPU take turns
     a = put(vk, np.zeros(8, np.float32), D.float32)
-    vk.synchronize()
+    full_batches(vk)
     start = rt._submitted
     for _ in range(3 * most):
         vk.elementwise("add", a, [a, 1.0])
     assert rt.count == 0 and rt._submitted - start == 3 * most
     n = most + 5
+    rt.limit = most
     cap = vk.capture_begin()
     for _ in range(n):
         vk.elementwise("add", a, [a, 1.0])
@@ -631,6 +638,71 @@ def test_work_is_submitted_every_flush_threshold_dispatches(vk):
     assert rt.count < most
     np.testing.assert_array_equal(vk.to_numpy(a), np.full(8, 3 * most + 3 * n, np.float32))
     vk.capture_release(cap)
+
+
+def test_after_a_wait_the_first_batches_are_small_and_submitted_at_once(vk, monkeypatch):
+    """After a sync the device idles: its next work goes out after FIRST_BATCH dispatches, submitted on the calling
+    thread (the submit thread would wait for the GIL while this one records: a loop that reads its loss every step
+    left the GPU idle until the read), and each batch doubles up to FLUSH_DISPATCHES. Replays follow the same
+    schedule; a read starts it again."""
+    rt, first, most = vk.rt, vk_queue.FIRST_BATCH, vk_queue.FLUSH_DISPATCHES
+    assert 1 <= first < most
+    handed, real = [], rt._submitter.submit
+
+    def submit(fn, *batch):
+        handed.append(batch[-1])  # its dispatch count
+        return real(fn, *batch)
+
+    monkeypatch.setattr(rt._submitter, "submit", submit)
+    a = put(vk, np.zeros(8, np.float32), D.float32)
+    vk.synchronize()
+    sizes, size = [], first
+    while size < most:
+        sizes.append(size)
+        size *= 2
+    start = rt._submitted
+    for i, size in enumerate(sizes):
+        for _ in range(size):
+            vk.elementwise("add", a, [a, 1.0])
+        assert rt.count == 0 and rt._submitted - start == sum(sizes[: i + 1]) and not rt._in_flight
+    assert handed == [] and rt.limit == most
+    for _ in range(most):
+        vk.elementwise("add", a, [a, 1.0])
+    assert handed == [most]  # full batches go to the submit thread
+    assert vk.to_numpy(a)[0] == sum(sizes) + most and rt.limit == first
+    cap = vk.capture_begin()
+    for _ in range(first + 3):
+        vk.elementwise("add", a, [a, 1.0])
+    vk.capture_end()
+    vk.synchronize()
+    start = rt._submitted
+    vk.capture_replay(cap)  # split: its first FIRST_BATCH dispatches are submitted before the rest is recorded
+    assert rt._submitted - start == first and rt.count == 3
+    np.testing.assert_array_equal(vk.to_numpy(a), np.full(8, sum(sizes) + most + 2 * (first + 3), np.float32))
+    vk.capture_release(cap)
+
+
+def test_reads_wait_through_an_interrupt_without_losing_the_next_read(vk, monkeypatch):
+    """Ctrl-C while a read waits for the device: the read-back buffer, whose map may still finish later, is set
+    aside (with the cell its callback writes), and the next read uses a new one and returns the right bytes."""
+    a = put(vk, np.arange(8, dtype=np.float32), D.float32)
+    vk.synchronize()
+    real, calls = vk_queue._poll, []
+
+    def interrupted(device, wait, index):
+        calls.append(wait)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real(device, wait, index)
+
+    monkeypatch.setattr(vk_queue, "_poll", interrupted)
+    staging = vk.rt._staging
+    with pytest.raises(KeyboardInterrupt):
+        vk.to_numpy(a)
+    assert vk.rt._staging is None and vk.rt._abandoned[-1][0] is staging
+    vk.elementwise("add", a, [a, 1.0])
+    np.testing.assert_array_equal(vk.to_numpy(a), np.arange(8, dtype=np.float32) + 1)
+    assert vk.rt._staging is not staging
 
 
 @pytest.fixture
@@ -643,7 +715,7 @@ def held_submits(vk, monkeypatch):
         release.wait(10)
         real(*batch)
 
-    vk.synchronize()
+    full_batches(vk)
     monkeypatch.setattr(vk.rt, "_submit", submit)
     yield release
     release.set()
@@ -703,7 +775,7 @@ def test_full_batches_are_submitted_inline_once_threads_take_no_work(vk, monkeyp
     submitted on the calling thread, in order, instead of the error escaping from an arbitrary op."""
     closed = ThreadPoolExecutor(max_workers=1)
     closed.shutdown()
-    vk.synchronize()
+    full_batches(vk)
     monkeypatch.setattr(vk.rt, "_submitter", closed)
     most = vk_queue.FLUSH_DISPATCHES
     a = put(vk, np.zeros(8, np.float32), D.float32)
@@ -724,7 +796,7 @@ def test_a_failed_hand_off_is_raised_at_the_next_sync_and_later_work_still_runs(
             raise vk_queue._lost(npending, RuntimeError("injected"))
         real(encoder, windows, npending)
 
-    vk.synchronize()
+    full_batches(vk)
     monkeypatch.setattr(vk.rt, "_submit", submit)
     most = vk_queue.FLUSH_DISPATCHES
     a, b = put(vk, np.zeros(8, np.float32), D.float32), put(vk, np.zeros(8, np.float32), D.float32)

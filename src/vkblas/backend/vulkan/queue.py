@@ -37,11 +37,18 @@ or when ``FLUSH_DISPATCHES`` dispatches or the params ring fill up. That count i
 runs one batch while the host records the next. At 2048, a loop of eager training steps recorded ~60 steps before
 the GPU saw any, and the sync point of every 64th device check then waited for all of them: host and GPU took turns
 instead of overlapping (eager checks now sync every 1024th: ``device_checks.EAGER_SLOTS``). (Measured on an H200,
-BENCHMARKS.md: 256 against 64 and 128, and against a first batch of 32 after each wait doubling up to 256; fewer
-submits matter to a replay loop's host.) Waiting uses buffer mapping (``on_submitted_work_done_sync`` is broken
-in wgpu-py 0.32).
+BENCHMARKS.md: 256 against 64 and 128; fewer submits matter to a replay loop's host.)
 
-A batch that fills up is handed to a *submit thread*, which uploads its params windows (a copy) and submits it.
+After a wait (a read or ``synchronize``) the device idles, so the next batch is small: ``FIRST_BATCH`` dispatches,
+then each batch doubles up to ``FLUSH_DISPATCHES``. Those first batches are submitted on the calling thread. Handed
+to the submit thread, they waited for the GIL while this thread recorded (Python hands the GIL over after its 5 ms
+switch interval, or when the holder blocks), so a loop that reads its loss every step left the GPU idle until the
+read (BENCHMARKS.md, "Reading the loss every step", 2026-12-04: 16 against 4, 8 and no small batches). Waiting maps
+a read-back buffer through wgpu-native and polls the device from this thread (``_read_back``;
+``on_submitted_work_done_sync`` is broken in wgpu-py 0.32, and its ``map_sync`` costs two thread hand-offs and a
+submit more).
+
+A full batch is handed to a *submit thread*, which uploads its params windows (a copy) and submits it.
 wgpu-native validates and encodes a pass's commands in ``CommandEncoder.finish``: on an H200's host that was ~1.7 us
 per dispatch, 40 of the MLP graph replay's 115 us a step, now overlapped with the recording of the next batch (cffi
 releases the GIL in native calls). Every other queue operation waits for the thread first, so the queue's order is
@@ -52,6 +59,7 @@ read waits for it. A failed hand-off is raised at the next of those calls, namin
 from __future__ import annotations
 
 import struct
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -67,14 +75,26 @@ from .kernels.wgsl import PARAM_WORDS
 from .memory import PoolBuffer, Window
 
 FLUSH_DISPATCHES = 256
+#: the first batch after a wait (the device then idles): handed off after this many dispatches, so that the GPU
+#: starts while the host records the rest; each hand-off doubles the next batch, up to ``FLUSH_DISPATCHES``
+FIRST_BATCH = 16
 MAX_IN_FLIGHT = 2  # batches handed to the submit thread and not yet submitted (``Runtime._hand_off``)
 _WINDOW = PARAM_WORDS * 4
 _RING_BYTES = (FLUSH_DISPATCHES + 1) * _WINDOW
 _BIND_GROUP_CACHE = 8192
+#: a wait for the device polls it without blocking for this long, then blocks (``Runtime._read_back``)
+SPIN_SECONDS = 0.02
 _lib, _ffi_ = _ffi.lib, _ffi.ffi
 _set_pipeline = _lib.wgpuComputePassEncoderSetPipeline
 _set_bind_group = _lib.wgpuComputePassEncoderSetBindGroup
 _dispatch = _lib.wgpuComputePassEncoderDispatchWorkgroups
+_poll = _lib.wgpuDevicePoll
+
+
+@_ffi_.callback("void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)")
+def _mapped(status: int, _message: Any, cell: Any, _unused: Any) -> None:
+    """A read-back's map finished: its status goes into the waiter's cell (0 while pending)."""
+    _ffi_.cast("int *", cell)[0] = status
 
 
 _FORBIDDEN = {
@@ -143,6 +163,8 @@ class Runtime:
         self._bg_objects: dict[tuple[PoolBuffer, ...], Any] = {}
         self._offset = _ffi_.new("uint32_t[1]")
         self._staging: Any = None
+        #: read-back buffers whose wait was interrupted, kept with the cell that their map may still write
+        self._abandoned: list[tuple[Any, ...]] = []
         #: the thread that submits full batches, and its pending hand-offs (oldest first)
         self._submitter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vkblas-submit")
         self._in_flight: deque[Future[None]] = deque()
@@ -151,6 +173,8 @@ class Runtime:
         #: a dispatch whose recording waits for the next call (``hold``): a GEMM that the next elementwise op may
         #: fold into its epilogue (``epilogue.py``)
         self.held: Any = None
+        #: dispatches after which the open batch is handed off (``FIRST_BATCH`` after a wait, doubling)
+        self.limit = FIRST_BATCH
         self._reset()
 
     def _reset(self) -> None:
@@ -237,7 +261,7 @@ class Runtime:
         _dispatch(h, groups[0], groups[1], groups[2])
         self.pos = pos + _WINDOW
         self.count = n = self.count + 1
-        if n >= FLUSH_DISPATCHES:
+        if n >= self.limit:
             self._hand_off()
 
     def dispatch(
@@ -295,7 +319,7 @@ class Runtime:
         ops, blob, n, i = rec.ops, memoryview(rec.blob), len(rec.ops), 0
         ring, off = self.ring, self._offset
         while i < n:
-            k = min(FLUSH_DISPATCHES - self.count, n - i)
+            k = min(self.limit - self.count, n - i)
             h = self._handle
             if h is None:
                 h = self._open()
@@ -314,7 +338,7 @@ class Runtime:
             self.pos = pos
             self.count += k
             i += k
-            if self.count >= FLUSH_DISPATCHES:
+            if self.count >= self.limit:
                 self._hand_off()
 
     def _forbid(self, what: str) -> None:
@@ -334,7 +358,7 @@ class Runtime:
         # an upload into either must now wait for this batch (see ``upload``)
         src.fresh = dst.fresh = False
         self.count = n = self.count + 1
-        if n >= FLUSH_DISPATCHES:
+        if n >= self.limit:
             self._hand_off()
 
     def _end_batch(self, extra: Any = None) -> tuple[Any, bytes, int]:
@@ -374,6 +398,10 @@ class Runtime:
         replay's host time), which now overlaps the recording of the next batch. At most ``MAX_IN_FLIGHT``
         batches wait there: the host stays at most that far ahead of submission."""
         self.emit_held()
+        if self.limit < FLUSH_DISPATCHES:  # a first, small batch: submitted here (``FIRST_BATCH``)
+            self.limit = min(2 * self.limit, FLUSH_DISPATCHES)
+            self._finish()
+            return
         self._reap(keep=MAX_IN_FLIGHT - 1)
         if self._encoder is None:
             return
@@ -436,27 +464,43 @@ class Runtime:
         else:
             self.synchronize()
             return b""
+        return self._read_back(staging, nbytes)
+
+    def _read_back(self, staging: Any, nbytes: int) -> bytes:
+        """Wait until ``staging`` (just copied into by the last submit) can be mapped; return its first ``nbytes``.
+
+        wgpu-py's ``map_sync`` took ~370 us on an H200 for a read after one tiny dispatch (PyTorch's ``item()``:
+        13 us): an empty submit first (a workaround for buffers never submitted to, which does not apply here) and
+        the map's callback on wgpu-py's poll thread, handed back to this one. Mapped here through wgpu-native, with
+        this thread polling the device (without blocking for ``SPIN_SECONDS``, as CUDA spins in a sync), it took
+        ~190 us. The device is then idle, so the next batch starts small (``FIRST_BATCH``)."""
+        buf, cell = staging._internal, _ffi_.new("int[1]")
+        info = _ffi_.new("WGPUBufferMapCallbackInfo *")
+        info.mode, info.callback, info.userdata1 = _lib.WGPUCallbackMode_AllowProcessEvents, _mapped, cell
+        _lib.wgpuBufferMapAsync(buf, _lib.WGPUMapMode_Read, 0, nbytes, info[0])
+        device, spin_until = self.device._internal, time.perf_counter() + SPIN_SECONDS
         try:
-            staging.map_sync(wgpu.MapMode.READ, 0, nbytes)
-        except BaseException:
-            self._staging = None  # a map that failed leaves the buffer in an unknown state: the next read makes one
+            while not cell[0]:
+                _poll(device, time.perf_counter() > spin_until, _ffi_.NULL)
+        except BaseException:  # interrupted: the map may still call back into ``cell``, and leaves the buffer mapped
+            self._abandoned.append((staging, cell, info))
+            self._staging = None  # the next read makes a new one
             raise
+        self.limit = FIRST_BATCH
+        if cell[0] != _lib.WGPUMapAsyncStatus_Success:
+            self._staging = None
+            raise BackendError(f"vulkan: mapping the read-back buffer failed (WGPUMapAsyncStatus {cell[0]})")
         try:
-            return bytes(staging.read_mapped(0, nbytes, copy=False))
+            return bytes(_ffi_.buffer(_lib.wgpuBufferGetConstMappedRange(buf, 0, nbytes), nbytes))
         finally:
-            staging.unmap()
+            _lib.wgpuBufferUnmap(buf)
 
     def synchronize(self) -> None:
         """Submit pending work and wait for everything submitted so far (mapping waits for the queue)."""
         self._forbid("synchronize")
         staging = self._staging_buffer(4)
         self._finish(lambda enc: enc.copy_buffer_to_buffer(self.ring_gpu, 0, staging, 0, 4))
-        try:
-            staging.map_sync(wgpu.MapMode.READ, 0, 4)
-        except BaseException:
-            self._staging = None
-            raise
-        staging.unmap()
+        self._read_back(staging, 4)
 
     def upload(self, pb: PoolBuffer, data: bytes | memoryview) -> None:
         """Host -> buffer. ``write_buffer`` executes at the next submit *before* that submit's dispatches, so a
