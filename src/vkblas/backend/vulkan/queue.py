@@ -473,7 +473,7 @@ class Runtime:
         13 us): an empty submit first (a workaround for buffers never submitted to, which does not apply here) and
         the map's callback on wgpu-py's poll thread, handed back to this one. Mapped here through wgpu-native, with
         this thread polling the device (without blocking for ``SPIN_SECONDS``, as CUDA spins in a sync), it took
-        ~190 us. The device is then idle, so the next batch starts small (``FIRST_BATCH``)."""
+        128-132 us. The device is then idle, so the next batch starts small (``FIRST_BATCH``)."""
         buf, cell = staging._internal, _ffi_.new("int[1]")
         info = _ffi_.new("WGPUBufferMapCallbackInfo *")
         info.mode, info.callback, info.userdata1 = _lib.WGPUCallbackMode_AllowProcessEvents, _mapped, cell
@@ -482,7 +482,7 @@ class Runtime:
         try:
             while not cell[0]:
                 _poll(device, time.perf_counter() > spin_until, _ffi_.NULL)
-        except BaseException:  # interrupted: the map may still call back into ``cell``, and leaves the buffer mapped
+        except BaseException:  # interrupted: the pending map may still call back into ``cell`` and map the buffer
             self._abandoned.append((staging, cell, info))
             self._staging = None  # the next read makes a new one
             raise
