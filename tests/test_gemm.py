@@ -493,3 +493,44 @@ def test_convolution_only_variants_are_timed_only_for_gathered_gemms():
     names = {v.name for v, _ in gemm.candidates(D.float32, 64, 576, 288, 512, limits)}
     gathered = {v.name for v, _ in gemm.candidates(D.float32, 64, 576, 288, 512, limits, gathered=True)}
     assert gemm.CONV_ONLY <= set(gemm.BY_NAME) and not names & gemm.CONV_ONLY and gemm.CONV_ONLY <= gathered
+
+
+_REARRANGED = [
+    (gemm.BY_NAME[name], warp, band)
+    for name in ("32x32k16.4x4.db", "64x64k16.4x4.db", "32x128k16.4x8.db", "128x128k8.8x8.db")
+    for warp, band in gemm.LAYOUTS
+]
+
+
+@pytest.mark.parametrize(
+    "base,warp,band", _REARRANGED, ids=lambda x: x.name if isinstance(x, gemm.Variant) else str(x).replace(" ", "")
+)
+def test_rearranged_variants_pass_the_self_check_in_every_load_mode(vk, base, warp, band):
+    """The layout knobs only move threads and workgroups: every load mode, split-K and both store widths stay exact."""
+    v = gemm.rearranged(base, warp, band)
+    assert v.name.startswith(base.name) and v.name != base.name
+    for i, (a_mode, b_mode) in enumerate(MODES):
+        spec = gemm.Spec(D.float32, i % 2, a_mode, b_mode, i != 1, i == 3)
+        if not gemm.applicable(v, spec, vk.dev.limits):
+            pytest.skip(f"{v.name} does not fit this adapter's workgroup limits")
+        ok, err = autotune.self_check(vk, v, spec)
+        assert ok, f"{v.name} {spec}: relative error {err}"
+
+
+@pytest.mark.parametrize("band", [1, 3, 8])
+def test_a_banded_walk_covers_every_tile_once(vk, band):
+    """7 x 5 tiles of 32 x 32 (the last row and column partial): bands of 3 leave a short band of 1 at the bottom."""
+    v = gemm.rearranged(gemm.BY_NAME["32x32k16.4x4.db"], (8, 4), band)
+    a, b = RNG.standard_normal((7 * 32 - 5, 40)), RNG.standard_normal((40, 5 * 32 - 3))
+    va, vb = _view(vk, a.astype(np.float32), D.float32), _view(vk, b.astype(np.float32), D.float32)
+    nan = np.full(a.shape[0] * b.shape[1], np.nan, np.float32)  # a tile no workgroup writes keeps its NaN
+    out = View.of(vk.from_numpy(nan, D.float32), (a.shape[0], b.shape[1]))
+    gemm.record(vk, gemm.build_plan(vk, out, va, vb, v, 1), out, va, vb)
+    np.testing.assert_allclose(vk.to_numpy(out), a.astype(np.float32) @ b.astype(np.float32), rtol=1e-4, atol=1e-4)
+
+
+def test_a_warp_that_does_not_tile_the_threads_is_refused():
+    with pytest.raises(ValueError, match=r"32x32k16.4x4.db.w16x2: warp \(16, 2\) must be 32 threads tiling 8 x 8"):
+        gemm.rearranged(gemm.BY_NAME["32x32k16.4x4.db"], (16, 2))
+    with pytest.raises(ValueError, match="must be 32 threads"):
+        gemm.rearranged(gemm.BY_NAME["64x64k16.4x4.db"], (4, 4))

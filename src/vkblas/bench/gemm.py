@@ -381,7 +381,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--no-cpu", action="store_true", help="skip numpy and PyTorch on the CPU")
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch")
     p.add_argument("--json", default="", help="also write the results (and the tuner's measurements) here")
+    p.add_argument(
+        "--variants",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: every GEMM plan the tuner may pick, kernel for kernel, and thread layouts of the N fastest; "
+        "prints the N fastest per shape (needs GPU timestamps)",
+    )
     args = p.parse_args(argv)
+    if args.variants < 0:
+        p.error(f"--variants: expected a count >= 1, got {args.variants}")
     if args.sizes is None:
         shapes = default_shapes()
     else:
@@ -395,6 +405,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.only:
         keys = [k.strip() for k in args.only.split(",") if k.strip()]
         shapes = [s for s in shapes if any(k in s.label for k in keys)]
+    if args.variants:
+        from .gemm_variants import main as variants_main
+
+        return variants_main(shapes, args.device, args.variants, use_torch=not args.no_torch)
     cols, rows, meta = run(
         shapes, args.device, f16=not args.no_f16, cpu=not args.no_cpu, use_torch=not args.no_torch, json_path=args.json
     )

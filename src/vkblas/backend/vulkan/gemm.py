@@ -24,13 +24,17 @@ Kernel structure (why each piece is there):
   (1, primes) is correct with no padding copies; interior tiles pay a few compares per loaded vec4.
 * Split-K: workgroup z covers ``(batch, split)``; each split writes an f32 partial tile into a workspace and a
   small second kernel sums the partials into ``out`` (WGSL has no float atomics).
+* Layout knobs, timed by ``vkblas bench gemm --variants`` but not yet tuner candidates (unmeasured on a GPU):
+  ``warp`` lays a subgroup's 32 threads out as a block of the thread grid instead of along its rows, so each
+  workgroup-memory read touches fewer distinct vec4s; ``band`` walks the workgroups down bands of tile rows,
+  column by column, so that the workgroups in flight share operand tiles in L2.
 * f16: storage f16 (``enable f16``), f32 accumulators; ``f16_math`` variants also multiply in f16 (packed
   ``vec4<f16>`` FMAs) and flush the partial products into the f32 accumulators once per K tile.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ...dtypes import DType, float16, float32, int32
@@ -62,6 +66,18 @@ class Variant:
     stages: int = 2  # 1: load-barrier-compute-barrier; 2: double-buffered workgroup memory + register prefetch
     pad: int = 1  # vec4s of padding per workgroup-memory row
     f16_math: bool = False  # f16 only: multiply in f16, accumulate per K tile into f32
+    #: (columns, rows) of threads that one 32-wide subgroup covers, or (0, 0): rows of ``bn / tn`` threads. A
+    #: squarer block reads fewer distinct vec4s of workgroup memory per instruction (fewer shared-memory wavefronts)
+    warp: tuple[int, int] = (0, 0)
+    #: workgroups walk the output in bands of this many tile rows, column by column (0: row by row), so that
+    #: the workgroups in flight share their operands' tiles in L2
+    band: int = 0
+
+    def __post_init__(self) -> None:
+        qx, qy = self.warp
+        wx, wy = self.bn // self.tn, self.bm // self.tm
+        if (qx or qy) and (qx * qy != 32 or wx % qx or wy % qy):
+            raise ValueError(f"variant {self.name}: warp {self.warp} must be 32 threads tiling {wx} x {wy}")
 
     @property
     def threads(self) -> int:
@@ -113,6 +129,18 @@ VARIANTS: tuple[Variant, ...] = (
     _v("32x64k16.4x4.h16", 32, 64, 16, 4, 4, f16_math=True),
 )
 BY_NAME = {v.name: v for v in VARIANTS}
+#: thread layouts and walk orders worth timing on top of a variant (``vkblas bench gemm --variants``); none is a
+#: tuner candidate until a GPU measurement shows it pays
+LAYOUTS: tuple[tuple[tuple[int, int], int], ...] = (((8, 4), 0), ((4, 8), 0), ((0, 0), 8), ((8, 4), 8))
+
+
+def rearranged(v: Variant, warp: tuple[int, int] = (0, 0), band: int = 0) -> Variant:
+    """``v`` with its threads laid out ``warp`` per subgroup and its workgroups walking bands of ``band`` tile rows
+    (the name says so: ``.w8x4``, ``.b8``). ValueError where ``warp`` does not tile ``v``'s threads."""
+    tag = (f".w{warp[0]}x{warp[1]}" if warp[0] else "") + (f".b{band}" if band else "")
+    return replace(v, name=v.name + tag, warp=warp, band=band)
+
+
 #: variants the tuner times only for gathered (convolution) GEMMs: plain GEMMs keep the candidates they were
 #: measured with, and each extra candidate is one more chance for timing noise to pick a slower one
 CONV_ONLY = frozenset({"64x64k8.4x4.db", "32x64k8.4x4.db", "32x128k8.4x8.db", "32x192k8.4x12.db"})
@@ -393,7 +421,8 @@ def source(v: Variant, spec: Spec) -> str:
     if masked:  # per stage: the last K tile (numbered from 1) whose weights held an inf or NaN
         src += f"var<workgroup> nonfinite: array<atomic<u32>, {v.stages}>;\n"
     src += f"@compute @workgroup_size({nt})\n"
-    src += "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
+    grid_size = " @builtin(num_workgroups) nwg: vec3<u32>," if v.band else ""  # a band walk needs the grid
+    src += f"fn main(@builtin(workgroup_id) wid: vec3<u32>,{grid_size} @builtin(local_invocation_index) lid: u32) {{\n"
     src += f"    let z = wid.z + pu({word(3)});\n    let S = pu({word(11)});\n"
     src += "    let split = z % S;\n    let bidx = z / S;\n"
     w_str = [_W_BATCH + sh + spec.rank * (i + 1) for i in range(3)]
@@ -405,9 +434,21 @@ def source(v: Variant, spec: Spec) -> str:
     let asi = pi({word(7)}); let ask = pi({word(8)}); let bsk = pi({word(9)}); let bsi = pi({word(10)});
     let kbeg = split * pu({word(12)});
     let kend = min(K, kbeg + pu({word(12)}));
-    let i0a = wid.y * {v.bm}u; let i0b = wid.x * {v.bn}u;
-    let tx = lid % {wx}u; let ty = lid / {wx}u;
 """
+    if v.band:  # band b holds tile rows [b*band, b*band + band): within it, columns outer, rows inner
+        src += f"""    let pid = wid.y * nwg.x + wid.x; let first = pid / ({v.band}u * nwg.x) * {v.band}u;
+    let rows = min(nwg.y - first, {v.band}u); let inband = pid - first * nwg.x;
+    let i0a = (first + inband % rows) * {v.bm}u; let i0b = inband / rows * {v.bn}u;
+"""
+    else:
+        src += f"    let i0a = wid.y * {v.bm}u; let i0b = wid.x * {v.bn}u;\n"
+    if v.warp[0]:
+        qx, qy = v.warp
+        src += "    let wrp = lid / 32u; let lane = lid % 32u;\n"  # subgroup wrp covers a qx x qy block
+        src += f"    let tx = wrp % {wx // qx}u * {qx}u + lane % {qx}u;\n"
+        src += f"    let ty = wrp / {wx // qx}u * {qy}u + lane / {qx}u;\n"
+    else:
+        src += f"    let tx = lid % {wx}u; let ty = lid / {wx}u;\n"
     if spec.act:  # the act (and saved) bindings are laid out as out: the same place past their own offsets
         src += f"    let oact = oo - pi(0u) + pi({w_act}u);\n"
         if EPILOGUES[spec.act] > 1:

@@ -1,0 +1,127 @@
+"""``vkblas bench gemm --variants N``: every GEMM variant the tuner may pick, kernel for kernel, at each shape.
+
+What to try next when a GEMM misses its goal. For each shape, in two stages:
+
+1. every (variant, split count) candidate the tuner would time (``gemm.candidates``), and
+2. for the ``N`` fastest of those, each of ``gemm.LAYOUTS`` (subgroup thread blocks, banded workgroup order:
+   ``gemm.rearranged``), which are not tuner candidates until a measurement like this one shows they pay.
+
+Each plan is self-checked against numpy first (``Tuner.verify``). Its kernel time is the best of ``--rounds``
+rounds, each the tuner's timing (the plan repeated in one compute pass between two GPU timestamps), after about a
+second of the same work so that the clocks are up. Beside it: cuBLAS fp32 (TF32 off) kernels replayed from a CUDA
+graph, where PyTorch has CUDA. The table shows the ``N`` fastest plans per shape, and the tuner's own choice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .gemm import Shape, _operands, _torch, _torch_kernel, _Vk, format_table
+
+COLUMNS = ["shape", "MxKxN", "layout", "plan", "µs", "GF/s", "vs cuBLAS", "vs tuner's"]
+
+
+def _plans(vk: _Vk, s: Shape, out: Any, va: Any, vb: Any, pairs: Sequence[tuple[Any, int]]) -> dict[str, Any]:
+    """``name/splits`` -> GEMM plan for each pair that applies to this device and passes its self-check."""
+    from vkblas.backend.vulkan import gemm
+    from vkblas.backend.vulkan.autotune import tuner
+
+    t = tuner(vk.be)
+    spec = gemm.make_spec(out, va, vb, False)
+    plans = {}
+    for v, splits in pairs:
+        if not gemm.applicable(v, spec, vk.be.dev.limits):
+            continue
+        gp = gemm.build_plan(vk.be, out, va, vb, v, splits)
+        key = f"{v.name}/{gp.splits}"
+        if key not in plans and t.verify(gp):
+            plans[key] = gp
+    return plans
+
+
+def _timed(vk: _Vk, plans: dict[str, Any], out: Any, va: Any, vb: Any, rounds: int) -> dict[str, float]:
+    """Seconds per run of each plan: the best of ``rounds`` rounds over all of them (clocks warmed first)."""
+    from vkblas.backend.vulkan.autotune import tuner
+
+    t = tuner(vk.be)
+    first = next(iter(plans.values()))
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 1.0:
+        t.time(first, out, va, vb)
+    best = dict.fromkeys(plans, float("inf"))
+    for _ in range(rounds):
+        for key, gp in plans.items():
+            best[key] = min(best[key], t.time(gp, out, va, vb))
+    return best
+
+
+def explore(
+    shapes: Sequence[Shape], device: str = "vulkan", top: int = 8, rounds: int = 3, use_torch: bool = True
+) -> tuple[list[str], list[list[Any]], str]:
+    """The table's (header, rows) and the adapter's name: the ``top`` fastest plans per shape and the tuner's
+    choice (see the module)."""
+    from vkblas.backend.vulkan import gemm
+    from vkblas.backend.vulkan.autotune import tuner
+    from vkblas.dtypes import float32
+
+    vk = _Vk(device)
+    if not vk.has_timestamps:
+        raise SystemExit(f"vkblas bench gemm --variants: {vk.name} has no timestamp queries to time kernels with")
+    torch = _torch() if use_torch else None
+    has_cuda = bool(torch is not None and torch.cuda.is_available())
+    rng = np.random.default_rng(0)
+    rows: list[list[Any]] = []
+    for s in shapes:
+        a, b = _operands(rng, s)
+        out, va, vb = vk.views(a, b, s.layout, float32)
+        chosen = tuner(vk.be).plan(out, va, vb)  # tunes the shape class if the cache has no entry
+        nbatch = max(1, s.batch)
+        pairs = gemm.candidates(float32, s.m, s.n, s.k, nbatch, vk.be.dev.limits)
+        pairs.append((chosen.variant, chosen.splits))
+        plans = _plans(vk, s, out, va, vb, pairs)
+        times = _timed(vk, plans, out, va, vb, rounds)
+        lead = sorted(times, key=times.__getitem__)[:top]
+        derived = []
+        for key in lead:
+            gp = plans[key]
+            for warp, band in gemm.LAYOUTS:
+                try:
+                    derived.append((gemm.rearranged(gp.variant, warp, band), gp.splits))
+                except ValueError:  # this warp does not tile the variant's threads
+                    continue
+        extra = _plans(vk, s, out, va, vb, derived)
+        times.update(_timed(vk, extra, out, va, vb, rounds) if extra else {})
+        theirs = _torch_kernel(torch, s, a, b) if has_cuda else None
+        mine = f"{chosen.variant.name}/{chosen.splits}"
+        ranked = sorted(times, key=times.__getitem__)
+        shown = ranked[:top] + ([mine] if mine not in ranked[:top] else [])
+        dims = (f"{s.batch}x" if s.batch > 1 else "") + f"{s.m}x{s.k}x{s.n}"
+        for key in shown:
+            gf = s.flops / times[key] / 1e9
+            label = key + (" (tuner)" if key == mine else "")
+            rows.append(
+                [
+                    s.label,
+                    dims,
+                    s.layout,
+                    label,
+                    times[key] * 1e6,
+                    gf,
+                    gf / theirs if theirs else "-",
+                    times[mine] / times[key],
+                ]
+            )
+        print(f"  {s.label}: {len(times)} plans timed", flush=True)
+    return COLUMNS, rows, f"{vk.name} ({vk.be.dev.info.get('driver')})"
+
+
+def main(shapes: Sequence[Shape], device: str, top: int, use_torch: bool) -> int:
+    """Print the table (what ``vkblas bench gemm --variants N`` does)."""
+    cols, rows, adapter = explore(shapes, device, top, use_torch=use_torch)
+    print(f"GEMM plans by kernel time, vkblas on {adapter}; cuBLAS fp32 (TF32 off) from a CUDA graph where present")
+    print(format_table(cols, rows), flush=True)
+    return 0
