@@ -394,6 +394,32 @@ def test_bench_conv_times_the_captured_step_where_the_device_captures():
     assert all(t > 0 for t in rows[0][1:])
 
 
+@requires_vulkan
+def test_bench_conv_says_what_the_first_call_spent_tuning(capsys, monkeypatch, tmp_path):
+    """The first forward+backward of a layer compiles and tunes its GEMMs: the progress line gives its seconds and
+    the tuner's split of them (a layer whose tuning outlasted a device lease left no other trace)."""
+    from vkblas import backend as backends
+    from vkblas.backend.vulkan import autotune, gemm
+    from vkblas.bench.conv import Layer, run
+
+    be = backends.get("vulkan")
+    monkeypatch.setenv("VKBLAS_AUTOTUNE", "1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(autotune, "MIN_TUNE_FLOPS", 1)
+    monkeypatch.setattr(gemm, "candidates", lambda *a, **k: [(gemm.BY_NAME["32x32k16.4x4.db"], 1)])
+    monkeypatch.delattr(be, "_gemm_tuner", raising=False)  # a tuner that sees VKBLAS_AUTOTUNE=1 and no cache
+    be.plans.clear()
+    try:
+        run([Layer("tiny", 2, 2, 3, 6)], ["vulkan"], use_torch=False, budget=0.01)
+        line = capsys.readouterr().err.splitlines()[-1]
+        log = be._gemm_tuner.log
+        assert log and all(e["build_s"] > 0 and e["time_s"] > 0 for e in log)
+        assert line.startswith("  tiny: done; vulkan first f+b ") and f"({len(log)} GEMM classes tuned, " in line
+        assert "s compiling and checking" in line and "s timing)" in line
+    finally:
+        be.plans.clear()
+
+
 # ------------------------------------------------------------------------------------------ chunks of images
 # conv2d and max_pool2d's composition go through the batch in chunks whose window columns fit COLUMN_BUDGET; a budget
 # of one byte makes every image a chunk of its own, which must change nothing

@@ -158,6 +158,7 @@ def test_autotune_cache_roundtrip(fresh, monkeypatch, tmp_path):
     _check(fresh, a, b)
     tuner = autotune.tuner(fresh)
     assert tuner.log and tuner.log[0]["winner"].split("/")[0] in ("32x32k16.4x4.db", "32x64k16.4x4.db")
+    assert tuner.log[0]["build_s"] > 0 and tuner.log[0]["time_s"] > 0  # where the first call's wait went
     data = json.loads((tmp_path / "vkblas" / "gemm-autotune.json").read_text())
     assert tuner.key in data and tuner.log[0]["class"] in data[tuner.key]
     # a new process (new tuner) reuses the winner without timing

@@ -11,7 +11,8 @@ Captured, like with like: on a device that captures graphs, forward+backward is 
 captured in a CUDA graph (``torch.autograd.grad`` of the same output), with their ratio.
 
 Times are wall clock per call, the best of a few batches of back-to-back calls each ended by one synchronize (what a
-training loop sees); the first call of a shape (kernel compilation, autotuning) is not timed.
+training loop sees). The first call of a layer (kernel compilation, autotuning) is not in them: its seconds, and the
+GEMM tuner's share of them (compiling and self-checking candidates, timing them), go to the progress line.
 PyTorch runs in fp32 arithmetic like vkblas: TF32 off (cuDNN's default is TF32 on tensor cores).
 """
 
@@ -75,8 +76,9 @@ def _time(fn: Callable[[], Any], sync: Callable[[], None], budget: float, max_re
 
 def _vkblas(
     layer: Layer, device: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, g: np.ndarray, budget: float
-) -> tuple[float, ...]:
-    """(forward ms, forward+backward ms) eager, then the captured forward+backward's ms where it can capture."""
+) -> tuple[tuple[float, ...], str]:
+    """(forward ms, forward+backward ms) eager, then the captured forward+backward's ms where it can capture; and
+    a line on the first forward+backward call (compilation and autotuning: its seconds, and the tuner's)."""
     import vkblas as vk
     from vkblas.nn import functional as F
 
@@ -95,13 +97,35 @@ def _vkblas(
     def sync() -> None:
         vk.synchronize(device)
 
+    first = _first_call(device, fwd_bwd, sync)
     times = (_time(fwd, sync, budget), _time(fwd_bwd, sync, budget))
     if not vk.graphs.can_capture(device):
-        return times
+        return times, first
     graph = vk.graphs.Graph()
     with vk.graphs.capture(graph, device=device):  # the gradients' buffers are the graph's: each replay rewrites them
         fwd_bwd()
-    return (*times, _time(graph.replay, sync, budget))
+    return (*times, _time(graph.replay, sync, budget)), first
+
+
+def _first_call(device: str, fn: Callable[[], None], sync: Callable[[], None]) -> str:
+    """Run ``fn`` once; a line with its seconds, and what the GEMM tuner spent in them (shape classes tuned,
+    seconds compiling and self-checking candidates, seconds timing them)."""
+    from vkblas import backend as backends
+
+    tuner = getattr(backends.get(device), "_gemm_tuner", None)
+    seen = len(tuner.log) if tuner is not None else 0
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    line = f"{device} first f+b {time.perf_counter() - t0:.2f} s"
+    tuner = getattr(backends.get(device), "_gemm_tuner", None)
+    tuned = tuner.log[seen:] if tuner is not None else []
+    if tuned:
+        build, timing = sum(e["build_s"] for e in tuned), sum(e["time_s"] for e in tuned)
+        count = sum(len(e["seconds"]) for e in tuned)
+        line += f" ({len(tuned)} GEMM classes tuned, {count} candidates: {build:.2f} s compiling and checking, "
+        line += f"{timing:.2f} s timing)"
+    return line
 
 
 def _torch_times(
@@ -181,7 +205,8 @@ def run(
         b = rng.standard_normal(ws[0], dtype=np.float32)
         g = rng.standard_normal((layer.batch, layer.cout, layer.size, layer.size), dtype=np.float32)
         row: list[Any] = [layer.label]
-        ours = [_vkblas(layer, d, x, w, b, g, budget) for d in devices]
+        measured = [_vkblas(layer, d, x, w, b, g, budget) for d in devices]
+        ours = [times for times, _ in measured]
         theirs = [_torch_times(torch, layer, d, x, w, b, g, budget) for d in ref_devices]
         for times in ours + theirs:
             row += times
@@ -190,7 +215,8 @@ def run(
         if graph_ratio:
             row.append(ours[0][2] / theirs[-1][2])
         rows.append(row)
-        print(f"  {layer.label}: done", file=sys.stderr, flush=True)
+        firsts = "; ".join(first for _, first in measured)
+        print(f"  {layer.label}: done" + (f"; {firsts}" if firsts else ""), file=sys.stderr, flush=True)
     return cols, rows
 
 

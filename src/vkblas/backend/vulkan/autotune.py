@@ -159,6 +159,7 @@ class Tuner:
         limits = self.backend.dev.limits
         spec = gemm.make_spec(out, a, b, False, gathers, axis)
         self.backend.rt.flush()  # pending work first: our passes then run after it, in queue order
+        t0 = time.perf_counter()
         plans = {}
         for v, s in gemm.candidates(a.dtype, M, N, K, nbatch, limits, gathers != gemm.NO_GATHER):
             if v.name in self.disabled or not gemm.applicable(v, spec, limits):
@@ -169,6 +170,7 @@ class Tuner:
                 continue
             if self.verify(gp):
                 plans[f"{v.name}/{gp.splits}"] = gp
+        t1 = time.perf_counter()
         # every candidate timed in _PASSES rounds, its best kept: with one pass an H200 lease picked a variant that
         # took 0.75 ms in the step over one that took 0.42 ms (timing noise: GPU clocks, other work on the queue)
         results = {name: self.time(gp, out, a, b, bias) for name, gp in plans.items()}
@@ -180,7 +182,9 @@ class Tuner:
         best = (results[name], (plans[name].variant, plans[name].splits))
         v, s = best[1]
         self.table[cls] = f"{v.name}/{s}"
-        self.log.append({"class": cls, "winner": self.table[cls], "seconds": results})
+        # where a first call's wait goes: compiling and self-checking the candidates, or timing them
+        spent = {"build_s": t1 - t0, "time_s": time.perf_counter() - t1}
+        self.log.append({"class": cls, "winner": self.table[cls], "seconds": results, **spent})
         self._save()
         return best[1]
 
