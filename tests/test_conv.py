@@ -456,6 +456,31 @@ def test_conv2d_in_chunks_of_images_matches_loop_and_one_chunk(device, kw, monke
         np.testing.assert_allclose(got, one, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kw", [*CHUNK_CASES, dict(stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=2)], ids=str)
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize("budget", [None, 1], ids=["one-chunk", "image-chunks"])
+def test_conv2d_per_image_products_match_the_loop(device, kw, with_bias, budget, monkeypatch):
+    """Images with at least PER_IMAGE_GEMM_PIXELS output pixels: the composition multiplies image by image
+    straight into the result (on Vulkan only where the convolution primitive declines: groups > 1)."""
+    rng = np.random.default_rng(18)
+    x = rng.standard_normal((3, 4, 20, 18))
+    w, b = rng.standard_normal((6, 4 // kw["groups"], 3, 2)), rng.standard_normal(6) if with_bias else None
+    want = conv_ref(x, w, b, **kw)
+    assert want.shape[2] * want.shape[3] >= conv_ops.PER_IMAGE_GEMM_PIXELS
+    if budget is not None:
+        monkeypatch.setattr(conv_ops, "COLUMN_BUDGET", budget)
+    dt = vk.float64 if device == "cpu" else vk.float32
+    got = F.conv2d(
+        vk.tensor(x, dtype=dt, device=device),
+        vk.tensor(w, dtype=dt, device=device),
+        None if b is None else vk.tensor(b, dtype=dt, device=device),
+        **kw,
+    )
+    tol = 1e-10 if device == "cpu" else 1e-4
+    np.testing.assert_allclose(got.numpy(), want, rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("kw", [*CONV_CASES, dict(padding="same", dilation=(2, 1))], ids=str)
 def test_conv2d_in_chunks_gradcheck(kw, monkeypatch):
     monkeypatch.setattr(conv_ops, "COLUMN_BUDGET", 1)
