@@ -351,7 +351,10 @@ def _conv2d_backward_chunks(
         nb = i1 - i0
         gm = _images(g, i0, i1).permute(1, 0, 2, 3).reshape(groups, o // groups, nb * length)  # a copy
         if want_w:
-            part = gm.matmul(_columns(_images(xs, i0, i1), k, s, p, d, groups).mT)
+            # as (cols @ gm^T)^T: the long K (every pixel) then runs down both operands' rows, which OpenBLAS
+            # multiplies ~10 % faster than gm @ cols^T (the MNIST CNN's 64 x 28800 x 288 weight gradient, one
+            # thread of an AMD EPYC: 14.8 -> 13.2 ms)
+            part = _columns(_images(xs, i0, i1), k, s, p, d, groups).matmul(gm.mT).mT
             gw = part if gw is None else write_into(gw, "add", gw, part)
         if gx is not None and gx.numel():
             cols = wg.mT.matmul(gm).reshape(c * kh * kw, nb, length).permute(1, 0, 2)  # (n, C*kh*kw, L)
