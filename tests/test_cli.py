@@ -222,11 +222,11 @@ def test_bench_gemm_variants_ranks_plans_and_shows_the_tuners_choice(capsys: pyt
 
     if not vulkan_available():
         pytest.skip("no Vulkan adapter")
-    code, out, _ = run(capsys, "bench", "gemm", "--variants", "2", "--only", "mlp fc3 dW", "--no-torch")
+    code, out, _ = run(capsys, "bench", "gemm-variants", "--top", "2", "--only", "mlp fc3 dW", "--no-torch")
     assert code == 0, out
     rows = [line for line in out.splitlines() if line.startswith("| mlp fc3 dW")]
     assert 2 <= len(rows) <= 3 and sum("(tuner)" in r for r in rows) == 1
     times = [float(r.split("|")[5]) for r in rows[:2]]
     assert times == sorted(times)  # fastest first
-    code, _, err = run(capsys, "bench", "gemm", "--variants", "-1")
-    assert code == 2 and "--variants" in err
+    code, _, err = run(capsys, "bench", "gemm-variants", "--top", "0")
+    assert code == 2 and "--top" in err

@@ -313,6 +313,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from .bench.conv import main as conv_main
 
         return int(conv_main(args.rest) or 0)
+    if args.what == "gemm-variants":
+        from .bench.gemm_variants import main as variants_main
+
+        return int(variants_main(args.rest) or 0)
     from .training.compare import main as train_main
 
     return int(train_main(args.rest) or 0)
@@ -442,10 +446,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser(
         "bench",
-        help="benchmarks: 'gemm' (matmul), 'conv' (conv2d) or 'train' (vkblas vs PyTorch)",
+        help="benchmarks: 'gemm' (matmul), 'gemm-variants' (every GEMM plan, kernel for kernel), 'conv' (conv2d) "
+        "or 'train' (vkblas vs PyTorch)",
         description="Extra arguments go to the benchmark: vkblas bench train --help",
     )
-    bench.add_argument("what", choices=("gemm", "conv", "train"))
+    bench.add_argument("what", choices=("gemm", "gemm-variants", "conv", "train"))
     bench.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the benchmark")
     bench.set_defaults(func=cmd_bench)
 

@@ -366,8 +366,8 @@ def format_table(cols: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="vkblas bench gemm", description=__doc__.split("\n")[0])
+def add_shape_arguments(p: argparse.ArgumentParser) -> None:
+    """``--device``, ``--sizes`` and ``--only``: which shapes a GEMM benchmark runs, on which device."""
     p.add_argument("--device", default="vulkan", help="vkblas device (default: the best Vulkan adapter)")
     p.add_argument(
         "--sizes",
@@ -377,21 +377,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         + " and the model shapes)",
     )
     p.add_argument("--only", default="", help="run only shapes whose label contains one of these (comma separated)")
-    p.add_argument("--no-f16", action="store_true", help="skip the vkblas f16 path")
-    p.add_argument("--no-cpu", action="store_true", help="skip numpy and PyTorch on the CPU")
-    p.add_argument("--no-torch", action="store_true", help="skip PyTorch")
-    p.add_argument("--json", default="", help="also write the results (and the tuner's measurements) here")
-    p.add_argument(
-        "--variants",
-        type=int,
-        default=0,
-        metavar="N",
-        help="instead: every GEMM plan the tuner may pick, kernel for kernel, and thread layouts of the N fastest; "
-        "prints the N fastest per shape (needs GPU timestamps)",
-    )
-    args = p.parse_args(argv)
-    if args.variants < 0:
-        p.error(f"--variants: expected a count >= 1, got {args.variants}")
+
+
+def selected_shapes(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[Shape]:
+    """The shapes that ``--sizes`` and ``--only`` select (``p.error`` on a bad ``--sizes``)."""
     if args.sizes is None:
         shapes = default_shapes()
     else:
@@ -405,10 +394,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.only:
         keys = [k.strip() for k in args.only.split(",") if k.strip()]
         shapes = [s for s in shapes if any(k in s.label for k in keys)]
-    if args.variants:
-        from .gemm_variants import main as variants_main
+    return shapes
 
-        return variants_main(shapes, args.device, args.variants, use_torch=not args.no_torch)
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="vkblas bench gemm", description=__doc__.split("\n")[0])
+    add_shape_arguments(p)
+    p.add_argument("--no-f16", action="store_true", help="skip the vkblas f16 path")
+    p.add_argument("--no-cpu", action="store_true", help="skip numpy and PyTorch on the CPU")
+    p.add_argument("--no-torch", action="store_true", help="skip PyTorch")
+    p.add_argument("--json", default="", help="also write the results (and the tuner's measurements) here")
+    args = p.parse_args(argv)
+    shapes = selected_shapes(p, args)
     cols, rows, meta = run(
         shapes, args.device, f16=not args.no_f16, cpu=not args.no_cpu, use_torch=not args.no_torch, json_path=args.json
     )

@@ -1,26 +1,30 @@
-"""``vkblas bench gemm --variants N``: every GEMM variant the tuner may pick, kernel for kernel, at each shape.
+"""``vkblas bench gemm-variants``: every GEMM variant the tuner may pick, kernel for kernel, at each shape.
 
 What to try next when a GEMM misses its goal. For each shape, in two stages:
 
 1. every (variant, split count) candidate the tuner would time (``gemm.candidates``), and
-2. for the ``N`` fastest of those, each of ``gemm.LAYOUTS`` (subgroup thread blocks, banded workgroup order:
+2. for the ``--top`` fastest of those, each of ``gemm.LAYOUTS`` (subgroup thread blocks, banded workgroup order:
    ``gemm.rearranged``), which are not tuner candidates until a measurement like this one shows they pay.
 
 Each plan is self-checked against numpy first (``Tuner.verify``). Its kernel time is the best of ``--rounds``
 rounds, each the tuner's timing (the plan repeated in one compute pass between two GPU timestamps), after about a
 second of the same work so that the clocks are up. Beside it: cuBLAS fp32 (TF32 off) kernels replayed from a CUDA
-graph, where PyTorch has CUDA. The table shows the ``N`` fastest plans per shape, and the tuner's own choice.
+graph, where PyTorch has CUDA. The table shows the ``--top`` fastest plans per shape, and the tuner's own choice.
+
+    python3 -m vkblas.bench.gemm_variants --sizes 4096            # the square, 8 plans shown
+    python3 -m vkblas.bench.gemm_variants --only mlp,cnn --top 4  # the model layers
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from .gemm import Shape, _operands, _torch, _torch_kernel, _Vk, format_table
+from .gemm import Shape, _operands, _torch, _torch_kernel, _Vk, add_shape_arguments, format_table, selected_shapes
 
 COLUMNS = ["shape", "MxKxN", "layout", "plan", "µs", "GF/s", "vs cuBLAS", "vs tuner's"]
 
@@ -70,7 +74,7 @@ def explore(
 
     vk = _Vk(device)
     if not vk.has_timestamps:
-        raise SystemExit(f"vkblas bench gemm --variants: {vk.name} has no timestamp queries to time kernels with")
+        raise SystemExit(f"vkblas bench gemm-variants: {vk.name} has no timestamp queries to time kernels with")
     torch = _torch() if use_torch else None
     has_cuda = bool(torch is not None and torch.cuda.is_available())
     rng = np.random.default_rng(0)
@@ -119,9 +123,20 @@ def explore(
     return COLUMNS, rows, f"{vk.name} ({vk.be.dev.info.get('driver')})"
 
 
-def main(shapes: Sequence[Shape], device: str, top: int, use_torch: bool) -> int:
-    """Print the table (what ``vkblas bench gemm --variants N`` does)."""
-    cols, rows, adapter = explore(shapes, device, top, use_torch=use_torch)
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="vkblas bench gemm-variants", description=__doc__.split("\n")[0])
+    add_shape_arguments(p)
+    p.add_argument("--top", type=int, default=8, help="plans shown per shape, and given the layouts (default 8)")
+    p.add_argument("--rounds", type=int, default=3, help="timing rounds; each plan's best is kept (default 3)")
+    p.add_argument("--no-torch", action="store_true", help="skip cuBLAS")
+    args = p.parse_args(argv)
+    if args.top < 1 or args.rounds < 1:
+        p.error(f"--top and --rounds: expected counts >= 1, got {args.top} and {args.rounds}")
+    cols, rows, adapter = explore(selected_shapes(p, args), args.device, args.top, args.rounds, not args.no_torch)
     print(f"GEMM plans by kernel time, vkblas on {adapter}; cuBLAS fp32 (TF32 off) from a CUDA graph where present")
     print(format_table(cols, rows), flush=True)
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -24,7 +24,7 @@ Kernel structure (why each piece is there):
   (1, primes) is correct with no padding copies; interior tiles pay a few compares per loaded vec4.
 * Split-K: workgroup z covers ``(batch, split)``; each split writes an f32 partial tile into a workspace and a
   small second kernel sums the partials into ``out`` (WGSL has no float atomics).
-* Layout knobs, timed by ``vkblas bench gemm --variants`` but not yet tuner candidates (unmeasured on a GPU):
+* Layout knobs, timed by ``vkblas bench gemm-variants`` but not yet tuner candidates (unmeasured on a GPU):
   ``warp`` lays a subgroup's 32 threads out as a block of the thread grid instead of along its rows, so each
   workgroup-memory read touches fewer distinct vec4s; ``band`` walks the workgroups down bands of tile rows,
   column by column, so that the workgroups in flight share operand tiles in L2.
@@ -129,7 +129,7 @@ VARIANTS: tuple[Variant, ...] = (
     _v("32x64k16.4x4.h16", 32, 64, 16, 4, 4, f16_math=True),
 )
 BY_NAME = {v.name: v for v in VARIANTS}
-#: thread layouts and walk orders worth timing on top of a variant (``vkblas bench gemm --variants``); none is a
+#: thread layouts and walk orders worth timing on top of a variant (``vkblas bench gemm-variants``); none is a
 #: tuner candidate until a GPU measurement shows it pays
 LAYOUTS: tuple[tuple[tuple[int, int], int], ...] = (((8, 4), 0), ((4, 8), 0), ((0, 0), 8), ((8, 4), 8))
 
