@@ -6,6 +6,7 @@ and float32 uniform random numbers against the float64 formula."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -404,3 +405,21 @@ def test_thread_cap_bounds_the_split_of_one_thread_only(monkeypatch: pytest.Monk
     for bad in (0, -1, 1.5):
         with pytest.raises(ValueError, match="thread_cap"), thread_cap(bad):  # type: ignore[arg-type]
             pass
+
+
+def test_the_array_pool_takes_back_an_array_while_it_is_busy() -> None:
+    """A storage's ``__del__`` gives its array back, and a garbage collection can run it in the middle of the pool's
+    own ``take`` or ``give`` on the same thread: the pool's lock must let it in (a plain lock deadlocked here)."""
+    pool = cpu._ArrayPool()
+    done = threading.Event()
+
+    def nested() -> None:
+        with pool.lock:  # as if a collection ran inside a section of the pool
+            pool.give(np.empty(pool.MIN_BYTES // 4, np.float32))
+            assert pool.take(np.dtype(np.float32), pool.MIN_BYTES // 4) is not None
+        done.set()
+
+    worker = threading.Thread(target=nested, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert done.is_set(), "the array pool's lock is not reentrant"

@@ -43,7 +43,9 @@ class _ArrayPool:
     def __init__(self) -> None:
         self.free: dict[tuple[np.dtype, int], list[np.ndarray]] = {}
         self.bytes = 0
-        self.lock = threading.Lock()  # kernels split over threads (``_parallel``) take scratch arrays too
+        # kernels split over threads (``_parallel``) take scratch arrays too. Reentrant, as ``_Usage``'s: ``give``
+        # runs from a storage's ``__del__``, which a collection may call inside this lock's section
+        self.lock = threading.RLock()
 
     def take(self, dtype: np.dtype, numel: int) -> np.ndarray | None:
         with self.lock:
