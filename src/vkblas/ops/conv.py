@@ -304,7 +304,7 @@ def _conv2d_node(
 
 #: output pixels per image from which the composition's forward multiplies image by image, straight into the
 #: (N, O, OH, OW) result, instead of one GEMM over the chunk and a transposing copy (the bias add) after it. The
-#: cpu backend (AMD EPYC, one thread) on the MNIST CNN's layers: 26x26 pixels with 9 taps 3.9 -> 1.2 ms, 14x14 with
+#: cpu backend (AMD EPYC, one thread) on the MNIST CNN's layers: 28x28 pixels with 9 taps 3.9 -> 1.2 ms, 14x14 with
 #: 288 taps 12.9 -> 12.3 ms, a ResNet 56x56 layer 99 -> 94 ms; at 7x7 and 4x4 pixels the one GEMM stays faster
 #: (5.6 against 6.5 ms, 3.7 against 4.3)
 PER_IMAGE_GEMM_PIXELS = 128
