@@ -29,24 +29,6 @@ from .gemm import Shape, _operands, _torch, _torch_kernel, _Vk, add_shape_argume
 COLUMNS = ["shape", "MxKxN", "layout", "plan", "µs", "GF/s", "vs cuBLAS", "vs tuner's"]
 
 
-def _plans(vk: _Vk, s: Shape, out: Any, va: Any, vb: Any, pairs: Sequence[tuple[Any, int]]) -> dict[str, Any]:
-    """``name/splits`` -> GEMM plan for each pair that applies to this device and passes its self-check."""
-    from vkblas.backend.vulkan import gemm
-    from vkblas.backend.vulkan.autotune import tuner
-
-    t = tuner(vk.be)
-    spec = gemm.make_spec(out, va, vb, False)
-    plans = {}
-    for v, splits in pairs:
-        if not gemm.applicable(v, spec, vk.be.dev.limits):
-            continue
-        gp = gemm.build_plan(vk.be, out, va, vb, v, splits)
-        key = f"{v.name}/{gp.splits}"
-        if key not in plans and t.verify(gp):
-            plans[key] = gp
-    return plans
-
-
 def _timed(vk: _Vk, plans: dict[str, Any], out: Any, va: Any, vb: Any, rounds: int) -> dict[str, float]:
     """Seconds per run of each plan: the best of ``rounds`` rounds over all of them (clocks warmed first)."""
     from vkblas.backend.vulkan.autotune import tuner
@@ -77,16 +59,17 @@ def explore(
         raise SystemExit(f"vkblas bench gemm-variants: {vk.name} has no timestamp queries to time kernels with")
     torch = _torch() if use_torch else None
     has_cuda = bool(torch is not None and torch.cuda.is_available())
+    t = tuner(vk.be)
     rng = np.random.default_rng(0)
     rows: list[list[Any]] = []
     for s in shapes:
         a, b = _operands(rng, s)
         out, va, vb = vk.views(a, b, s.layout, float32)
-        chosen = tuner(vk.be).plan(out, va, vb)  # tunes the shape class if the cache has no entry
+        chosen = t.plan(out, va, vb)  # tunes the shape class if the cache has no entry
         nbatch = max(1, s.batch)
         pairs = gemm.candidates(float32, s.m, s.n, s.k, nbatch, vk.be.dev.limits)
         pairs.append((chosen.variant, chosen.splits))
-        plans = _plans(vk, s, out, va, vb, pairs)
+        plans = t.candidate_plans(pairs, out, va, vb)
         times = _timed(vk, plans, out, va, vb, rounds)
         lead = sorted(times, key=times.__getitem__)[:top]
         derived = []
@@ -97,7 +80,7 @@ def explore(
                     derived.append((gemm.rearranged(gp.variant, warp, band), gp.splits))
                 except ValueError:  # this warp does not tile the variant's threads
                     continue
-        extra = _plans(vk, s, out, va, vb, derived)
+        extra = t.candidate_plans(derived, out, va, vb)
         times.update(_timed(vk, extra, out, va, vb, rounds) if extra else {})
         theirs = _torch_kernel(torch, s, a, b) if has_cuda else None
         mine = f"{chosen.variant.name}/{chosen.splits}"

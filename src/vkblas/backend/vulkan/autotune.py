@@ -156,20 +156,10 @@ class Tuner:
         """Time every candidate on the call's operands; remember and return the fastest."""
         M, N, K = out.shape[-2], out.shape[-1], a.shape[-1]
         nbatch = max(1, out.numel // max(1, M * N))
-        limits = self.backend.dev.limits
-        spec = gemm.make_spec(out, a, b, False, gathers, axis)
         self.backend.rt.flush()  # pending work first: our passes then run after it, in queue order
         t0 = time.perf_counter()
-        plans = {}
-        for v, s in gemm.candidates(a.dtype, M, N, K, nbatch, limits, gathers != gemm.NO_GATHER):
-            if v.name in self.disabled or not gemm.applicable(v, spec, limits):
-                continue
-            try:
-                gp = gemm.build_plan(self.backend, out, a, b, v, s, gathers, axis)
-            except (BackendError, ValueError):
-                continue
-            if self.verify(gp):
-                plans[f"{v.name}/{gp.splits}"] = gp
+        pairs = gemm.candidates(a.dtype, M, N, K, nbatch, self.backend.dev.limits, gathers != gemm.NO_GATHER)
+        plans = self.candidate_plans(pairs, out, a, b, gathers, axis)
         t1 = time.perf_counter()
         # every candidate timed in _PASSES rounds, its best kept: with one pass an H200 lease picked a variant that
         # took 0.75 ms in the step over one that took 0.42 ms (timing noise: GPU clocks, other work on the queue)
@@ -187,6 +177,32 @@ class Tuner:
         self.log.append({"class": cls, "winner": self.table[cls], "seconds": results, **spent})
         self._save()
         return best[1]
+
+    def candidate_plans(
+        self,
+        pairs: list[tuple[Variant, int]],
+        out: View,
+        a: View,
+        b: View,
+        gathers: gemm.Gathers = gemm.NO_GATHER,
+        axis: str = "",
+    ) -> dict[str, GemmPlan]:
+        """``name/splits`` -> plan for each (variant, split count) that fits this device, builds and passes its
+        self-check (the candidates :meth:`tune` times, and the benchmark's)."""
+        limits = self.backend.dev.limits
+        spec = gemm.make_spec(out, a, b, False, gathers, axis)
+        plans: dict[str, GemmPlan] = {}
+        for v, s in pairs:
+            if v.name in self.disabled or not gemm.applicable(v, spec, limits):
+                continue
+            try:
+                gp = gemm.build_plan(self.backend, out, a, b, v, s, gathers, axis)
+            except (BackendError, ValueError):
+                continue
+            key = f"{v.name}/{gp.splits}"
+            if key not in plans and self.verify(gp):
+                plans[key] = gp
+        return plans
 
     # -- timing
     def time(self, gp: GemmPlan, out: View, a: View, b: View, bias: View | None = None) -> float:
