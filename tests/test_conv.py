@@ -379,10 +379,29 @@ def test_bench_conv_runs(capsys):
     from vkblas.cli import main
 
     cols, rows = run([Layer("tiny", 2, 2, 3, 6)], ["cpu"], use_torch=False, budget=0.01)
-    assert cols == ["layer", "vk cpu fwd ms", "vk cpu f+b ms"] and rows[0][0] == "tiny" and rows[0][2] > 0
+    assert cols == ["layer", "vk cpu fwd ms", "vk cpu f+b ms", "vk cpu f+b host ms"]
+    assert rows[0][0] == "tiny" and rows[0][2] > 0 and rows[0][3] > 0
     with pytest.raises(SystemExit):
         main(["bench", "conv", "--help"])
     assert "conv2d" in capsys.readouterr().out
+
+
+def test_bench_conv_host_time_is_the_issuing_threads_cpu_time():
+    """The host column is CPU time of the calling thread while it issues calls, not the wait for the device: a
+    call that only waits (here: sleeps) costs ~0 of it, one that computes costs about its wall time."""
+    import time
+
+    from vkblas.bench.conv import _timed
+
+    def spin() -> None:
+        end = time.thread_time() + 0.002
+        while time.thread_time() < end:
+            pass
+
+    wall, host = _timed(lambda: time.sleep(0.002), lambda: None, 0.03)
+    assert wall >= 2.0 and host < wall / 2
+    wall, host = _timed(spin, lambda: time.sleep(0.005), 0.03)
+    assert 2.0 <= host <= wall
 
 
 @requires_vulkan
@@ -390,7 +409,7 @@ def test_bench_conv_times_the_captured_step_where_the_device_captures():
     from vkblas.bench.conv import Layer, run
 
     cols, rows = run([Layer("tiny", 2, 2, 3, 6)], ["vulkan"], use_torch=False, budget=0.01)
-    assert cols == ["layer", "vk vulkan fwd ms", "vk vulkan f+b ms", "vk vulkan graph f+b ms"]
+    assert cols == ["layer", "vk vulkan fwd ms", "vk vulkan f+b ms", "vk vulkan f+b host ms", "vk vulkan graph f+b ms"]
     assert all(t > 0 for t in rows[0][1:])
 
 

@@ -11,9 +11,11 @@ Captured, like with like: on a device that captures graphs, forward+backward is 
 captured in a CUDA graph (``torch.autograd.grad`` of the same output), with their ratio.
 
 Times are wall clock per call, the best of a few batches of back-to-back calls each ended by one synchronize (what a
-training loop sees). The first call of a layer (kernel compilation, autotuning) is not in them: its seconds, and the
-GEMM tuner's share of them (compiling and self-checking candidates, timing them), go to the progress line.
-PyTorch runs in fp32 arithmetic like vkblas: TF32 off (cuDNN's default is TF32 on tensor cores).
+training loop sees). ``f+b host`` is the calling thread's CPU time per eager forward+backward while it issues them
+(vkblas; PyTorch on CUDA): eager is host-bound where it meets the wall time, and issuing and running did not
+overlap where the wall time is host plus graph. The first call of a layer (kernel compilation, autotuning) is not
+in them: its seconds, and the GEMM tuner's share of them (compiling and self-checking candidates, timing them), go
+to the progress line. PyTorch runs in fp32 arithmetic like vkblas: TF32 off (cuDNN's default is TF32 on tensor cores).
 """
 
 from __future__ import annotations
@@ -56,22 +58,34 @@ LAYERS = (
 
 def _time(fn: Callable[[], Any], sync: Callable[[], None], budget: float, max_reps: int = 50) -> float:
     """Milliseconds per call: warm-up, then the best of 3 batches sized to ~budget/3 each."""
+    return _timed(fn, sync, budget, max_reps)[0]
+
+
+def _timed(fn: Callable[[], Any], sync: Callable[[], None], budget: float, max_reps: int = 50) -> tuple[float, float]:
+    """(wall ms, host ms) per call: warm-up, then the best of 3 batches sized to ~budget/3 each. Host is the
+    calling thread's CPU time per call while it issues the batch (up to its synchronize), of the fastest batch:
+    what issuing a call costs, to set beside the wall time (host-bound where the two meet; where wall is host plus
+    the captured replay's time, issuing and running did not overlap)."""
     fn()
     sync()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     fn()
+    host = time.thread_time() - c0
     sync()
     best = once = max(time.perf_counter() - t0, 1e-6)
     if once >= budget:  # a slow device: one timed call is all the budget allows
-        return once * 1e3
+        return once * 1e3, host * 1e3
     reps = max(1, min(max_reps, int(budget / 3 / once)))
     for _ in range(3):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         for _ in range(reps):
             fn()
+        issued = time.thread_time() - c0
         sync()
-        best = min(best, (time.perf_counter() - t0) / reps)
-    return best * 1e3
+        wall = (time.perf_counter() - t0) / reps
+        if wall < best:
+            best, host = wall, issued / reps
+    return best * 1e3, host * 1e3
 
 
 def _vkblas(
@@ -98,7 +112,7 @@ def _vkblas(
         vk.synchronize(device)
 
     first = _first_call(device, fwd_bwd, sync)
-    times = (_time(fwd, sync, budget), _time(fwd_bwd, sync, budget))
+    times = (_time(fwd, sync, budget), *_timed(fwd_bwd, sync, budget))
     if not vk.graphs.can_capture(device):
         return times, first
     graph = vk.graphs.Graph()
@@ -150,9 +164,9 @@ def _torch_times(
         if device == "cuda":
             torch.cuda.synchronize()
 
-    times = (_time(fwd, sync, budget), _time(fwd_bwd, sync, budget))
-    if device != "cuda":
-        return times
+    if device != "cuda":  # on the CPU the host time is the computation
+        return _time(fwd, sync, budget), _time(fwd_bwd, sync, budget)
+    times = (_time(fwd, sync, budget), *_timed(fwd_bwd, sync, budget))
     wants = [tx, tw, tb] if layer.input_grad else [tw, tb]
 
     def grads() -> Any:
@@ -188,9 +202,10 @@ def run(
     captures = [vk.graphs.can_capture(d) for d in devices]
     cols = ["layer"]
     for d, c in zip(devices, captures, strict=True):
-        cols += [f"vk {d} fwd ms", f"vk {d} f+b ms"] + [f"vk {d} graph f+b ms"] * c
+        cols += [f"vk {d} fwd ms", f"vk {d} f+b ms", f"vk {d} f+b host ms"] + [f"vk {d} graph f+b ms"] * c
     for d in ref_devices:
-        cols += [f"torch {d} fwd ms", f"torch {d} f+b ms"] + ["torch cuda graph f+b ms"] * (d == "cuda")
+        cols += [f"torch {d} fwd ms", f"torch {d} f+b ms"]
+        cols += ["torch cuda f+b host ms", "torch cuda graph f+b ms"] * (d == "cuda")
     if devices and ref_devices:
         cols.append(f"vk {devices[0]} / torch {ref_devices[-1]} f+b")
     graph_ratio = bool(devices) and captures[0] and "cuda" in ref_devices
@@ -213,7 +228,7 @@ def run(
         if devices and ref_devices:
             row.append(ours[0][1] / theirs[-1][1])
         if graph_ratio:
-            row.append(ours[0][2] / theirs[-1][2])
+            row.append(ours[0][3] / theirs[-1][3])
         rows.append(row)
         firsts = "; ".join(first for _, first in measured)
         print(f"  {layer.label}: done" + (f"; {firsts}" if firsts else ""), file=sys.stderr, flush=True)
