@@ -144,7 +144,7 @@ def _first_call(device: str, fn: Callable[[], None], sync: Callable[[], None]) -
 
 def _torch_times(
     torch: Any, layer: Layer, device: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, g: np.ndarray, budget: float
-) -> tuple[float, float]:
+) -> tuple[float, ...]:
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 against fp32: cuDNN's convolutions default to TF32
     torch.backends.cudnn.allow_tf32 = False
     tx = torch.from_numpy(x).to(device).requires_grad_(layer.input_grad)
