@@ -109,12 +109,15 @@ class Result:
     samples_per_s: float
     steps: int
     dispatches: float | None = None
+    host_us: float = 0.0  # the calling thread's CPU time per step while it issued the steps (``timed``)
 
 
 def timed(
     step: Callable[[int], Any], sync: Callable[[], None], steps: int, warmup: int, limit: float, item_every: int = 0
 ) -> tuple:
-    """(samples/s, steps run) of ``step(i)`` after ``warmup`` calls; stops after ``limit`` seconds. With
+    """(samples/s, steps run, host µs per step) of ``step(i)`` after ``warmup`` calls; stops after ``limit``
+    seconds. Host is the calling thread's CPU time per step up to the final synchronize: where it nears the wall
+    time per step, the step is host-bound (on CUDA, PyTorch's thread may also spin in a sync it makes). With
     ``item_every`` N, every Nth step's loss (what ``step`` returns) is read on the host, as a loop that logs it does.
 
     The garbage of earlier measurements is collected first: left to the cyclic collector, a full collection of
@@ -125,7 +128,7 @@ def timed(
         step(i)
     sync()
     gc.collect()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     done = 0
     while done < steps:
         loss = step(warmup + done)
@@ -134,8 +137,9 @@ def timed(
             loss.item()
         if time.perf_counter() - t0 > limit:
             break
+    host = time.thread_time() - c0
     sync()
-    return BATCH * done / (time.perf_counter() - t0), done
+    return BATCH * done / (time.perf_counter() - t0), done, host / done * 1e6
 
 
 # ---------------------------------------------------------------- vkblas
@@ -215,8 +219,8 @@ def vkblas_runs(model_name: str, modes: list[str], device: str, args: argparse.N
         def run(i: int, step: Callable = step, w: int = warmup) -> Any:
             return step(w + 2 + i)
 
-        rate, done = timed(run, sync, args.steps, 0, args.max_seconds, args.item_every)
-        results.append(Result("vkblas", mode, rate, done, per_step if before is not None else None))
+        rate, done, host = timed(run, sync, args.steps, 0, args.max_seconds, args.item_every)
+        results.append(Result("vkblas", mode, rate, done, per_step if before is not None else None, host))
     return results
 
 
@@ -250,8 +254,8 @@ def torch_runs(model_name: str, torch: Any, device: str, args: argparse.Namespac
         opt.step()
         return loss
 
-    rate, done = timed(eager, sync, args.steps, args.warmup, args.max_seconds, args.item_every)
-    results.append(Result(f"torch ({device})", "eager", rate, done))
+    rate, done, host = timed(eager, sync, args.steps, args.warmup, args.max_seconds, args.item_every)
+    results.append(Result(f"torch ({device})", "eager", rate, done, host_us=host))
     if not cuda:
         return results
 
@@ -281,8 +285,8 @@ def torch_runs(model_name: str, torch: Any, device: str, args: argparse.Namespac
         g.replay()
         return static_loss
 
-    rate, done = timed(replay, sync, args.steps, args.warmup, args.max_seconds, args.item_every)
-    results.append(Result(f"torch ({device})", "graph", rate, done))
+    rate, done, host = timed(replay, sync, args.steps, args.warmup, args.max_seconds, args.item_every)
+    results.append(Result(f"torch ({device})", "graph", rate, done, host_us=host))
     return results
 
 
@@ -504,11 +508,14 @@ def table(model: str, ours: list[Result], theirs: list[Result], item_every: int 
         base = ref.get("eager") if r.mode == "eager" else ref.get("graph", ref.get("eager"))
         ratio = f"{r.samples_per_s / base.samples_per_s:.2f}x {base.framework} {base.mode}" if r in ours else ""
         disp = f"{r.dispatches:.0f}" if r.dispatches is not None else ""
-        rows.append((r.framework, r.mode, f"{r.samples_per_s:,.0f}", r.steps, ratio, disp))
+        wall = BATCH / r.samples_per_s * 1e6
+        rows.append(
+            (r.framework, r.mode, f"{r.samples_per_s:,.0f}", r.steps, ratio, f"{wall:,.0f}", f"{r.host_us:,.0f}", disp)
+        )
     print_table(
         f"\n{model}: batch {BATCH}, Adam, data on the device"
         + (f", loss.item() every {item_every} step(s)" if item_every else ""),
-        ("framework", "mode", "samples/s", "steps", "ratio", "dispatches/step"),
+        ("framework", "mode", "samples/s", "steps", "ratio", "wall µs/step", "host µs/step", "dispatches/step"),
         rows,
     )
 
