@@ -18,10 +18,12 @@ Modes:
   ``Adam(capturable=True)``, the recipe of PyTorch's CUDA-graphs documentation.
 
 The table gives samples/s, the ratio to the PyTorch mode of the same kind (eager to eager, graph and compile to the
-CUDA graph when it ran, else to PyTorch eager), and, for vkblas on Vulkan, the device dispatches per training step
-(replays included; what kernel fusion reduces). Each measurement stops after ``--max-seconds`` even if the steps
-are not done (the rate is then over the steps it ran), so the default run is bounded: about a minute on an H200 (well
-under 3), far longer on lavapipe, where ``--steps 3 --warmup 2`` is the useful size.
+CUDA graph when it ran, else to PyTorch eager), wall and host µs per step (host: the calling thread's CPU time
+while it issued the timed steps; a mode whose host time nears its wall time is host-bound), and, for vkblas on
+Vulkan, the device dispatches per training step (replays included; what kernel fusion reduces). Each measurement
+stops after ``--max-seconds`` even if the steps are not done (the rate is then over the steps it ran), so the
+default run is bounded: about a minute on an H200 (well under 3), far longer on lavapipe, where ``--steps 3
+--warmup 2`` is the useful size.
 
     python3 benchmarks/speed.py                       # everything, default devices (vulkan; cuda or cpu for torch)
     python3 benchmarks/speed.py --steps 3 --warmup 2  # on lavapipe
