@@ -168,6 +168,33 @@ def test_autotune_cache_roundtrip(fresh, monkeypatch, tmp_path):
     assert autotune.tuner(fresh).log == []
 
 
+def test_autotune_shows_progress_on_long_runs(fresh, monkeypatch, capsys):
+    """A tuning run that goes on past PROGRESS_DELAY_S shows a bar on stderr (a large convolution's first call
+    compiles hundreds of candidates): it counts building and every timing pass of every candidate, the one that
+    cannot build included, to its total."""
+    monkeypatch.setenv("VKBLAS_AUTOTUNE", "1")
+    monkeypatch.setattr(autotune, "MIN_TUNE_FLOPS", 1)
+    monkeypatch.setattr(autotune, "PROGRESS_DELAY_S", 0.0)
+    bad = gemm.BY_NAME["64x64k16.4x4.db"]
+    pairs = [(gemm.BY_NAME["32x32k16.4x4.db"], 1), (gemm.BY_NAME["32x64k16.4x4.db"], 1), (bad, 1)]
+    monkeypatch.setattr(gemm, "candidates", lambda *a: pairs)
+    real = gemm.build_plan
+
+    def build(be, out, a, b, v, *rest):
+        if v is bad:
+            raise ValueError("does not fit")
+        return real(be, out, a, b, v, *rest)
+
+    monkeypatch.setattr(gemm, "build_plan", build)
+    bars = []
+    real_progress = autotune._progress
+    monkeypatch.setattr(autotune, "_progress", lambda *a: bars.append(real_progress(*a)) or bars[-1])
+    _check(fresh, RNG.standard_normal((40, 24)), RNG.standard_normal((24, 40)))
+    assert "vkblas: tuning GEMM float32|" in capsys.readouterr().err
+    total = len(pairs) * (1 + autotune._PASSES)
+    assert len(bars) == 1 and bars[0].total == total and bars[0].n == total
+
+
 def test_autotune_tunes_each_batch_count_apart(fresh, monkeypatch):
     """A batched GEMM of 2 and one of 40 (a convolution at two batch sizes: the same per-image shape) are two shape
     classes; a choice made for the small batch must not be reused for the large one."""

@@ -8,7 +8,8 @@
   :func:`gemm.candidates` is compiled, self-checked and timed on the call's own operands, in its own compute pass
   bracketed by GPU timestamp queries where the adapter has ``timestamp-query`` (else wall clock to completion).
   The winner goes into ``$XDG_CACHE_HOME/vkblas/gemm-autotune.json`` (default ``~/.cache``) under a key made of
-  adapter, vendor, driver and template version, and is reused from then on, in this and later processes.
+  adapter, vendor, driver and template version, and is reused from then on, in this and later processes. A run
+  that lasts (a large convolution's first call) shows a progress bar on stderr.
 * Tuning is skipped (heuristic defaults) for ``VKBLAS_AUTOTUNE=0``, for problems under ``MIN_TUNE_FLOPS`` (launch
   overhead dominates there) and on CPU adapters such as lavapipe unless ``VKBLAS_AUTOTUNE=1``.
 * **Self-check**: the first time a compiled (variant, spec) is used on a device it runs once on a small problem with
@@ -25,11 +26,13 @@ import struct
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import wgpu
+from tqdm import tqdm
 
 from ...dtypes import float16, float32, int32
 from ..base import BackendError, View, contiguous_strides
@@ -42,6 +45,18 @@ MIN_TUNE_FLOPS = 1 << 21
 _TARGET_S = 0.02  # GPU time per timed candidate
 _PASSES = 2  # rounds over the candidates
 _FALLBACK = "32x32k16.4x4.db"
+
+
+#: seconds a tuning run goes before its progress bar shows: most shape classes tune in well under a second on a
+#: GPU, but a large convolution's first call compiles hundreds of candidates (about 25 s on an H200), and on a CPU
+#: adapter (``VKBLAS_AUTOTUNE=1``) timing them takes minutes
+PROGRESS_DELAY_S = 2.0
+
+
+def _progress(cls: str, total: int) -> tqdm:
+    """The bar of one tuning run (stderr, shown only after ``PROGRESS_DELAY_S``, gone when done): a first call
+    that tunes must not look hung."""
+    return tqdm(total=total, desc=f"vkblas: tuning GEMM {cls}", unit="step", delay=PROGRESS_DELAY_S, leave=False)
 
 
 def cache_path() -> Path:
@@ -159,13 +174,19 @@ class Tuner:
         self.backend.rt.flush()  # pending work first: our passes then run after it, in queue order
         t0 = time.perf_counter()
         pairs = gemm.candidates(a.dtype, M, N, K, nbatch, self.backend.dev.limits, gathers != gemm.NO_GATHER)
-        plans = self.candidate_plans(pairs, out, a, b, gathers, axis)
-        t1 = time.perf_counter()
-        # every candidate timed in _PASSES rounds, its best kept: with one pass an H200 lease picked a variant that
-        # took 0.75 ms in the step over one that took 0.42 ms (timing noise: GPU clocks, other work on the queue)
-        results = {name: self.time(gp, out, a, b, bias) for name, gp in plans.items()}
-        for _ in range(_PASSES - 1):
-            results = {name: min(t, self.time(plans[name], out, a, b, bias)) for name, t in results.items()}
+        with _progress(cls, len(pairs) * (1 + _PASSES)) as bar:
+            plans = self.candidate_plans(pairs, out, a, b, gathers, axis, bar.update)
+            bar.update(len(pairs) - len(plans))  # those that did not build or fit are not timed either
+            t1 = time.perf_counter()
+            # every candidate timed in _PASSES rounds, its best kept: with one pass an H200 lease picked a variant
+            # that took 0.75 ms in the step over one that took 0.42 ms (timing noise: GPU clocks, other work)
+            results: dict[str, float] = {}
+            for _ in range(_PASSES):
+                for name, gp in plans.items():
+                    t = self.time(gp, out, a, b, bias)
+                    results[name] = min(t, results.get(name, t))
+                    bar.update()
+                bar.update(len(pairs) - len(plans))
         if not results:
             return None
         name = min(results, key=results.__getitem__)
@@ -186,9 +207,11 @@ class Tuner:
         b: View,
         gathers: gemm.Gathers = gemm.NO_GATHER,
         axis: str = "",
+        built: Callable[[], Any] | None = None,
     ) -> dict[str, GemmPlan]:
         """``name/splits`` -> plan for each (variant, split count) that fits this device, builds and passes its
-        self-check (the candidates :meth:`tune` times, and the benchmark's)."""
+        self-check (the candidates :meth:`tune` times, and the benchmark's); ``built`` is called after each plan
+        that made it (a progress bar's step)."""
         limits = self.backend.dev.limits
         spec = gemm.make_spec(out, a, b, False, gathers, axis)
         plans: dict[str, GemmPlan] = {}
@@ -202,6 +225,8 @@ class Tuner:
             key = f"{v.name}/{gp.splits}"
             if key not in plans and self.verify(gp):
                 plans[key] = gp
+                if built is not None:
+                    built()
         return plans
 
     # -- timing
