@@ -704,6 +704,34 @@ def test_vulkan_conv2d_composition_still_matches_without_the_primitive(kw, monke
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
 
 
+def test_workgroup_memory_counts_every_declaration_of_each_gemm_kernel():
+    """``applicable`` must see all the workgroup memory a kernel declares: the input gradient's masked tiles add a
+    flag per stage, and counting only the operand tiles let 128x256k16.p0 (exactly 48 KiB of them) run with 8
+    bytes past an H100's limit, which hung its first ResNet input gradient (a test that failed before)."""
+    import re
+
+    from vkblas.backend.vulkan import gemm
+
+    size = {"vec4<f32>": 16, "vec4<i32>": 16, "vec4<f16>": 8, "atomic<u32>": 4}
+    strides = (16 * 36, 36, 6, 1)
+    inp = gemm.Gather("transposed", True, 16, (4, 4), (6, 6), 1, strides, (3, 3), channels_last=True)
+    specs = [
+        gemm.Spec(vk.float32, 1, "vk", "si", True, False),
+        gemm.Spec(vk.float16, 1, "vk", "si", True, False),
+        gemm.Spec(vk.float32, 1, "vk", inp.mode, True, True, None, inp),
+    ]
+    for v in gemm.VARIANTS:
+        for spec in specs:
+            if v.f16_math and spec.dtype is not vk.float16:
+                continue
+            decls = re.findall(r"var<workgroup> \w+: array<(.+), (\d+)>;", gemm.source(v, spec))
+            assert sum(size[t] * int(n) for t, n in decls) == gemm.workgroup_bytes(v, spec), (v.name, spec)
+    h100 = {"max-compute-workgroup-storage-size": 48 * 1024, "max-compute-invocations-per-workgroup": 1024}
+    tight = gemm.BY_NAME["128x256k16.8x16.db.p0"]
+    assert gemm.applicable(tight, specs[0], h100)
+    assert not gemm.applicable(tight, specs[2], h100)
+
+
 @pytest.mark.skipif(not HAS_VULKAN, reason="no Vulkan adapter")
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_every_gemm_variant_compiles_with_each_convolution_gather(dtype):

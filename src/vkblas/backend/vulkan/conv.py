@@ -124,6 +124,17 @@ def weight_rows(w4: View, swap: bool) -> tuple[View, tuple[tuple[int, ...], tupl
     return View(None, (rows, kh * kw * ch), (kh * kw * ch, 1), 0), ((rows, kh, kw, ch), (srow, s2, s3, sch))
 
 
+def _copy_weight(backend: Any, dst: Any, w4: View, copy: tuple[tuple[int, ...], tuple[int, ...]]) -> Any:
+    """Record the copy of the weight's elements ``copy`` (:func:`weight_rows`) into the storage ``dst``; returns it."""
+    src_shape, src_strides = copy
+    backend.elementwise(
+        "copy",
+        View(dst, src_shape, contiguous_strides(src_shape), 0),
+        [View(w4.storage, src_shape, src_strides, w4.offset)],
+    )
+    return dst
+
+
 @dataclass(frozen=True, slots=True)
 class Recipe:
     """What recording one convolution product takes, made once per layout (shapes, strides, offset alignment) of
@@ -151,8 +162,9 @@ def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geom
         o, c = (out.shape[1], a.shape[1]) if kind == "forward" else (a.shape[1], out.shape[1])
         if len(b.shape) != 4 or b.shape != (o, c, *geometry[0]):
             raise ValueError(f"convolution {kind}: weight of shape {b.shape}, expected {(o, c, *geometry[0])}")
-        b, copy = weight_rows(b, kind == "input")
-        if copy is not None:  # a storage for the tuner's look at the matrix (dtype; its data is not read)
+        w4 = b
+        b, copy = weight_rows(w4, kind == "input")
+        if copy is not None:  # a storage for the tuner's look at the matrix (filled before it times on it)
             b = View(backend.alloc(b.shape[0] * b.shape[1], out.dtype), b.shape, b.strides, 0)
     templates, gathers = problem(kind, out, a, b, geometry)
     mode = ""
@@ -166,6 +178,10 @@ def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geom
     gp = backend.plans.get(key)
     if gp is None:
         with backend.rt.paused():  # tuned and self-checked eagerly, never inside a capture
+            if copy is not None:
+                # the tuner times on the call's operands: the copied weights, not a pooled buffer's leftovers, whose
+                # infs and NaNs would time an input gradient's masked slow path
+                _copy_weight(backend, b.storage, w4, copy)
             gp = backend.plans[key] = tuner(backend).plan(*bound, gathers, bias if mode == "epilogue" else None)
     return Recipe(gp, templates, (b.shape, b.strides), copy, mode)
 
@@ -209,10 +225,7 @@ def encode_conv(
     if r.copy is None:
         wm = View(b.storage, shape, strides, b.offset)
     else:
-        keep = backend.alloc(shape[0] * shape[1], b.dtype)
-        src_shape, src_strides = r.copy
-        dst = View(keep, src_shape, contiguous_strides(src_shape), 0)
-        backend.elementwise("copy", dst, [View(b.storage, src_shape, src_strides, b.offset)])
+        keep = _copy_weight(backend, backend.alloc(shape[0] * shape[1], b.dtype), b, r.copy)
         wm = View(keep, shape, strides, 0)
     ops = (out, a, wm)
     t0, t1, t2 = r.templates

@@ -307,10 +307,18 @@ def applicable(v: Variant, spec: Spec, limits: dict[str, Any]) -> bool:
     """Whether ``v`` can run ``spec`` on a device with these limits."""
     if v.f16_math and spec.dtype is not float16:
         return False
-    elem = 2 if (spec.dtype is float16 and v.f16_math) else 4
     if v.threads > limits.get("max-compute-invocations-per-workgroup", 256):
         return False
-    return v.smem_bytes(elem) <= limits.get("max-compute-workgroup-storage-size", 16384)
+    return workgroup_bytes(v, spec) <= limits.get("max-compute-workgroup-storage-size", 16384)
+
+
+def workgroup_bytes(v: Variant, spec: Spec) -> int:
+    """The workgroup memory ``v``'s kernel for ``spec`` declares: its operand tiles and, for a masked gather, one
+    flag per stage. The flags count: 128x256k16.p0's tiles fill an H100's 48 KiB exactly, and the 8 bytes past it
+    hung the ResNet layer's input gradient in the tuner (wgpu does not check the total; the driver ran it)."""
+    elem = 2 if (spec.dtype is float16 and v.f16_math) else 4
+    masked = spec.b_gather is not None and spec.b_gather.masks_tiles(v.bk)
+    return v.smem_bytes(elem) + 4 * v.stages * masked
 
 
 # ---------------------------------------------------------------------------------------------------- generator
