@@ -195,6 +195,61 @@ def test_autotune_shows_progress_on_long_runs(fresh, monkeypatch, capsys):
     assert len(bars) == 1 and bars[0].total == total and bars[0].n == total
 
 
+def test_autotune_compiles_candidates_on_threads_once_per_source(fresh, monkeypatch):
+    """A tuning run compiles its candidates' kernels on a pool of threads, each source once (a split and an unsplit
+    f32 variant share one: a second thread waits for the first); self-checks and timing stay on the calling
+    thread, every candidate is timed, and the result is a correct product."""
+    import threading
+
+    monkeypatch.setenv("VKBLAS_AUTOTUNE", "1")
+    monkeypatch.setattr(autotune, "MIN_TUNE_FLOPS", 1)
+    monkeypatch.setattr(autotune, "COMPILE_THREADS", 3)
+    names = ["32x32k16.4x4.db", "32x64k16.4x4.db", "64x64k16.4x4.db"]
+    pairs = [(gemm.BY_NAME[n], s) for n in names for s in (1, 2, 4)]
+    monkeypatch.setattr(gemm, "candidates", lambda *a: pairs)
+    dev, compiled = fresh.dev, []
+    real_compile = dev._compile
+
+    def compile_(source, nbuf):
+        compiled.append((source, threading.get_ident()))
+        return real_compile(source, nbuf)
+
+    monkeypatch.setattr(dev, "_compile", compile_)
+    sizes = {f"@workgroup_size({gemm.BY_NAME[n].threads})" for n in names}
+    monkeypatch.setattr(dev, "_kernels", {s: k for s, k in dev._kernels.items() if not any(z in s for z in sizes)})
+    _check(fresh, RNG.standard_normal((40, 600)), RNG.standard_normal((600, 44)))
+    sources = [src for src, _ in compiled]
+    assert len(sources) == len(set(sources))  # none compiled twice
+    on_pool = {src for src, t in compiled if t != threading.get_ident() and "var<workgroup> As" in src}
+    assert len(on_pool) >= len(names)  # every variant's kernel, on the pool
+    (entry,) = autotune.tuner(fresh).log
+    assert set(entry["seconds"]) == {f"{v.name}/{s}" for v, s in pairs}
+    assert 0 < entry["compile_s"] <= entry["build_s"]
+
+
+def test_device_makes_one_bind_group_layout_per_binding_count_across_threads(vk):
+    """Kernels compile on several threads (the tuner): the layouts of a binding count are made once, and the
+    pipeline layout found beside a bind group layout is the one made with it."""
+    import threading
+
+    dev, nbuf, got = vk.dev, 11, []
+    dev._bgls.pop(nbuf, None)
+    dev._layouts.pop(nbuf, None)
+    start = threading.Barrier(6)
+
+    def make():
+        start.wait()
+        got.append((dev.bind_group_layout(nbuf), dev._layouts[nbuf]))
+
+    threads = [threading.Thread(target=make) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({id(b) for b, _ in got}) == 1 and len({id(lay) for _, lay in got}) == 1
+    assert got[0] == (dev._bgls[nbuf], dev._layouts[nbuf])
+
+
 def test_autotune_tunes_each_batch_count_apart(fresh, monkeypatch):
     """A batched GEMM of 2 and one of 40 (a convolution at two batch sizes: the same per-image shape) are two shape
     classes; a choice made for the small batch must not be reused for the large one."""

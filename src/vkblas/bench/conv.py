@@ -123,8 +123,9 @@ def _vkblas(
 
 def _first_call(device: str, fn: Callable[[], None], sync: Callable[[], None]) -> str:
     """Run ``fn`` once; a line with its seconds, and what the GEMM tuner spent in them (shape classes tuned,
-    seconds compiling and self-checking candidates, seconds timing them)."""
+    seconds compiling candidates on its threads, then building and self-checking them, then timing them)."""
     from vkblas import backend as backends
+    from vkblas.backend.vulkan import autotune
 
     tuner = getattr(backends.get(device), "_gemm_tuner", None)
     seen = len(tuner.log) if tuner is not None else 0
@@ -136,9 +137,10 @@ def _first_call(device: str, fn: Callable[[], None], sync: Callable[[], None]) -
     tuned = tuner.log[seen:] if tuner is not None else []
     if tuned:
         build, timing = sum(e["build_s"] for e in tuned), sum(e["time_s"] for e in tuned)
+        compiling = sum(e["compile_s"] for e in tuned)
         count = sum(len(e["seconds"]) for e in tuned)
-        line += f" ({len(tuned)} GEMM classes tuned, {count} candidates: {build:.2f} s compiling and checking, "
-        line += f"{timing:.2f} s timing)"
+        line += f" ({len(tuned)} GEMM classes tuned, {count} candidates: {compiling:.2f} s compiling on "
+        line += f"{autotune.COMPILE_THREADS} threads, {build - compiling:.2f} s checking, {timing:.2f} s timing)"
     return line
 
 

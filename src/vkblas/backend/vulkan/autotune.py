@@ -27,6 +27,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,8 @@ from .gemm import GemmPlan, Spec, Variant
 # 10 x 256 weight gradient took 33 us on an H200: those are tuned too (the cost is once per shape class and adapter)
 MIN_TUNE_FLOPS = 1 << 21
 _TARGET_S = 0.02  # GPU time per timed candidate
+#: threads that compile a tuning run's candidates side by side (each waits in the driver's compiler, not in Python)
+COMPILE_THREADS = min(8, os.cpu_count() or 1)
 _PASSES = 2  # rounds over the candidates
 _FALLBACK = "32x32k16.4x4.db"
 
@@ -90,6 +93,7 @@ class Tuner:
         self.disabled: set[str] = set()
         self.verified: set[tuple[str, Spec]] = set()
         self.log: list[dict[str, Any]] = []  # what tuning measured (the benchmark prints it)
+        self.compile_s = 0.0  # the last candidate_plans' seconds compiling on the pool of threads
 
     # -- cache file
     def _load(self) -> dict[str, Any]:
@@ -194,7 +198,7 @@ class Tuner:
         v, s = best[1]
         self.table[cls] = f"{v.name}/{s}"
         # where a first call's wait goes: compiling and self-checking the candidates, or timing them
-        spent = {"build_s": t1 - t0, "time_s": time.perf_counter() - t1}
+        spent = {"build_s": t1 - t0, "compile_s": self.compile_s, "time_s": time.perf_counter() - t1}
         self.log.append({"class": cls, "winner": self.table[cls], "seconds": results, **spent})
         self._save()
         return best[1]
@@ -214,15 +218,28 @@ class Tuner:
         that made it (a progress bar's step)."""
         limits = self.backend.dev.limits
         spec = gemm.make_spec(out, a, b, False, gathers, axis)
-        plans: dict[str, GemmPlan] = {}
-        for v, s in pairs:
-            if v.name in self.disabled or not gemm.applicable(v, spec, limits):
-                continue
+        todo = [(v, s) for v, s in pairs if v.name not in self.disabled and gemm.applicable(v, spec, limits)]
+
+        def build(pair: tuple[Variant, int]) -> GemmPlan | None:
             try:
-                gp = gemm.build_plan(self.backend, out, a, b, v, s, gathers, axis)
+                return gemm.build_plan(self.backend, out, a, b, *pair, gathers, axis)
             except (BackendError, ValueError):
+                return None
+
+        # compiling is most of a first call's wait on a GPU (a driver compiles each unrolled kernel for 0.1 s or
+        # more) and happens outside the GIL: one pair per kernel source (a variant, split or not) compiles on a
+        # pool of threads, and the other pairs then find their kernel cached
+        firsts = list({(v.name, s > 1): (v, s) for v, s in reversed(todo)}.values())
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(max(1, min(COMPILE_THREADS, len(firsts)))) as pool:
+            early = dict(zip(firsts, pool.map(build, firsts), strict=True))
+        self.compile_s = time.perf_counter() - t0
+        plans: dict[str, GemmPlan] = {}
+        for pair in todo:  # self-checked and named in the candidates' order, on this thread (they record work)
+            gp = early[pair] if pair in early else build(pair)
+            if gp is None:
                 continue
-            key = f"{v.name}/{gp.splits}"
+            key = f"{pair[0].name}/{gp.splits}"
             if key not in plans and self.verify(gp):
                 plans[key] = gp
                 if built is not None:

@@ -11,8 +11,10 @@ The three products of ``conv2d`` (stride, padding, dilation; groups 1), each a s
   (split-K by the tuner; a deterministic second pass sums the splits).
 
 The forward and input products run their K (taps) channel-fastest, ``(ky, kx, c)`` (:class:`gemm.Gather`'s
-``channels_last``), so the weight matrix is laid out that way: a small copy of the weight per call, none where the
-layouts coincide (one input channel, 1x1 kernels).
+``channels_last``). Their weight matrix is read in that order through the weight's own strides (the ``weights``
+gather), or as a plain strided matrix where the layouts coincide (one channel, 1x1 kernels): no copy of the weight
+(until 2026-12-06 each of the two products copied it channels-last first: two of an eager forward+backward's six
+dispatches).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..base import View, contiguous_strides, window_output_size
+from ..base import View, window_output_size
 from . import epilogue, gemm
 from .autotune import tuner
 from .kernels.wgsl import coalesce
@@ -46,7 +48,9 @@ def _gathered(which: int, v: View, shape: tuple[int, ...], batched: bool) -> Tem
     return (which, shape, ((v.strides[0],) if batched else ()) + (0, 0))
 
 
-def _planes(out: View, wmat: View, src: View, g: gemm.Gather) -> tuple[tuple[Template, ...], gemm.Gathers]:
+def _planes(
+    out: View, wmat: View, src: View, g: gemm.Gather, wg: gemm.Gather | None
+) -> tuple[tuple[Template, ...], gemm.Gathers]:
     """``out[n] (ch, pixels) = wmat (ch, K) @ gathered (K, pixels)`` per image, as a batched GEMM (the weight
     broadcast). Measured on an H200 (MNIST CNN, 2026-12-01): the transposed product, pixels as the GEMM's rows and
     the output stored column-major, ran the 32->64 conv at 0.83 ms against this layout's 0.45 ms."""
@@ -58,12 +62,15 @@ def _planes(out: View, wmat: View, src: View, g: gemm.Gather) -> tuple[tuple[Tem
         (2, (n, ch, kdim), (0, *wmat.strides)),
         _gathered(1, src, (n, kdim, pixels), True),
     )
-    return templates, (None, g)
+    return templates, (wg, g)
 
 
-def problem(kind: str, out: View, a: View, b: View, geometry: Geometry) -> tuple[tuple[Template, ...], gemm.Gathers]:
+def problem(
+    kind: str, out: View, a: View, b: View, geometry: Geometry, wg: gemm.Gather | None = None
+) -> tuple[tuple[Template, ...], gemm.Gathers]:
     """(templates of out, a, b, gathers) of the GEMM that computes ``kind`` (``b``: the weight matrix for the
-    forward and the input gradient); ValueError naming the shapes when they disagree."""
+    forward and the input gradient, read through the gather ``wg`` when given: then its strides are zeros);
+    ValueError naming the shapes when they disagree."""
     k, s, p, d = geometry
     kk = k[0] * k[1]
     ranks = (len(out.shape), len(a.shape), len(b.shape))
@@ -76,14 +83,14 @@ def problem(kind: str, out: View, a: View, b: View, geometry: Geometry) -> tuple
         oh, ow = window_output_size((h, w), k, s, p, d)
         want = [((n, o, oh, ow), out.shape), ((o, c * kk), w2.shape)]
         g = gemm.Gather("window", True, c, (h, w), (oh, ow), 1, x.strides, k, s, p, d, channels_last=True)
-        result = _planes(out, w2, x, g)
+        result = _planes(out, w2, x, g, wg)
     elif kind == "input":  # out = gx (N, C, H, W), a = g (N, O, OH, OW), b = Wt (C, kh*kw*O)
         gy, wt = a, b
         n, o, oh, ow = gy.shape
         c, h, w = out.shape[1], out.shape[2], out.shape[3]
         want = [((out.shape[0], o, *window_output_size((h, w), k, s, p, d)), gy.shape), ((c, o * kk), wt.shape)]
         g = gemm.Gather("transposed", True, o, (oh, ow), (h, w), 1, gy.strides, k, s, p, d, channels_last=True)
-        result = _planes(out, wt, gy, g)
+        result = _planes(out, wt, gy, g, wg)
     elif kind == "weight":  # out = gw (O, C*kh*kw), a = g (N, O, OH, OW), b = x (N, C, H, W)
         gy, x = a, b
         n, o, oh, ow = gy.shape
@@ -110,42 +117,30 @@ def problem(kind: str, out: View, a: View, b: View, geometry: Geometry) -> tuple
     return result
 
 
-def weight_rows(w4: View, swap: bool) -> tuple[View, tuple[tuple[int, ...], tuple[int, ...]] | None]:
+def weight_matrix(w4: View, swap: bool) -> tuple[View, gemm.Gather | None]:
     """The weight (O, C, kh, kw) as the (rows, kh*kw*ch) matrix of the forward (rows O, channels C) or, ``swap``,
-    of the input gradient (rows C, channels O): over the weight's own storage where its strides give the matrix
-    (and None), else over a contiguous temporary (storage None here) and the (shape, strides) of the weight's
-    elements to copy into it in order."""
+    of the input gradient (rows C, channels O), taps ``(ky, kx, ch)``: a strided view of the weight where its
+    strides give the matrix (and None), else a view of zero strides over the weight's storage and the ``weights``
+    gather that reads it."""
     o, c, kh, kw = w4.shape
     s0, s1, s2, s3 = w4.strides
     rows, ch, srow, sch = (c, o, s1, s0) if swap else (o, c, s0, s1)
     shape, (strides,) = coalesce((kh, kw, ch), [(s2, s3, sch)])
     if len(shape) <= 1:  # (ky, kx, ch) is one stride of the weight already
         return View(w4.storage, (rows, kh * kw * ch), (srow, strides[0] if strides else 1), w4.offset), None
-    return View(None, (rows, kh * kw * ch), (kh * kw * ch, 1), 0), ((rows, kh, kw, ch), (srow, s2, s3, sch))
-
-
-def _copy_weight(backend: Any, dst: Any, w4: View, copy: tuple[tuple[int, ...], tuple[int, ...]]) -> Any:
-    """Record the copy of the weight's elements ``copy`` (:func:`weight_rows`) into the storage ``dst``; returns it."""
-    src_shape, src_strides = copy
-    backend.elementwise(
-        "copy",
-        View(dst, src_shape, contiguous_strides(src_shape), 0),
-        [View(w4.storage, src_shape, src_strides, w4.offset)],
-    )
-    return dst
+    g = gemm.Gather("weights", True, ch, (kh, kw), (kh, kw), rows, (srow, sch, s2, s3), (kh, kw), channels_last=True)
+    return View(w4.storage, (rows, kh * kw * ch), (0, 0), w4.offset), g
 
 
 @dataclass(frozen=True, slots=True)
 class Recipe:
     """What recording one convolution product takes, made once per layout (shapes, strides, offset alignment) of
-    the call's views: the tuned GEMM, where its operands lie in the call's views, the weight matrix's copy (or
-    none), and where the bias goes. Eager steps make the same calls every step; this keeps their host cost to
-    binding views and recording (the layout work, a few µs a call, is done once)."""
+    the call's views: the tuned GEMM, where its operands lie in the call's views, and where the bias goes. Eager
+    steps make the same calls every step; this keeps their host cost to binding views and recording (the layout
+    work, a few µs a call, is done once)."""
 
     gp: Any
     templates: tuple[Template, ...]
-    weight: tuple[tuple[int, ...], tuple[int, ...]]  # the weight matrix's (shape, strides) over its storage
-    copy: tuple[tuple[int, ...], tuple[int, ...]] | None  # the weight's elements copied into a temporary
     bias: str  # "", "epilogue" or "later" (a strided bias: added after the GEMM; the epilogue reads a dense one)
 
 
@@ -157,16 +152,13 @@ def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geom
         return False
     if kind == "input" and any(a.shape[1] % bk for bk in gemm.K_STEPS):
         return False
-    copy = None
+    wg = None
     if kind in ("forward", "input"):
         o, c = (out.shape[1], a.shape[1]) if kind == "forward" else (a.shape[1], out.shape[1])
         if len(b.shape) != 4 or b.shape != (o, c, *geometry[0]):
             raise ValueError(f"convolution {kind}: weight of shape {b.shape}, expected {(o, c, *geometry[0])}")
-        w4 = b
-        b, copy = weight_rows(w4, kind == "input")
-        if copy is not None:  # a storage for the tuner's look at the matrix (filled before it times on it)
-            b = View(backend.alloc(b.shape[0] * b.shape[1], out.dtype), b.shape, b.strides, 0)
-    templates, gathers = problem(kind, out, a, b, geometry)
+        b, wg = weight_matrix(b, kind == "input")  # over the weight's storage and offset, as the call's view
+    templates, gathers = problem(kind, out, a, b, geometry, wg)
     mode = ""
     if bias is not None:
         if kind != "forward" or bias.shape != (out.shape[1],):
@@ -178,12 +170,8 @@ def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geom
     gp = backend.plans.get(key)
     if gp is None:
         with backend.rt.paused():  # tuned and self-checked eagerly, never inside a capture
-            if copy is not None:
-                # the tuner times on the call's operands: the copied weights, not a pooled buffer's leftovers, whose
-                # infs and NaNs would time an input gradient's masked slow path
-                _copy_weight(backend, b.storage, w4, copy)
             gp = backend.plans[key] = tuner(backend).plan(*bound, gathers, bias if mode == "epilogue" else None)
-    return Recipe(gp, templates, (b.shape, b.strides), copy, mode)
+    return Recipe(gp, templates, mode)
 
 
 def encode_conv(
@@ -220,19 +208,11 @@ def encode_conv(
         r = backend.plans[key] = _recipe(backend, kind, out, a, b, geometry, bias)
     if r is False:
         return False
-    keep = None
-    shape, strides = r.weight
-    if r.copy is None:
-        wm = View(b.storage, shape, strides, b.offset)
-    else:
-        keep = _copy_weight(backend, backend.alloc(shape[0] * shape[1], b.dtype), b, r.copy)
-        wm = View(keep, shape, strides, 0)
-    ops = (out, a, wm)
+    ops = (out, a, b)  # the templates place each operand over its view's storage and offset
     t0, t1, t2 = r.templates
     o, ga, gb = _bind(t0, ops), _bind(t1, ops), _bind(t2, ops)
     epilogue.record(backend, r.gp, o, ga, gb, bias if r.bias == "epilogue" else None)
     if r.bias == "later":
         later = View(bias.storage, out.shape, (0, bias.strides[0], 0, 0), bias.offset)  # type: ignore[union-attr]
         backend.elementwise("add", out, [out, later])
-    del keep  # the pooled temporary returns on drop; the queue orders its reuse after the GEMM
     return True

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,6 +144,10 @@ class Device:
         self._kernels: dict[str, Kernel] = {}
         self._bgls: dict[int, Any] = {}
         self._layouts: dict[int, Any] = {}
+        # kernels may compile on several threads at once (the GEMM tuner's candidates): a bind group layout and
+        # its pipeline layout are made together, once, or a pipeline could get a layout its bind groups lack
+        self._layout_lock = threading.Lock()
+        self._compiling: dict[str, threading.Lock] = {}  # a source being compiled: others wait for it, not redo it
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -160,7 +165,12 @@ class Device:
     # -- layouts shared by every pipeline with the same number of storage buffers
     def bind_group_layout(self, nbuf: int) -> Any:
         bgl = self._bgls.get(nbuf)
-        if bgl is None:
+        if bgl is not None:
+            return bgl
+        with self._layout_lock:
+            bgl = self._bgls.get(nbuf)
+            if bgl is not None:
+                return bgl
             c = wgpu.ShaderStage.COMPUTE
             entries = [
                 {
@@ -170,8 +180,9 @@ class Device:
                 }
             ]
             entries += [{"binding": i + 1, "visibility": c, "buffer": {"type": "storage"}} for i in range(nbuf)]
-            bgl = self._bgls[nbuf] = self.device.create_bind_group_layout(entries=entries)
+            bgl = self.device.create_bind_group_layout(entries=entries)
             self._layouts[nbuf] = self.device.create_pipeline_layout(bind_group_layouts=[bgl])
+            self._bgls[nbuf] = bgl  # last: a reader that finds it finds the pipeline layout too
         return bgl
 
     def _module(self, source: str) -> Any:
@@ -195,10 +206,22 @@ class Device:
         return _api.GPUShaderModule("vkblas", handle, self.device)
 
     def kernel(self, source: str, nbuf: int) -> Kernel:
-        """The compiled pipeline for ``source`` (cached by source text)."""
+        """The compiled pipeline for ``source`` (cached by source text). Safe to call from several threads: wgpu
+        compiles outside the GIL, so the GEMM tuner compiles its candidates side by side; a source is compiled
+        once, a second caller waiting for the first."""
         k = self._kernels.get(source)
         if k is not None:
             return k
+        with self._layout_lock:
+            busy = self._compiling.setdefault(source, threading.Lock())
+        with busy:
+            k = self._kernels.get(source)
+            if k is None:
+                k = self._kernels[source] = self._compile(source, nbuf)
+        self._compiling.pop(source, None)
+        return k
+
+    def _compile(self, source: str, nbuf: int) -> Kernel:
         self.bind_group_layout(nbuf)
         try:
             module = self._module(source)
@@ -208,5 +231,4 @@ class Device:
         except Exception as e:  # noqa: BLE001 - wgpu raises several error types for invalid WGSL
             numbered = "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(source.splitlines()))
             raise BackendError(f"vulkan: kernel compilation failed: {e}\n{numbered}") from e
-        k = self._kernels[source] = Kernel(pipe, pipe._internal, nbuf, source, _caller_label())
-        return k
+        return Kernel(pipe, pipe._internal, nbuf, source, _caller_label(3))

@@ -161,6 +161,9 @@ class Gather:
       ``(c, ky, kx)`` over the output gradient's channels, pixel over the input's grid: the input gradient.
     * ``planes``: ``src[n, c, q]``, the tap is the channel ``c`` alone and the pixel ``(n, q)`` runs over the
       source's own planes: the output gradient as the (C, N*OH*OW) matrix of the weight gradient.
+    * ``weights``: ``src[r, c, ky, kx]``, the (rows, taps) weight matrix of the forward or the input gradient read
+      through the weight's own strides (``images``: the rows, ``src``: the kernel; ``strides``: of rows, channels,
+      ky, kx), so the channels-last taps need no copy of the weight.
 
     ``channels_last``: the tap runs ``(ky, kx, c)``, channel fastest (the weight matrix laid out to match). Where
     the channels are a multiple of the K step, a K tile then has one ``(ky, kx)``: its bounds check and offset are
@@ -189,7 +192,10 @@ class Gather:
 
     @property
     def mode(self) -> str:
-        """The scalar load layout that keeps neighbouring invocations on neighbouring pixels (coalesced reads)."""
+        """The scalar load layout that keeps neighbouring invocations on neighbouring pixels (coalesced reads); for
+        the weights, on whichever of rows and channels lie closer in memory."""
+        if self.kind == "weights":
+            return "si" if self.strides[0] <= self.strides[1] else "sk"
         return "si" if self.tap_on_k else "sk"
 
     def extent(self) -> int:
@@ -202,6 +208,22 @@ class Gather:
         tag = f"{self.kind}{'k' if self.tap_on_k else 'i'}{'l' * self.channels_last}"
         return f"{tag}{self.kernel}{self.stride}{self.dilation}".replace(" ", "")
 
+    def _taps(self, p: str, tap: str, tile_k: tuple[str, str, int] | None) -> list[str]:
+        """WGSL lines splitting ``tap`` into ``{p}c``, ``{p}ky``, ``{p}kx`` (see :meth:`code`)."""
+        kh, kw = self.kernel
+        ch = self.channels
+        if not self.channels_last:
+            return [
+                f"    let {p}c = {tap} / {kh * kw}u; let {p}r = {tap} % {kh * kw}u;"
+                f" let {p}ky = {p}r / {kw}u; let {p}kx = {p}r % {kw}u;"
+            ]
+        if tile_k is not None and self.tap_on_k and ch % tile_k[2] == 0:  # (ky, kx) of the whole tile
+            k0, kk, _ = tile_k
+            first = f"    let {p}j = {k0} / {ch}u; let {p}c = {k0} % {ch}u + {kk};"
+        else:
+            first = f"    let {p}j = {tap} / {ch}u; let {p}c = {tap} % {ch}u;"
+        return [first, f"    let {p}ky = {p}j / {kw}u; let {p}kx = {p}j % {kw}u;"]
+
     def code(self, p: str, gi: str, gk: str, tile_k: tuple[str, str, int] | None = None) -> tuple[list[str], str, str]:
         """(WGSL lines, validity condition, u32 element offset) of operand element (``gi``, ``gk``); ``p`` prefixes
         the names. Everything is u32 arithmetic by constants (the driver turns the divisions into multiplies).
@@ -209,6 +231,9 @@ class Gather:
         tap, pix = (gk, gi) if self.tap_on_k else (gi, gk)
         sn, sc, sy, sx = self.strides
         gy, gx = self.grid
+        if self.kind == "weights":  # the row is the pixel: one image of the kernel's size per row
+            lines = self._taps(p, tap, tile_k)
+            return lines, "true", f"({pix} * {sn}u + {p}c * {sc}u + {p}ky * {sy}u + {p}kx * {sx}u)"
         lines = []
         if self.images > 1:
             lines.append(f"    let {p}n = {pix} / {gy * gx}u; let {p}q = {pix} % {gy * gx}u;")
@@ -220,20 +245,7 @@ class Gather:
                 return lines, "true", f"{base}{tap} * {sc}u + {q} * {sx}u"
             lines.append(f"    let {p}y = {q} / {gx}u; let {p}x = {q} % {gx}u;")
             return lines, "true", f"{base}{tap} * {sc}u + {p}y * {sy}u + {p}x * {sx}u"
-        kh, kw = self.kernel
-        ch = self.channels
-        if not self.channels_last:
-            lines.append(
-                f"    let {p}c = {tap} / {kh * kw}u; let {p}r = {tap} % {kh * kw}u;"
-                f" let {p}ky = {p}r / {kw}u; let {p}kx = {p}r % {kw}u;"
-            )
-        else:
-            if tile_k is not None and self.tap_on_k and ch % tile_k[2] == 0:  # (ky, kx) of the whole tile
-                k0, kk, _ = tile_k
-                lines.append(f"    let {p}j = {k0} / {ch}u; let {p}c = {k0} % {ch}u + {kk};")
-            else:
-                lines.append(f"    let {p}j = {tap} / {ch}u; let {p}c = {tap} % {ch}u;")
-            lines.append(f"    let {p}ky = {p}j / {kw}u; let {p}kx = {p}j % {kw}u;")
+        lines += self._taps(p, tap, tile_k)
         lines.append(f"    let {p}y = {q} / {gx}u; let {p}x = {q} % {gx}u;")
         # the offset as (pixel part) + (tap part), in wrapping u32 arithmetic (exact wherever the element is read):
         # a thread's tap part is the same for every K tile (or every pixel), its pixel part the same for every rep
