@@ -196,9 +196,10 @@ def test_autotune_shows_progress_on_long_runs(fresh, monkeypatch, capsys):
 
 
 def test_autotune_compiles_candidates_on_threads_once_per_source(fresh, monkeypatch):
-    """A tuning run compiles its candidates' kernels on a pool of threads, each source once (a split and an unsplit
-    f32 variant share one: a second thread waits for the first); self-checks and timing stay on the calling
-    thread, every candidate is timed, and the result is a correct product."""
+    """A tuning run compiles its candidates' kernels and their self-checks' kernels on a pool of threads, each
+    source once (a split and an unsplit f32 variant share one: a second thread waits for the first); the checks
+    run and the timing stays on the calling thread, which compiles no GEMM itself; every candidate is timed, and
+    the result is a correct product."""
     import threading
 
     monkeypatch.setenv("VKBLAS_AUTOTUNE", "1")
@@ -217,11 +218,21 @@ def test_autotune_compiles_candidates_on_threads_once_per_source(fresh, monkeypa
     monkeypatch.setattr(dev, "_compile", compile_)
     sizes = {f"@workgroup_size({gemm.BY_NAME[n].threads})" for n in names}
     monkeypatch.setattr(dev, "_kernels", {s: k for s, k in dev._kernels.items() if not any(z in s for z in sizes)})
-    _check(fresh, RNG.standard_normal((40, 600)), RNG.standard_normal((600, 44)))
+    # two broadcast batch dims (they do not coalesce): the self-check's problem, one batch dim, is another kernel
+    ha, hb = RNG.standard_normal((2, 1, 40, 600)), RNG.standard_normal((1, 3, 600, 44))
+    a = View(fresh.from_numpy(ha.reshape(-1), D.float32), (2, 3, 40, 600), (24000, 0, 600, 1))
+    b = View(fresh.from_numpy(hb.reshape(-1), D.float32), (2, 3, 600, 44), (0, 26400, 44, 1))
+    out = View.of(fresh.alloc(2 * 3 * 40 * 44, D.float32), (2, 3, 40, 44))
+    encode_matmul(fresh, out, a, b)
+    np.testing.assert_allclose(fresh.to_numpy(out), ha @ hb, rtol=1e-4, atol=1e-3)
     sources = [src for src, _ in compiled]
     assert len(sources) == len(set(sources))  # none compiled twice
     on_pool = {src for src, t in compiled if t != threading.get_ident() and "var<workgroup> As" in src}
     assert len(on_pool) >= len(names)  # every variant's kernel, on the pool
+    assert not [src for src, t in compiled if t == threading.get_ident() and "var<workgroup> As" in src]
+    by = gemm.BY_NAME
+    checks = {gemm.source(by[n], autotune.check_spec(by[n], s)) for n, s in autotune.tuner(fresh).verified}
+    assert checks & on_pool  # the self-checks' kernels among them
     (entry,) = autotune.tuner(fresh).log
     assert set(entry["seconds"]) == {f"{v.name}/{s}" for v, s in pairs}
     assert 0 < entry["compile_s"] <= entry["build_s"]

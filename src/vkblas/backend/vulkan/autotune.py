@@ -222,13 +222,15 @@ class Tuner:
 
         def build(pair: tuple[Variant, int]) -> GemmPlan | None:
             try:
-                return gemm.build_plan(self.backend, out, a, b, *pair, gathers, axis)
+                gp = gemm.build_plan(self.backend, out, a, b, *pair, gathers, axis)
             except (BackendError, ValueError):
                 return None
+            self._compile_check(gp)
+            return gp
 
         # compiling is most of a first call's wait on a GPU (a driver compiles each unrolled kernel for 0.1 s or
         # more) and happens outside the GIL: one pair per kernel source (a variant, split or not) compiles on a
-        # pool of threads, and the other pairs then find their kernel cached
+        # pool of threads, with its self-check's kernel, and the other pairs then find their kernels cached
         firsts = list({(v.name, s > 1): (v, s) for v, s in reversed(todo)}.values())
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max(1, min(COMPILE_THREADS, len(firsts)))) as pool:
@@ -309,8 +311,19 @@ class Tuner:
         """Run ``gp``'s variant once per specialisation on a small problem with edge tiles; False (and the variant
         disabled, with a warning) when it disagrees with numpy. A gathered spec checks the variant on strided
         operands of the same scalar layouts (the gathers' own arithmetic is in the conv tests)."""
-        plain = dataclasses.replace(gp.spec, a_gather=None, b_gather=None, bias="")
-        return self.verify_variant(gp.variant, plain)
+        return self.verify_variant(gp.variant, _plain(gp.spec))
+
+    def _compile_check(self, gp: GemmPlan) -> None:
+        """Compile the kernel :meth:`verify` will run for ``gp`` unless it was checked already (safe on a tuner's
+        pool thread: it records nothing). A kernel that fails to compile is left for the check to report."""
+        plain = _plain(gp.spec)
+        if (gp.variant.name, plain) in self.verified:
+            return
+        spec = check_spec(gp.variant, plain)
+        try:
+            self.backend.dev.kernel(gemm.source(gp.variant, spec), 3 + spec.extra)
+        except BackendError:
+            pass  # verify compiles it again on the calling thread, and raises there
 
     def verify_variant(self, v: Variant, spec: Spec) -> bool:
         key = (v.name, spec)
@@ -381,21 +394,39 @@ def _operand(
     return View(storage, shape, tuple(strides), off), host if nb > 1 else host[0]
 
 
+def _plain(spec: Spec) -> Spec:
+    """The spec a variant is self-checked under: ``spec``'s load layouts without gathers or bias."""
+    return dataclasses.replace(spec, a_gather=None, b_gather=None, bias="")
+
+
+def _check_problem(v: Variant, spec: Spec) -> tuple[int, int, int, int, int]:
+    """(M, N, K, batch, out's offset) of ``v``'s self-check in ``spec``'s layouts: edge tiles on every side,
+    three K tiles and a remainder, a misaligned out where the spec stores scalars."""
+    n_aligned = spec.out_vec or spec.b_mode == "vi"
+    ooff = 0 if spec.out_vec or spec.split or not n_aligned else 1
+    return v.bm + 4, v.bn + (4 if n_aligned else 3), 3 * v.bk + 4, 2 if spec.rank else 1, ooff
+
+
+def check_spec(v: Variant, spec: Spec) -> Spec:
+    """The spec of the GEMM :func:`self_check` builds for ``v`` in ``spec``'s layouts (its kernel's source)."""
+    _, n, _, nb, ooff = _check_problem(v, spec)
+    return Spec(
+        spec.dtype, int(nb > 1), spec.a_mode, spec.b_mode, n % 4 == 0 and (spec.split or ooff % 4 == 0), spec.split
+    )
+
+
 def self_check(be: Any, v: Variant, spec: Spec) -> tuple[bool, float]:
     """(passed, max relative error) of variant ``v`` with ``spec``'s load modes on a small edge-tiled problem."""
     rng = np.random.default_rng(7)
     dtype = spec.dtype
-    n_aligned = spec.out_vec or spec.b_mode == "vi"
-    M, N, K = v.bm + 4, v.bn + (4 if n_aligned else 3), 3 * v.bk + 4
-    nb = 2 if spec.rank else 1
+    M, N, K, nb, ooff = _check_problem(v, spec)
     a, ha = _operand(be, rng, dtype, M, K, spec.a_mode, nb, True)
     b, hb = _operand(be, rng, dtype, K, N, spec.b_mode, nb, False)
     oshape = (nb, M, N) if nb > 1 else (M, N)
-    ooff = 0 if spec.out_vec or spec.split or not n_aligned else 1  # a misaligned out forces scalar stores
     out = View(be.alloc(int(np.prod(oshape)) + ooff, dtype), oshape, contiguous_strides(oshape), ooff)
     gp = gemm.build_plan(be, out, a, b, v, 2 if spec.split else 1)
-    if (gp.spec.a_mode, gp.spec.b_mode, gp.spec.split) != (spec.a_mode, spec.b_mode, spec.split):
-        raise AssertionError(f"self-check built {gp.spec} for {spec}")  # the test problem must match the spec
+    if gp.spec != check_spec(v, spec):  # the test problem must match the spec (and what _compile_check compiled)
+        raise AssertionError(f"self-check built {gp.spec} for {spec}, expected {check_spec(v, spec)}")
     gemm.record(be, gp, out, a, b)
     got = be.to_numpy(out).astype(np.float64)
     ref = ha.astype(np.float64) @ hb.astype(np.float64)
@@ -414,4 +445,14 @@ def tuner(backend: Any) -> Tuner:
     return t
 
 
-__all__ = ["MIN_TUNE_FLOPS", "Tuner", "cache_path", "float16", "self_check", "shape_class", "startup_check", "tuner"]
+__all__ = [
+    "MIN_TUNE_FLOPS",
+    "Tuner",
+    "cache_path",
+    "check_spec",
+    "float16",
+    "self_check",
+    "shape_class",
+    "startup_check",
+    "tuner",
+]
