@@ -692,6 +692,48 @@ def test_vulkan_conv2d_bias_in_the_epilogue(splits, monkeypatch):
 
 
 @pytest.mark.skipif(not HAS_VULKAN, reason="no Vulkan adapter")
+@pytest.mark.parametrize("splits", [1, 3])
+def test_vulkan_conv2d_weight_gradient_gemm_writes_the_bias_gradient(splits, monkeypatch):
+    """A first layer's backward (no input gradient) is the weight gradient's GEMM alone (and its splits' sum): the
+    bias gradient, the output gradient summed over images and pixels, is that GEMM's row sums, not a reduction of
+    its own; an inf or NaN in the gradient reaches its channel's bias gradient. A strided bias-gradient target
+    handed to the primitive is reduced after the GEMM instead."""
+    from vkblas.backend.vulkan import gemm
+
+    be = vk.tensor([0.0], device="vulkan")._backend
+    monkeypatch.setattr(be, "plans", type(be.plans)())
+    choice = gemm.default_choice
+    monkeypatch.setattr(gemm, "default_choice", lambda *a: (choice(*a)[0], splits))
+    rng = np.random.default_rng(26)
+    x, w, b = rng.standard_normal((3, 2, 9, 8)), rng.standard_normal((5, 2, 3, 3)), rng.standard_normal(5)
+    g = rng.standard_normal((3, 5, 9, 8))
+    g[1, 2, 3, 4], g[2, 4, 0, 0] = np.inf, np.nan
+    xt = vk.tensor(x, dtype=vk.float32, device="vulkan")
+    wt, bt = (vk.tensor(a, dtype=vk.float32, device="vulkan", requires_grad=True) for a in (w, b))
+    gt = vk.tensor(g, dtype=vk.float32, device="vulkan")
+    for _ in range(2):  # the second time with every plan made
+        wt.grad = bt.grad = None
+        y = F.conv2d(xt, wt, bt, padding=1)
+        before = be.rt.dispatches
+        y.backward(gt)
+        vk.synchronize("vulkan")
+        dispatches = be.rt.dispatches - before
+    assert dispatches == (1 if splits == 1 else 2)
+    np.testing.assert_allclose(bt.grad.numpy(), g.sum((0, 2, 3)), rtol=1e-5, atol=1e-4)
+    finite = np.isfinite(g).all((0, 2, 3))
+    gw_ref = conv_grads_ref(x, w, g, (1, 1), (1, 1), (1, 1), 1)[1]
+    np.testing.assert_allclose(wt.grad.numpy()[finite], gw_ref[finite], rtol=1e-4, atol=1e-4)
+    gw, wide = vk.empty((5, 18), device="vulkan"), vk.full((10,), 7.0, device="vulkan")
+    strided = wide[::2]
+    geometry = ((3, 3), (1, 1), (1, 1), (1, 1))
+    assert be.convolution("weight", gw._view, gt._view, xt._view, *geometry, strided._view)
+    np.testing.assert_allclose(strided.numpy(), g.sum((0, 2, 3)), rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(wide.numpy()[1::2], 7.0)
+    with pytest.raises(ValueError, match=r"bias of shape \(4,\)"):
+        be.convolution("weight", gw._view, gt._view, xt._view, *geometry, vk.empty((4,), device="vulkan")._view)
+
+
+@pytest.mark.skipif(not HAS_VULKAN, reason="no Vulkan adapter")
 def test_vulkan_conv2d_float16_and_special_values_through_the_primitive(monkeypatch):
     calls = _conv_primitive_calls(monkeypatch)
     rng = np.random.default_rng(22)

@@ -381,9 +381,61 @@ def test_matmul_bias_split_k_f16_and_refusals(fresh):
     assert not fresh.matmul_bias(out, va, vb, _view(fresh, np.ones(4), D.int32))
 
 
-def test_linear_with_bias_is_one_gemm_dispatch_forward():
-    """nn.Linear's forward on vulkan is one dispatch (the bias in the GEMM's epilogue), with its values and
-    gradients those of the float64 reference."""
+def _sums_case(be, m: int, k: int, n: int, dtype=D.float32) -> tuple[View, View, View, np.ndarray, np.ndarray]:
+    """a (read through its transpose, as a layer's dY^T), b, a NaN-filled (M,) target for the row sums, and the
+    float64 product and row sums; a's rows hold an inf, a -inf and a NaN where there are rows enough."""
+    a, b = RNG.standard_normal((m, k)), RNG.standard_normal((k, n))
+    for r, x in enumerate([np.inf, -np.inf, np.nan][: max(0, m - 3)]):
+        a[r, (5 * r) % k] = x
+    a = a.astype(np.float16 if dtype is D.float16 else np.float32).astype(np.float64)
+    sums = _view(be, np.full(m, np.nan), dtype)
+    with np.errstate(invalid="ignore"):  # the NaN and inf rows' products
+        ref = a @ b
+    return _view(be, a, dtype, transposed=True), _view(be, b, dtype), sums, ref, a.sum(1)
+
+
+@pytest.mark.parametrize("variant", gemm.VARIANTS, ids=lambda v: v.name)
+def test_every_variant_sums_the_rows_of_a_beside_its_product(fresh, variant):
+    """``bias[m] = sum_k a[m, k]`` written by the GEMM of ``a @ b`` (a layer's bias gradient beside its weight
+    gradient): edge tiles in M, N and K (several tile columns: only the first sums), M past one tile row, inf and
+    NaN rows; without and with split-K (the partial sums' second pass); the product unchanged."""
+    dtype = D.float16 if variant.f16_math else D.float32
+    if dtype is D.float16 and not fresh.dev.has_f16:
+        pytest.skip("no f16 on this adapter")
+    spec = gemm.Spec(dtype, 0, "vi", "vi", True, False, bias="sum_rows")
+    if not gemm.applicable(variant, spec, fresh.dev.limits):
+        pytest.skip(f"{variant.name} does not fit this adapter's workgroup limits")
+    tol = dict(rtol=2e-2, atol=5e-2) if dtype is D.float16 else dict(rtol=1e-5, atol=1e-4)
+    for (m, k, n), splits in (((37, 45, 70), 1), ((2 * variant.bm + 5, 300, 9), 4)):
+        va, vb, vsums, ref, ref_sums = _sums_case(fresh, m, k, n, dtype)
+        out = View.of(fresh.alloc(m * n, dtype), (m, n))
+        gp = gemm.build_plan(fresh, out, va, vb, variant, splits, bias="sum_rows")
+        assert gp.splits == splits
+        gemm.record(fresh, gp, out, va, vb, vsums)
+        got = fresh.to_numpy(out).astype(np.float64)
+        finite = np.isfinite(ref).all(1)
+        np.testing.assert_allclose(got[finite], ref[finite], **tol)
+        np.testing.assert_allclose(fresh.to_numpy(vsums).astype(np.float64), ref_sums, **tol)
+
+
+def test_row_sums_are_refused_where_they_do_not_apply(fresh):
+    va, vb, vsums, _, _ = _sums_case(fresh, 6, 5, 4)
+    out = View.of(fresh.alloc(24, D.float32), (6, 4))
+    with pytest.raises(ValueError, match="row sums"):  # not beside an epilogue op
+        gemm.make_spec(out, va, vb, False, bias="sum_rows", act="relu")
+    a3 = View(va.storage, (2, 3, 5), (15, 5, 1), 0)
+    out3 = View.of(fresh.alloc(24, D.float32), (2, 3, 4))
+    b3 = View(vb.storage, (2, 5, 4), (0, 4, 1), 0)
+    with pytest.raises(ValueError, match="row sums"):  # one matrix product, not a batch
+        gemm.make_spec(out3, a3, b3, False, bias="sum_rows")
+    with pytest.raises(ValueError, match="bias mode"):
+        gemm.make_spec(out, va, vb, False, bias="sum")
+
+
+def test_linear_with_bias_is_one_gemm_dispatch_forward_and_two_backward():
+    """nn.Linear's forward on vulkan is one dispatch (the bias in the GEMM's epilogue), its backward two (the bias
+    gradient written by the weight gradient's GEMM), with its values and gradients those of the float64
+    reference."""
     vb = pytest.importorskip("vkblas")
     if not any(d.startswith("vulkan") for d in vb.devices()):
         pytest.skip("no Vulkan adapter")
@@ -398,10 +450,20 @@ def test_linear_with_bias_is_one_gemm_dispatch_forward():
     xh = x.detach().numpy().astype(np.float64)
     np.testing.assert_allclose(y.detach().numpy(), xh @ w.T + bias, rtol=1e-5, atol=1e-5)
     g = RNG.standard_normal((7, 10))
-    y.backward(vb.tensor(g.astype(np.float32), device="vulkan"))
+    g[3, 4] = np.inf
+    gt = vb.tensor(g.astype(np.float32), device="vulkan")
+    layer(x).backward(gt)  # plans built outside the count
+    x.grad = layer.weight.grad = layer.bias.grad = None
+    y = layer(x)
+    before = rt.dispatches
+    y.backward(gt)
+    # the input gradient's GEMM, and the weight gradient's, which writes the bias gradient too (its row sums)
+    assert rt.dispatches - before == 2
     np.testing.assert_allclose(layer.bias.grad.numpy(), g.sum(0), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(layer.weight.grad.numpy(), g.T @ xh, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(x.grad.numpy(), g @ w, rtol=1e-5, atol=1e-5)
+    # the inf reaches weight-gradient row 4 and input-gradient row 3 (inf or NaN there); the other rows compare
+    keep_w, keep_x = np.arange(10) != 4, np.arange(7) != 3
+    np.testing.assert_allclose(layer.weight.grad.numpy()[keep_w], (g.T @ xh)[keep_w], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(x.grad.numpy()[keep_x], (g @ w)[keep_x], rtol=1e-5, atol=1e-5)
 
 
 # ------------------------------------------------------------------ an elementwise op in the epilogue (epilogue.py)

@@ -247,6 +247,13 @@ class Backend(ABC):
         joins the first split's partial sum; for f16 the sum is rounded once instead of twice."""
         return False
 
+    def matmul_sum_rows(self, out: View, a: View, b: View, sums: View) -> bool:
+        """Optional: ``out`` (m, n) = ``a`` (m, k) @ ``b`` (k, n) and, written by the same work, ``sums`` (m,) =
+        ``a``'s row sums: a linear layer's weight and bias gradients from ``a`` = dY^T in one kernel, with no
+        reduction of its own over dY. Returns whether it did the work; the default leaves it to :meth:`matmul`
+        and :meth:`reduce`. The sums accumulate in f32 in another order than ``reduce``'s."""
+        return False
+
     @abstractmethod
     def gather(self, out: View, x: View, dim: int, index: View) -> None: ...
 
@@ -360,7 +367,8 @@ class Backend(ABC):
           plus ``bias`` (O,) when given;
         * ``input``: ``out`` (N, C, H, W) = the input gradient from ``a`` = grad (N, O, OH, OW) and ``b`` = the
           weight (O, C, kh, kw);
-        * ``weight``: ``out`` (O, C*kh*kw) = the weight gradient from ``a`` = grad (N, O, OH, OW), ``b`` = x.
+        * ``weight``: ``out`` (O, C*kh*kw) = the weight gradient from ``a`` = grad (N, O, OH, OW), ``b`` = x;
+          and, when ``bias`` (O,) is given, the bias gradient written into it (grad summed over N, OH, OW).
 
         Returns whether it did the work; the default leaves it to ``vkblas.ops``' ``unfold`` / ``matmul`` /
         ``fold`` composition. Why a primitive: the composition stores C*kh*kw values per output pixel (the

@@ -289,8 +289,12 @@ def _conv2d_node(
         need_x, need_w, need_b = node.needs
         gx = empty(xs.shape, g.dtype, g._backend) if need_x else None
         gw = empty((o, cg * kh * kw), g.dtype, g._backend) if need_w else None
-        w_left = gw is not None and not (fast and direct("weight", gw, g, xs))
-        gb = g.sum(dim=(0, 2, 3)) if need_b else None
+        gb = empty((o,), g.dtype, g._backend) if need_b and need_w else None
+        # the bias gradient, where the primitive takes it, written by the weight gradient's GEMM (no reduction)
+        w_done = gw is not None and fast and direct("weight", gw, g, xs, gb)
+        w_left = gw is not None and not w_done
+        if need_b and not w_done:
+            gb = g.sum(dim=(0, 2, 3))
         # the input gradient last: the op that uses it next (a ReLU's mask) can then join its GEMM's epilogue
         x_left = gx is not None and not (fast and direct("input", gx, g, ws))
         if x_left or w_left:

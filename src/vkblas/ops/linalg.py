@@ -124,8 +124,15 @@ def _linear_rule(node: Node, g: Tensor) -> tuple[Tensor | None, Tensor | None, T
     if need_w:
         gv = g._view
         gt = Tensor._make(View(gv.storage, gv.shape[::-1], gv.strides[::-1], gv.offset), g._backend)
-    gw = _matmul_nd(gt, x) if need_w else None  # (n, k): contiguous, kept as the weight's .grad without a copy
-    gb = _raw_reduce("sum", g, (0,), False) if need_b else None
+    gw = gb = None
+    if need_w and need_b and g.dtype is x.dtype:  # both from one GEMM: dY^T @ X, and dY^T's row sums beside it
+        gw, gb = empty((gt.shape[0], x.shape[1]), g.dtype, g._backend), empty(gt.shape[:1], g.dtype, g._backend)
+        if not g._backend.matmul_sum_rows(gw._view, gt._view, x._view, gb._view):
+            gw = gb = None
+    if need_w and gw is None:
+        gw = _matmul_nd(gt, x)  # (n, k): contiguous, kept as the weight's .grad without a copy
+    if need_b and gb is None:
+        gb = _raw_reduce("sum", g, (0,), False)
     # the input gradient last: the op that uses it next (a ReLU's mask) can then join its GEMM's epilogue
     return (_matmul_nd(g, w) if need_x else None, gw, gb)
 

@@ -555,7 +555,23 @@ class VulkanBackend(Backend):
         self._encode_matmul(out, a, b, bias)
         return True
 
-    def _encode_matmul(self, out: View, a: View, b: View, bias: View | None) -> None:
+    def matmul_sum_rows(self, out: View, a: View, b: View, sums: View) -> bool:
+        # the GEMM writes a contiguous (m,) float target of out's dtype through one binding; anything else composes
+        if (
+            len(out.shape) != 2
+            or sums.shape != out.shape[:1]
+            or sums.dtype is not out.dtype
+            or not sums.dtype.is_floating
+            or (sums.strides != (1,) and sums.shape[0] > 1)
+            or sums.storage.__class__ is not VulkanStorage
+            or not out.numel
+            or not a.shape[-1]
+        ):
+            return False
+        self._encode_matmul(out, a, b, sums, "sum_rows")
+        return True
+
+    def _encode_matmul(self, out: View, a: View, b: View, bias: View | None, axis: str = "cols") -> None:
         if (
             out.shape
             and len(a.shape) >= 2
@@ -577,10 +593,12 @@ class VulkanBackend(Backend):
                 "expected out[..., m, n] = a[..., m, k] @ b[..., k, n] with equal batch shapes and equal dtypes",
             )
         try:
-            encode_matmul(self, out, a, b, bias)
+            encode_matmul(self, out, a, b, bias, axis)
         except NeedsSplitting:
             self.large.matmul(out, a, b)
-            if bias is not None:
+            if bias is not None and axis == "sum_rows":
+                self.reduce("sum", bias, a, (1,))
+            elif bias is not None:
                 self.elementwise("add", out, [out, View(bias.storage, out.shape, (0, 1), bias.offset)])
         except BackendError:
             raise

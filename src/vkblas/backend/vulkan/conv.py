@@ -8,7 +8,8 @@ The three products of ``conv2d`` (stride, padding, dilation; groups 1), each a s
 * ``input``: ``gx[n] (C, H*W) = Wt (C, kh*kw*O) @ tcols(g[n])``, the transposed convolution's columns of the output
   gradient (``Wt``: the weight with its two channel dims swapped).
 * ``weight``: ``gw (O, C*kh*kw) = g (O, N*OH*OW) @ cols(x)^T``, K running over every pixel of every image
-  (split-K by the tuner; a deterministic second pass sums the splits).
+  (split-K by the tuner; a deterministic second pass sums the splits). Given the bias gradient's (O,) target,
+  the same GEMM writes it: the row sums of its ``a``, the output gradient (``gemm.Spec.bias`` "sum_rows").
 
 The forward and input products run their K (taps) channel-fastest, ``(ky, kx, c)`` (:class:`gemm.Gather`'s
 ``channels_last``). Their weight matrix is read in that order through the weight's own strides (the ``weights``
@@ -141,7 +142,9 @@ class Recipe:
 
     gp: Any
     templates: tuple[Template, ...]
-    bias: str  # "", "epilogue" or "later" (a strided bias: added after the GEMM; the epilogue reads a dense one)
+    #: "", "epilogue" (the forward's bias added, or the weight gradient's bias gradient written, by the GEMM) or
+    #: "later" (a strided bias: added, or its gradient reduced, after the GEMM; the GEMM binds a dense one)
+    bias: str
 
 
 def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geometry, bias: View | None) -> Any:
@@ -161,16 +164,25 @@ def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geom
     templates, gathers = problem(kind, out, a, b, geometry, wg)
     mode = ""
     if bias is not None:
-        if kind != "forward" or bias.shape != (out.shape[1],):
-            raise ValueError(f"convolution {kind}: a bias of shape {bias.shape} (only the forward's, (O,))")
+        o = out.shape[1] if kind == "forward" else out.shape[0]
+        if kind == "input" or bias.shape != (o,):
+            raise ValueError(
+                f"convolution {kind}: a bias of shape {bias.shape} (the forward's bias or the weight gradient's "
+                f"bias gradient, ({o},))"
+            )
         mode = "later" if bias.strides != (1,) and bias.shape[0] > 1 else "epilogue"
     bound = tuple(_bind(t, (out, a, b)) for t in templates)
     key = ("conv", kind, geometry, *((v.dtype, v.shape, v.strides, v.offset % 4 == 0) for v in bound))
     key += (gathers, mode == "epilogue")
     gp = backend.plans.get(key)
     if gp is None:
+        # the forward adds its bias to each row (channel) of the product; the weight gradient's GEMM, whose a is the
+        # output gradient as (O, pixels), sums a's rows into the bias gradient
+        axis = "rows" if kind == "forward" else "sum_rows"
         with backend.rt.paused():  # tuned and self-checked eagerly, never inside a capture
-            gp = backend.plans[key] = tuner(backend).plan(*bound, gathers, bias if mode == "epilogue" else None)
+            gp = backend.plans[key] = tuner(backend).plan(
+                *bound, gathers, bias if mode == "epilogue" else None, bias_on=axis
+            )
     return Recipe(gp, templates, mode)
 
 
@@ -212,7 +224,9 @@ def encode_conv(
     t0, t1, t2 = r.templates
     o, ga, gb = _bind(t0, ops), _bind(t1, ops), _bind(t2, ops)
     epilogue.record(backend, r.gp, o, ga, gb, bias if r.bias == "epilogue" else None)
-    if r.bias == "later":
+    if r.bias == "later" and kind == "weight":  # a strided bias gradient: its own reduction
+        backend.reduce("sum", bias, a, (0, 2, 3))
+    elif r.bias == "later":
         later = View(bias.storage, out.shape, (0, bias.strides[0], 0, 0), bias.offset)  # type: ignore[union-attr]
         backend.elementwise("add", out, [out, later])
     return True

@@ -68,7 +68,8 @@ def fuse(backend: Any, held: HeldGemm, op: str, out: View, args: list[Any]) -> b
     n = gout.numel
     views = [out, *args]
     if (
-        len(args) != gemm.EPILOGUES[op]
+        held.gp.spec.bias == "sum_rows"  # a weight gradient's GEMM: its epilogue writes the bias gradient instead
+        or len(args) != gemm.EPILOGUES[op]
         or not all(isinstance(v, View) and v.dtype is float32 and v.numel == n and _dense(v) for v in views)
         or not _dense(gout)
         or args[0].storage is not gout.storage

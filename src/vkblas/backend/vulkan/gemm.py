@@ -296,7 +296,8 @@ class Spec:
     a_gather: Gather | None = None  # then a_mode is the gather's scalar layout
     b_gather: Gather | None = None
     #: "rows": out[m, n] += bias[m] (a convolution's channels), "cols": out[m, n] += bias[n] (a linear layer's
-    #: features), in the epilogue: a 4th binding, contiguous; split-K adds it in split 0's partials
+    #: features), in the epilogue: a 4th binding, contiguous; split-K adds it in split 0's partials.
+    #: "sum_rows": the 4th binding (M,) is written, not read: ``sum_k a[m, k]`` (see :func:`_row_sums`)
     bias: str = ""
     #: an elementwise op that followed the GEMM, done in its epilogue (``EPILOGUES``; never with split-K): out is
     #: still stored, and the op's result goes to one more binding laid out as out; "relu_grad" also reads its
@@ -308,6 +309,9 @@ class Spec:
         """Bindings after out, a and b: the bias, the epilogue op's result and its second operand."""
         return bool(self.bias) + EPILOGUES.get(self.act, 0)
 
+
+#: what a GEMM's 4th binding is (``Spec.bias``): none, a bias added to each row or column, the row sums of ``a``
+BIAS_MODES = ("", "rows", "cols", "sum_rows")
 
 #: elementwise ops a GEMM's epilogue can do (``Spec.act``), with the bindings each adds. Their formulas are the
 #: elementwise table's (``ops/elementwise.py``: relu = where(x < 0, 0, x), relu_grad = where(out <= 0, 0, g)), so
@@ -321,6 +325,8 @@ def applicable(v: Variant, spec: Spec, limits: dict[str, Any]) -> bool:
         return False
     if v.threads > limits.get("max-compute-invocations-per-workgroup", 256):
         return False
+    if spec.bias == "sum_rows" and _sum_lanes(v) < 1:
+        return False
     return workgroup_bytes(v, spec) <= limits.get("max-compute-workgroup-storage-size", 16384)
 
 
@@ -330,7 +336,14 @@ def workgroup_bytes(v: Variant, spec: Spec) -> int:
     hung the ResNet layer's input gradient in the tuner (wgpu does not check the total; the driver ran it)."""
     elem = 2 if (spec.dtype is float16 and v.f16_math) else 4
     masked = spec.b_gather is not None and spec.b_gather.masks_tiles(v.bk)
-    return v.smem_bytes(elem) + 4 * v.stages * masked
+    sums = 16 * _sum_lanes(v) * (v.bm // 4) if spec.bias == "sum_rows" and elem == 2 else 0  # f16 tiles: own array
+    return v.smem_bytes(elem) + 4 * v.stages * masked + sums
+
+
+def _sum_lanes(v: Variant) -> int:
+    """Invocations per vec4 of rows that add up a K tile's rows for the row sums (``_row_sums``): as many as the
+    workgroup has, and as the A tiles have room for their partial sums at the end."""
+    return min(v.threads, v.stages * v.bk * (v.bm // 4 + v.pad)) // (v.bm // 4)
 
 
 # ---------------------------------------------------------------------------------------------------- generator
@@ -420,7 +433,7 @@ def source(v: Variant, spec: Spec) -> str:
         ("go", f"vec4<{out_t}>" if spec.out_vec else out_t),
         ("ga", f"vec4<{st}>" if spec.a_mode[0] == "v" else st),
         ("gb", f"vec4<{st}>" if spec.b_mode[0] == "v" else st),
-    ] + [("gbias", st)] * bool(spec.bias)
+    ] + [("gbias", "f32" if spec.split and spec.bias == "sum_rows" else st)] * bool(spec.bias)
     if spec.act:
         vt = f"vec4<{st}>" if spec.out_vec else st
         bufs += [("gact", vt)] + [("gsaved", vt)] * (EPILOGUES[spec.act] - 1)
@@ -440,6 +453,7 @@ def source(v: Variant, spec: Spec) -> str:
         raise ValueError(f"a transposed gather needs channels-last taps in multiples of the K step {v.bk}: {gb_}")
     if masked:  # per stage: the last K tile (numbered from 1) whose weights held an inf or NaN
         src += f"var<workgroup> nonfinite: array<atomic<u32>, {v.stages}>;\n"
+    src += _row_sums(v, spec, ctype).decl
     src += f"@compute @workgroup_size({nt})\n"
     grid_size = " @builtin(num_workgroups) nwg: vec3<u32>," if v.band else ""  # a band walk needs the grid
     src += f"fn main(@builtin(workgroup_id) wid: vec3<u32>,{grid_size} @builtin(local_invocation_index) lid: u32) {{\n"
@@ -540,7 +554,8 @@ def source(v: Variant, spec: Spec) -> str:
         tests = [f"any((bitcast<{ty}>({f32}(ar{r})) & {exp}) == {exp})" for r in range(-(-count // nt))]
         return f"    if ({' || '.join(tests)}) {{ atomicMax(&nonfinite[{stage}], {mark}); }}\n"
 
-    src += "    let ntiles = (kend - min(kend, kbeg) + " + f"{v.bk - 1}u) / {v.bk}u;\n"
+    sums = _row_sums(v, spec, ctype)
+    src += sums.init + "    let ntiles = (kend - min(kend, kbeg) + " + f"{v.bk - 1}u) / {v.bk}u;\n"
     if masked:  # workgroup memory starts undefined on some drivers (lavapipe): the flags start at "no tile"
         src += f"    if (lid < {v.stages}u) {{ atomicStore(&nonfinite[lid], 0u); }}\n    workgroupBarrier();\n"
     if v.stages == 2:
@@ -552,7 +567,7 @@ def source(v: Variant, spec: Spec) -> str:
         src += f"    let cura = (t & 1u) * {size_a}u; let curb = (t & 1u) * {size_b}u;\n"
         src += f"    k0 = kbeg + (t + 1u) * {v.bk}u;\n"  # loads past kend are masked off by the guards
         src += "\n".join(la + lb) + "\n"
-        src += compute("cur", f"(kbeg + t * {v.bk}u)", "t & 1u", "t + 1u")
+        src += compute("cur", f"(kbeg + t * {v.bk}u)", "t & 1u", "t + 1u") + sums.add
         src += f"    if (t + 1u < ntiles) {{\n    sbase = {size_a}u - cura;\n" + "\n".join(sa) + "\n"
         src += f"    sbase = {size_b}u - curb;\n" + "\n".join(sb) + "\n" + flag("1u - (t & 1u)", "t + 2u") + "    }\n"
         src += "    workgroupBarrier();\n    }\n"
@@ -561,8 +576,9 @@ def source(v: Variant, spec: Spec) -> str:
         src += "    for (var t = 0u; t < ntiles; t++) {\n"
         src += f"    let k0 = kbeg + t * {v.bk}u;\n"
         src += "\n".join(la + lb + sa + sb) + "\n" + flag("0u", "t + 1u") + "    workgroupBarrier();\n"
-        src += compute("cur", "k0", "0u", "t + 1u") + "    workgroupBarrier();\n    }\n"
+        src += compute("cur", "k0", "0u", "t + 1u") + sums.add + "    workgroupBarrier();\n    }\n"
     # epilogue: guarded stores (out is contiguous: row stride N)
+    src += sums.store
     cv = f"vec4<{out_t}>"
     if spec.bias == "cols":  # one vec4 of the bias per column group; guarded: the edge tiles' columns past N
         for h in range(gn):
@@ -603,6 +619,52 @@ def source(v: Variant, spec: Spec) -> str:
     return src + "}\n"
 
 
+@dataclass(frozen=True, slots=True)
+class _RowSums:
+    """WGSL pieces of ``Spec.bias == "sum_rows"`` (empty otherwise): declarations, the add after each K tile's
+    products, and the final sum and store."""
+
+    decl: str = ""
+    init: str = ""
+    add: str = ""
+    store: str = ""
+
+
+def _row_sums(v: Variant, spec: Spec, ctype: str) -> _RowSums:
+    """``bias[m] = sum_k a[m, k]`` alongside ``out = a @ b``: the output gradient's sums that are a layer's bias
+    gradient, where ``a`` is that gradient (a linear layer's ``dW = dY^T @ X``, a convolution's ``dW = dY @
+    cols(X)^T``), without a reduction of their own (a dispatch, and a pass over ``dY``). The workgroups of the
+    first tile column add up each K tile of A as it lies in workgroup memory (zeros outside ``M``/``K``):
+    ``_sum_lanes`` invocations per vec4 of rows, each over its own K steps; at the end the lanes' partial sums
+    meet in workgroup memory (the A tiles, free by then; f16 tiles: an f32 array of their own) and one
+    invocation per vec4 stores its 4 rows. With split-K each split stores its partial sums (a workspace), which
+    the splits' second pass adds up. The other tile columns do nothing more."""
+    if spec.bias != "sum_rows":
+        return _RowSums()
+    q, lanes = v.bm // 4, _sum_lanes(v)
+    row_a = v.bm // 4 + v.pad
+    arr = "As" if ctype == "f32" else "Rs"
+    decl = f"var<workgroup> Rs: array<vec4<f32>, {lanes * q}>;\n" if arr == "Rs" else ""
+    init = f"    let sumwg = i0b == 0u; let sq = lid % {q}u; let sj = lid / {q}u;\n    var rsum = vec4<f32>(0.0);\n"
+    add = (
+        f"    if (sumwg && sj < {lanes}u) {{ for (var kk = sj; kk < {v.bk}u; kk += {lanes}u) {{"
+        f" rsum += vec4<f32>(As[cura + kk * {row_a}u + sq]); }} }}\n"
+    )
+    total = " + ".join(f"{arr}[lid + {j * q}u]" for j in range(lanes))
+    where = "split * M + row" if spec.split else "row"
+    value = "s[c]" if spec.split else f"{_STYPE[spec.dtype]}(s[c])"
+    store = (
+        "    workgroupBarrier();\n"  # every invocation is done with the A tiles (uniform: outside the branch)
+        f"    if (sumwg && sj < {lanes}u) {{ {arr}[lid] = vec4<{'f32' if arr == 'Rs' else ctype}>(rsum); }}\n"
+        "    workgroupBarrier();\n"
+        f"    if (sumwg && lid < {q}u) {{\n    let s = vec4<f32>({total});\n"
+        "    for (var c = 0u; c < 4u; c++) {\n"
+        "    let row = i0a + lid * 4u + c;\n"
+        f"    if (row < M) {{ gbias[u32(pi(3u)) + {where}] = {value}; }}\n    }}\n    }}\n"
+    )
+    return _RowSums(decl, init, add, store)
+
+
 def _epilogue(act: str, v: str, saved: str, ty: str) -> str:
     """WGSL of the epilogue op ``act`` on the stored value ``v`` (of type ``ty``; ``saved``: its second operand).
     The comparisons are NaN-guarded as the elementwise table's (``wgsl.guard_nan``): without it the H200's driver
@@ -616,16 +678,30 @@ def _epilogue(act: str, v: str, saved: str, ty: str) -> str:
     raise ValueError(f"no GEMM epilogue for {act!r}; expected one of {sorted(EPILOGUES)}")
 
 
-def reduce_source(dtype: DType, act: str = "") -> str:
+def reduce_source(dtype: DType, act: str = "", sum_rows: bool = False) -> str:
     """``out[i] = sum_s ws[i + s * total]``: the second pass of split-K (with the epilogue op ``act``, whose
-    result and second operand are bindings 3 and 4)."""
+    result and second operand are bindings 3 and 4; ``sum_rows``: bindings 3 and 4 are the row sums and their
+    splits' partials, summed by the invocations past ``total``)."""
     st = _STYPE[dtype]
-    extra = EPILOGUES.get(act, 0)
-    src = header([("go", st), ("ws", "f32")] + [("gact", st), ("gsaved", st)][:extra], dtype is float16)
+    extra = 2 if sum_rows else EPILOGUES.get(act, 0)
+    more = [("gbias", st), ("wrs", "f32")] if sum_rows else [("gact", st), ("gsaved", st)][:extra]
+    src = header([("go", st), ("ws", "f32")] + more, dtype is float16)
     src += MAIN_1D
-    src += f"""    let total = pu({2 + extra}u);
-    if (gid >= total) {{ return; }}
-    var s = 0.0;
+    src += f"    let total = pu({2 + extra}u);\n"
+    if sum_rows:
+        src += f"""    let rows = pu({4 + extra}u);
+    if (gid >= total + rows) {{ return; }}
+    if (gid >= total) {{
+    var r = 0.0;
+    var q = u32(pi(3u)) + gid - total;
+    for (var i = 0u; i < pu({3 + extra}u); i++) {{ r += wrs[q]; q += rows; }}
+    gbias[u32(pi(2u)) + gid - total] = {st}(r);
+    return;
+    }}
+"""
+    else:
+        src += "    if (gid >= total) { return; }\n"
+    src += f"""    var s = 0.0;
     var p = u32(pi(1u)) + gid;
     for (var i = 0u; i < pu({3 + extra}u); i++) {{ s += ws[p]; p += total; }}
     let v = {st}(s);
@@ -665,6 +741,13 @@ def make_spec(
     bshape, _ = coalesce(out.shape[:-2], [out.strides[:-2], a.strides[:-2], b.strides[:-2]])
     if act and (act not in EPILOGUES or split):
         raise ValueError(f"GEMM epilogue {act!r}: expected one of {sorted(EPILOGUES)}, without split-K")
+    if bias not in BIAS_MODES:
+        raise ValueError(f"GEMM bias mode {bias!r}: expected one of {BIAS_MODES}")
+    if bias == "sum_rows" and (act or bshape or not a.dtype.is_floating):
+        raise ValueError(
+            f"GEMM row sums: one float matrix product without an epilogue op (got {a.dtype.name}, "
+            f"{len(bshape)} batch dims, {act!r})"
+        )
     if len(bshape) > MAX_RANK - bool(bias) - EPILOGUES.get(act, 0):
         raise ValueError(f"{len(out.shape) - 2} batch dims are too many for the params window")
     n = out.shape[-1]
@@ -755,11 +838,22 @@ def build_plan(
         ospan = (0, splits * total - 1)
     else:
         ospan = span(out.shape, out.strides)
-    spans = (ospan, _span(a, spec.a_gather), _span(b, spec.b_gather)) + ((0, (M if bias == "rows" else N) - 1),) * nbias
+    sums = bias == "sum_rows"
+    nbias_el = (M * (splits if splits > 1 else 1)) if sums else (M if bias == "rows" else N)
+    spans = (ospan, _span(a, spec.a_gather), _span(b, spec.b_gather)) + ((0, nbias_el - 1),) * nbias
     spans += (ospan,) * EPILOGUES.get(spec.act, 0)
     plan = Plan(kernel, fmt, static, groups, spans)
     red = None
-    if splits > 1:  # an epilogue op goes into the sum of the partials
+    if splits > 1 and sums:  # the row sums' partials are summed by the same second pass
+        rk = backend.dev.kernel(reduce_source(out.dtype, sum_rows=True), 4)
+        red = Plan(
+            rk,
+            "<iiiiIII",
+            (total, splits, M),
+            grid(-(-(total + M) // WORKGROUP), max_groups),
+            ((0, total - 1), (0, splits * total - 1), (0, M - 1), (0, splits * M - 1)),
+        )
+    elif splits > 1:  # an epilogue op goes into the sum of the partials
         extra = EPILOGUES.get(act, 0)
         rk = backend.dev.kernel(reduce_source(out.dtype, act), 2 + extra)
         red = Plan(
@@ -782,17 +876,21 @@ def launches(
         extra += act
     if out.numel == 0:
         return []
-    target = out
+    target, tail = out, act
     if gp.splits > 1:  # f32 partials; the pooled buffer returns on drop (the queue orders its reuse)
         ws = backend.alloc(gp.splits * out.numel, float32)
         target = View(ws, out.shape, contiguous_strides(out.shape), 0)
+        if gp.spec.bias == "sum_rows" and bias is not None:  # each split's row sums, summed with the partials
+            m = out.shape[-2]
+            extra = (View(backend.alloc(gp.splits * m, float32), (gp.splits * m,), (1,), 0),)
+            tail = (bias, *extra)
     total, per, g = gp.nbatch * gp.splits, gp.zstep, gp.plan.groups
     out_list: list[tuple[Plan, tuple[View, ...], tuple[int, ...], tuple[int, int, int]]] = [
         (gp.plan, (target, a, b, *extra), (base,), (g[0], g[1], min(per, total - base)))
         for base in range(0, total, per)
     ]
     if gp.reduce is not None:
-        out_list.append((gp.reduce, (out, target, *act), (), gp.reduce.groups))
+        out_list.append((gp.reduce, (out, target, *tail), (), gp.reduce.groups))
     return out_list
 
 

@@ -12,9 +12,10 @@ from .autotune import tuner
 from .memory import LargeStorage, NeedsSplitting
 
 
-def encode_matmul(backend: Any, out: View, a: View, b: View, bias: View | None = None) -> None:
+def encode_matmul(backend: Any, out: View, a: View, b: View, bias: View | None = None, axis: str = "cols") -> None:
     """Record ``out = a @ b`` (views already validated: shapes agree, dtypes equal, out contiguous); ``bias``, a
-    contiguous (N,) view, is added to every row in the GEMM's epilogue."""
+    contiguous view: with ``axis="cols"`` an (N,) bias added to every row in the GEMM's epilogue, with
+    ``"sum_rows"`` an (M,) target of ``a``'s row sums (``gemm.Spec.bias``)."""
     key = (
         "gemm",
         a.dtype,
@@ -27,7 +28,7 @@ def encode_matmul(backend: Any, out: View, a: View, b: View, bias: View | None =
         out.offset % 4 == 0,
         a.offset % 4 == 0,
         b.offset % 4 == 0,
-        bias is not None,
+        None if bias is None else axis,
     )
     gp = backend.plans.get(key)
     if gp is None:
@@ -38,5 +39,5 @@ def encode_matmul(backend: Any, out: View, a: View, b: View, bias: View | None =
             raise NeedsSplitting("matmul")
         # never tuned or self-checked inside a graph capture: that work runs eagerly, unrecorded
         with backend.rt.paused():
-            gp = backend.plans[key] = tuner(backend).plan(out, a, b, bias=bias, bias_on="cols")
+            gp = backend.plans[key] = tuner(backend).plan(out, a, b, bias=bias, bias_on=axis)
     epilogue.record(backend, gp, out, a, b, bias)
