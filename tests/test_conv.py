@@ -613,10 +613,17 @@ def test_vulkan_conv2d_implicit_gemm_reads_any_strides(monkeypatch):
 @pytest.mark.skipif(not HAS_VULKAN, reason="no Vulkan adapter")
 @pytest.mark.parametrize("layout", ["contiguous", "swapped", "offset", "channels_last", "taps_flipped"])
 @pytest.mark.parametrize("cin", [16, 3])
-def test_vulkan_conv2d_reads_the_weight_through_its_strides(layout, cin, monkeypatch):
+@pytest.mark.parametrize("copy", [False, True], ids=["gather", "copy"])
+def test_vulkan_conv2d_reads_the_weight_through_its_strides(layout, cin, copy, monkeypatch):
     """The forward and input-gradient GEMMs read the weight (O, C, kh, kw) in channels-last tap order through its
-    own strides (no copy): any layout of its storage, an offset into it, channels a multiple of the K step (one
-    (ky, kx) per K tile) or not (3: per element). The products go through the primitive, none composed."""
+    own strides (no copy), or from a channels-last copy of it (from ``WEIGHT_COPY_PIXELS``, set to 0 here): any
+    layout of its storage, an offset into it, channels a multiple of the K step (one (ky, kx) per K tile) or not
+    (3: per element). The products go through the primitive, none composed."""
+    from vkblas.backend.vulkan import conv as vk_conv
+
+    be = vk.tensor([0.0], device="vulkan")._backend
+    monkeypatch.setattr(be, "plans", type(be.plans)())
+    monkeypatch.setattr(vk_conv, "WEIGHT_COPY_PIXELS", 0 if copy else vk_conv.WEIGHT_COPY_PIXELS)
     calls = _conv_primitive_calls(monkeypatch)
     rng = np.random.default_rng(22)
     o, kh, kwid = 16, 3, 2
@@ -642,6 +649,38 @@ def test_vulkan_conv2d_reads_the_weight_through_its_strides(layout, cin, monkeyp
     np.testing.assert_allclose(stored[1](st.grad).numpy(), dw, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(bt.grad.numpy(), db, rtol=1e-4, atol=1e-4)
     assert sorted(calls) == [("forward", True), ("input", True), ("weight", True)]
+
+
+@pytest.mark.skipif(not HAS_VULKAN, reason="no Vulkan adapter")
+def test_vulkan_conv2d_copies_the_weight_from_a_batch_of_pixels(monkeypatch):
+    """Below ``WEIGHT_COPY_PIXELS`` output pixels an eager forward+backward reads the weight through its strides;
+    from it, the forward and the input gradient each copy it channels-last first: two dispatches more, the same
+    values (bits of the same GEMM variant)."""
+    from vkblas.backend.vulkan import conv as vk_conv
+
+    be = vk.tensor([0.0], device="vulkan")._backend
+    rng = np.random.default_rng(27)
+    x, w, b = rng.standard_normal((2, 16, 6, 5)), rng.standard_normal((16, 16, 3, 3)), rng.standard_normal(16)
+    g = rng.standard_normal((2, 16, 6, 5))
+    xt, wt, bt = (vk.tensor(a, dtype=vk.float32, device="vulkan", requires_grad=True) for a in (x, w, b))
+    gt = vk.tensor(g, dtype=vk.float32, device="vulkan")
+    counts, grads = [], []
+    for threshold in (2 * 6 * 5 + 1, 2 * 6 * 5):
+        monkeypatch.setattr(be, "plans", type(be.plans)())
+        monkeypatch.setattr(vk_conv, "WEIGHT_COPY_PIXELS", threshold)
+        for _ in range(2):  # the second time with every plan made
+            xt.grad = wt.grad = bt.grad = None
+            before = be.rt.dispatches
+            y = F.conv2d(xt, wt, bt, padding=1)
+            y.backward(gt)
+            vk.synchronize("vulkan")
+        counts.append(be.rt.dispatches - before)
+        grads.append([t.numpy() for t in (y.detach(), xt.grad, wt.grad, bt.grad)])
+    assert counts[1] == counts[0] + 2
+    want = (conv_ref(x, w, b, padding=1), *conv_grads_ref(x, w, g, (1, 1), (1, 1), (1, 1), 1))
+    for gathered, copied, ref in zip(*grads, want, strict=True):
+        np.testing.assert_array_equal(copied, gathered)
+        np.testing.assert_allclose(copied, ref, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.skipif(not HAS_VULKAN, reason="no Vulkan adapter")

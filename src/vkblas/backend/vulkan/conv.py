@@ -12,10 +12,12 @@ The three products of ``conv2d`` (stride, padding, dilation; groups 1), each a s
   the same GEMM writes it: the row sums of its ``a``, the output gradient (``gemm.Spec.bias`` "sum_rows").
 
 The forward and input products run their K (taps) channel-fastest, ``(ky, kx, c)`` (:class:`gemm.Gather`'s
-``channels_last``). Their weight matrix is read in that order through the weight's own strides (the ``weights``
-gather), or as a plain strided matrix where the layouts coincide (one channel, 1x1 kernels): no copy of the weight
-(until 2026-12-06 each of the two products copied it channels-last first: two of an eager forward+backward's six
-dispatches).
+``channels_last``). Their weight matrix is a plain strided view where the layouts coincide (one channel, 1x1
+kernels). Otherwise it is either read in that order through the weight's own strides (the ``weights`` gather: no
+copy, one dispatch less) or copied channels-last first (``WEIGHT_COPY_PIXELS``): every workgroup reads its rows of
+the matrix, and through the gather those reads are scalar and 9 elements apart for a 3x3 kernel, which on an H200
+cost the MNIST CNN's batch-512 step 69 µs of GPU time (2.7 %) against a copy of a few µs; at batch 128, where an
+eager step is bound by its host, the dispatch the copy adds costs more than that.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..base import View, window_output_size
+from ..base import View, contiguous_strides, window_output_size
 from . import epilogue, gemm
 from .autotune import tuner
 from .kernels.wgsl import coalesce
@@ -118,6 +120,13 @@ def problem(
     return result
 
 
+#: output pixels of the batch (N*OH*OW) from which the forward and the input gradient copy their weight matrix
+#: channels-last instead of reading it through the weight's strides (see the module's notes): the MNIST CNN's
+#: convolutions at batch 512 (300k pixels) copy, at batch 128 (74k) and a ResNet 56x56 layer at batch 32 (100k;
+#: its GPU time within 1 % either way on an H100) they do not
+WEIGHT_COPY_PIXELS = 1 << 18
+
+
 def weight_matrix(w4: View, swap: bool) -> tuple[View, gemm.Gather | None]:
     """The weight (O, C, kh, kw) as the (rows, kh*kw*ch) matrix of the forward (rows O, channels C) or, ``swap``,
     of the input gradient (rows C, channels O), taps ``(ky, kx, ch)``: a strided view of the weight where its
@@ -133,6 +142,27 @@ def weight_matrix(w4: View, swap: bool) -> tuple[View, gemm.Gather | None]:
     return View(w4.storage, (rows, kh * kw * ch), (0, 0), w4.offset), g
 
 
+def _copied_weight(w4: View, swap: bool) -> tuple[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The (rows, kh*kw*ch) shape of :func:`weight_matrix`'s matrix, and the (shape, strides) of the weight's
+    elements that fill a contiguous copy of it in order."""
+    o, c, kh, kw = w4.shape
+    s0, s1, s2, s3 = w4.strides
+    rows, ch, srow, sch = (c, o, s1, s0) if swap else (o, c, s0, s1)
+    return (rows, kh * kw * ch), ((rows, kh, kw, ch), (srow, s2, s3, sch))
+
+
+def _copy_weight(backend: Any, w4: View, copy: tuple[tuple[int, ...], tuple[int, ...]]) -> Any:
+    """A pooled storage holding the weight's elements ``copy`` (:func:`_copied_weight`) in order (recorded)."""
+    shape, strides = copy
+    n = 1
+    for d in shape:
+        n *= d
+    dst = backend.alloc(n, w4.dtype)
+    src = View(w4.storage, shape, strides, w4.offset)
+    backend.elementwise("copy", View(dst, shape, contiguous_strides(shape), 0), [src])
+    return dst
+
+
 @dataclass(frozen=True, slots=True)
 class Recipe:
     """What recording one convolution product takes, made once per layout (shapes, strides, offset alignment) of
@@ -142,6 +172,9 @@ class Recipe:
 
     gp: Any
     templates: tuple[Template, ...]
+    #: the weight's elements copied into a channels-last temporary per call (which the templates' weight matrix,
+    #: contiguous, then lies over), or None
+    copy: tuple[tuple[int, ...], tuple[int, ...]] | None
     #: "", "epilogue" (the forward's bias added, or the weight gradient's bias gradient written, by the GEMM) or
     #: "later" (a strided bias: added, or its gradient reduced, after the GEMM; the GEMM binds a dense one)
     bias: str
@@ -155,12 +188,19 @@ def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geom
         return False
     if kind == "input" and any(a.shape[1] % bk for bk in gemm.K_STEPS):
         return False
-    wg = None
+    wg, copy, w4 = None, None, b
     if kind in ("forward", "input"):
         o, c = (out.shape[1], a.shape[1]) if kind == "forward" else (a.shape[1], out.shape[1])
         if len(b.shape) != 4 or b.shape != (o, c, *geometry[0]):
             raise ValueError(f"convolution {kind}: weight of shape {b.shape}, expected {(o, c, *geometry[0])}")
         b, wg = weight_matrix(b, kind == "input")  # over the weight's storage and offset, as the call's view
+        pixels = (out if kind == "forward" else a).numel // (o if kind == "forward" else a.shape[1])
+        if wg is not None and pixels >= WEIGHT_COPY_PIXELS:
+            shape, copy = _copied_weight(w4, kind == "input")
+            # the tuner times on the call's operands: the copied weights, not a pooled buffer's leftovers, whose
+            # infs and NaNs would time an input gradient's masked slow path
+            with backend.rt.paused():
+                b, wg = View(_copy_weight(backend, w4, copy), shape, (shape[1], 1), 0), None
     templates, gathers = problem(kind, out, a, b, geometry, wg)
     mode = ""
     if bias is not None:
@@ -183,7 +223,7 @@ def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geom
             gp = backend.plans[key] = tuner(backend).plan(
                 *bound, gathers, bias if mode == "epilogue" else None, bias_on=axis
             )
-    return Recipe(gp, templates, mode)
+    return Recipe(gp, templates, copy, mode)
 
 
 def encode_conv(
@@ -220,6 +260,10 @@ def encode_conv(
         r = backend.plans[key] = _recipe(backend, kind, out, a, b, geometry, bias)
     if r is False:
         return False
+    keep = None
+    if r.copy is not None:  # the templates' weight matrix lies over a fresh channels-last copy
+        keep = _copy_weight(backend, b, r.copy)
+        b = View(keep, (), (), 0)
     ops = (out, a, b)  # the templates place each operand over its view's storage and offset
     t0, t1, t2 = r.templates
     o, ga, gb = _bind(t0, ops), _bind(t1, ops), _bind(t2, ops)
@@ -229,4 +273,5 @@ def encode_conv(
     elif r.bias == "later":
         later = View(bias.storage, out.shape, (0, bias.strides[0], 0, 0), bias.offset)  # type: ignore[union-attr]
         backend.elementwise("add", out, [out, later])
+    del keep  # the pooled temporary returns on drop; the queue orders its reuse after the GEMM
     return True
