@@ -195,6 +195,37 @@ def test_autotune_shows_progress_on_long_runs(fresh, monkeypatch, capsys):
     assert len(bars) == 1 and bars[0].total == total and bars[0].n == total
 
 
+def test_autotune_times_only_the_first_rounds_contenders_again(fresh, monkeypatch):
+    """Every candidate is timed once; only those within PRUNE_RATIO of the first round's fastest a second time (a
+    first call's wait on a GPU is mostly timing). The winner is the fastest best-of-rounds; the log counts the
+    pruned, and the progress bar still adds up to its total."""
+    monkeypatch.setenv("VKBLAS_AUTOTUNE", "1")
+    monkeypatch.setattr(autotune, "MIN_TUNE_FLOPS", 1)
+    monkeypatch.setattr(autotune, "PROGRESS_DELAY_S", 0.0)
+    names = ["32x32k16.4x4.db", "32x64k16.4x4.db", "64x64k16.4x4.db", "32x128k16.4x8.db"]
+    pairs = [(gemm.BY_NAME[n], 1) for n in names]
+    monkeypatch.setattr(gemm, "candidates", lambda *a: pairs)
+    # first round: 1.0, 2.0 (within 2.5x), then hopeless ones; the second candidate is faster in round two
+    first = dict(zip(names, [1.0, 2.0, 2.6, 9.0], strict=True))
+    second = {names[0]: 0.9, names[1]: 0.5}
+    timed = []
+
+    def fake_time(self, gp, out, a, b, bias=None):
+        name = gp.variant.name
+        timed.append(name)
+        return (first if timed.count(name) == 1 else second)[name] * 1e-3
+
+    monkeypatch.setattr(autotune.Tuner, "time", fake_time)
+    bars = []
+    real_progress = autotune._progress
+    monkeypatch.setattr(autotune, "_progress", lambda *a: bars.append(real_progress(*a)) or bars[-1])
+    _check(fresh, RNG.standard_normal((40, 24)), RNG.standard_normal((24, 40)))
+    assert sorted(timed) == sorted(names + names[:2])
+    log = autotune.tuner(fresh).log[0]
+    assert log["winner"] == f"{names[1]}/1" and log["pruned"] == len(names) - 2
+    assert bars[0].n == bars[0].total == len(pairs) * (1 + autotune._PASSES)
+
+
 def test_autotune_compiles_candidates_on_threads_once_per_source(fresh, monkeypatch):
     """A tuning run compiles its candidates' kernels and their self-checks' kernels on a pool of threads, each
     source once (a split and an unsplit f32 variant share one: a second thread waits for the first); the checks

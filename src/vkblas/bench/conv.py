@@ -123,7 +123,8 @@ def _vkblas(
 
 def _first_call(device: str, fn: Callable[[], None], sync: Callable[[], None]) -> str:
     """Run ``fn`` once; a line with its seconds, and what the GEMM tuner spent in them (shape classes tuned,
-    seconds compiling candidates on its threads, then building and self-checking them, then timing them)."""
+    seconds compiling candidates on its threads, then building and self-checking them, then timing them, and how
+    many were timed only once: out of the running after the first round)."""
     from vkblas import backend as backends
     from vkblas.backend.vulkan import autotune
 
@@ -138,9 +139,10 @@ def _first_call(device: str, fn: Callable[[], None], sync: Callable[[], None]) -
     if tuned:
         build, timing = sum(e["build_s"] for e in tuned), sum(e["time_s"] for e in tuned)
         compiling = sum(e["compile_s"] for e in tuned)
-        count = sum(len(e["seconds"]) for e in tuned)
+        count, pruned = sum(len(e["seconds"]) for e in tuned), sum(e.get("pruned", 0) for e in tuned)
         line += f" ({len(tuned)} GEMM classes tuned, {count} candidates: {compiling:.2f} s compiling on "
-        line += f"{autotune.COMPILE_THREADS} threads, {build - compiling:.2f} s checking, {timing:.2f} s timing)"
+        line += f"{autotune.COMPILE_THREADS} threads, {build - compiling:.2f} s checking, {timing:.2f} s timing, "
+        line += f"{pruned} timed once)"
     return line
 
 

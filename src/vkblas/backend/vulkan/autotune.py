@@ -6,7 +6,9 @@
   of 4 images, split-K 2, took the batch-512 forward 0.57 ms against its own choice's 0.41.)
 * **Tuning**: on the first call of a shape class on an adapter, every candidate (variant, split count) of
   :func:`gemm.candidates` is compiled, self-checked and timed on the call's own operands, in its own compute pass
-  bracketed by GPU timestamp queries where the adapter has ``timestamp-query`` (else wall clock to completion).
+  bracketed by GPU timestamp queries where the adapter has ``timestamp-query`` (else wall clock to completion),
+  in ``_PASSES`` rounds, each candidate's best kept; after the first, only those within ``PRUNE_RATIO`` of its
+  fastest are timed again.
   The winner goes into ``$XDG_CACHE_HOME/vkblas/gemm-autotune.json`` (default ``~/.cache``) under a key made of
   adapter, vendor, driver and template version, and is reused from then on, in this and later processes. A run
   that lasts (a large convolution's first call) shows a progress bar on stderr.
@@ -47,6 +49,10 @@ _TARGET_S = 0.02  # GPU time per timed candidate
 #: threads that compile a tuning run's candidates side by side (each waits in the driver's compiler, not in Python)
 COMPILE_THREADS = min(8, os.cpu_count() or 1)
 _PASSES = 2  # rounds over the candidates
+#: after the first round, only the candidates within this factor of its fastest are timed again: a first call's
+#: wait on a GPU is mostly timing (a large convolution's 180 candidates, 8 s on an H200), and most candidates are
+#: several times slower than the best. Wide, because one round's noise has put a 1.8x slower candidate first
+PRUNE_RATIO = 2.5
 _FALLBACK = "32x32k16.4x4.db"
 
 
@@ -185,12 +191,16 @@ class Tuner:
             # every candidate timed in _PASSES rounds, its best kept: with one pass an H200 lease picked a variant
             # that took 0.75 ms in the step over one that took 0.42 ms (timing noise: GPU clocks, other work)
             results: dict[str, float] = {}
-            for _ in range(_PASSES):
-                for name, gp in plans.items():
+            live = plans
+            for round_ in range(_PASSES):
+                for name, gp in live.items():
                     t = self.time(gp, out, a, b, bias)
                     results[name] = min(t, results.get(name, t))
                     bar.update()
-                bar.update(len(pairs) - len(plans))
+                bar.update(len(pairs) - len(live))  # the round's steps of those not timed in it
+                if round_ == 0 and results:  # the hopeless ones are not timed again
+                    fastest = min(results.values())
+                    live = {name: gp for name, gp in plans.items() if results[name] <= PRUNE_RATIO * fastest}
         if not results:
             return None
         name = min(results, key=results.__getitem__)
@@ -199,6 +209,7 @@ class Tuner:
         self.table[cls] = f"{v.name}/{s}"
         # where a first call's wait goes: compiling and self-checking the candidates, or timing them
         spent = {"build_s": t1 - t0, "compile_s": self.compile_s, "time_s": time.perf_counter() - t1}
+        spent["pruned"] = len(plans) - len(live)
         self.log.append({"class": cls, "winner": self.table[cls], "seconds": results, **spent})
         self._save()
         return best[1]
