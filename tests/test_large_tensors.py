@@ -219,14 +219,32 @@ def test_attention_of_one_head_beyond_a_binding_is_refused_naming_the_limit(smal
 
 
 def test_conv_pool_and_their_gradients(small: Any) -> None:
-    x, w = big(8, 4, 40, 40), big(6, 4, 3, 3)  # cols of 8 x 36 x 1444: 1.7 MB
-    tx, tw, cx, cw = on(small, x, True), on(small, w, True), cpu(x, True), cpu(w, True)
-    y, cy = F.max_pool2d(vb.conv2d(tx, tw, padding=1).relu(), 2), F.max_pool2d(vb.conv2d(cx, cw, padding=1).relu(), 2)
+    x, w, b = big(8, 4, 40, 40), big(6, 4, 3, 3), big(6)  # cols of 8 x 36 x 1444: 1.7 MB
+    tx, tw, tb = on(small, x, True), on(small, w, True), on(small, b, True)
+    cx, cw, cb = cpu(x, True), cpu(w, True), cpu(b, True)
+    y = F.max_pool2d(vb.conv2d(tx, tw, tb, padding=1).relu(), 2)
+    cy = F.max_pool2d(vb.conv2d(cx, cw, cb, padding=1).relu(), 2)
     same(y, cy, rtol=1e-4, atol=1e-4)
     y.sum().backward()
     cy.sum().backward()
     same(tx.grad, cx.grad, rtol=1e-4, atol=1e-3)
     same(tw.grad, cw.grad, rtol=1e-4, atol=1e-2)
+    same(tb.grad, cb.grad, rtol=1e-4, atol=1e-2)
+
+
+def test_linear_gradients_of_large_operands(small: Any) -> None:
+    """A Linear layer's weight and bias gradients from one GEMM where the operands fit their bindings; cut into
+    pieces (``large.py``), the matmul and then the bias gradient's own reduction."""
+    x, g = big(3000, 64), big(3000, 40)  # 768 KB and 480 KB: beyond the 256 KiB binding
+    w, b = big(40, 64), big(40)
+    tx, tw, tb = on(small, x, True), on(small, w, True), on(small, b, True)
+    cx, cw, cb = cpu(x, True), cpu(w, True), cpu(b, True)
+    y, cy = F.linear(tx, tw, tb), F.linear(cx, cw, cb)
+    same(y, cy, rtol=1e-4, atol=1e-4)
+    y.backward(on(small, g))
+    cy.backward(cpu(g))
+    for got, want in ((tx.grad, cx.grad), (tw.grad, cw.grad), (tb.grad, cb.grad)):
+        same(got, want, rtol=1e-4, atol=1e-2)
 
 
 def test_softmax_cross_entropy_and_random(small: Any) -> None:
