@@ -22,6 +22,7 @@ eager step is bound by its host, the dispatch the copy adds costs more than that
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,14 +128,22 @@ def problem(
 WEIGHT_COPY_PIXELS = 1 << 18
 
 
+def _weight_axes(w4: View, swap: bool) -> tuple[int, int, int, int]:
+    """(rows, channels, row stride, channel stride) of the weight (O, C, kh, kw) as the forward's matrix (rows O)
+    or, ``swap``, the input gradient's (rows C)."""
+    o, c = w4.shape[:2]
+    s0, s1 = w4.strides[:2]
+    return (c, o, s1, s0) if swap else (o, c, s0, s1)
+
+
 def weight_matrix(w4: View, swap: bool) -> tuple[View, gemm.Gather | None]:
     """The weight (O, C, kh, kw) as the (rows, kh*kw*ch) matrix of the forward (rows O, channels C) or, ``swap``,
     of the input gradient (rows C, channels O), taps ``(ky, kx, ch)``: a strided view of the weight where its
     strides give the matrix (and None), else a view of zero strides over the weight's storage and the ``weights``
     gather that reads it."""
-    o, c, kh, kw = w4.shape
-    s0, s1, s2, s3 = w4.strides
-    rows, ch, srow, sch = (c, o, s1, s0) if swap else (o, c, s0, s1)
+    kh, kw = w4.shape[2:]
+    s2, s3 = w4.strides[2:]
+    rows, ch, srow, sch = _weight_axes(w4, swap)
     shape, (strides,) = coalesce((kh, kw, ch), [(s2, s3, sch)])
     if len(shape) <= 1:  # (ky, kx, ch) is one stride of the weight already
         return View(w4.storage, (rows, kh * kw * ch), (srow, strides[0] if strides else 1), w4.offset), None
@@ -145,19 +154,16 @@ def weight_matrix(w4: View, swap: bool) -> tuple[View, gemm.Gather | None]:
 def _copied_weight(w4: View, swap: bool) -> tuple[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]]:
     """The (rows, kh*kw*ch) shape of :func:`weight_matrix`'s matrix, and the (shape, strides) of the weight's
     elements that fill a contiguous copy of it in order."""
-    o, c, kh, kw = w4.shape
-    s0, s1, s2, s3 = w4.strides
-    rows, ch, srow, sch = (c, o, s1, s0) if swap else (o, c, s0, s1)
+    kh, kw = w4.shape[2:]
+    s2, s3 = w4.strides[2:]
+    rows, ch, srow, sch = _weight_axes(w4, swap)
     return (rows, kh * kw * ch), ((rows, kh, kw, ch), (srow, s2, s3, sch))
 
 
 def _copy_weight(backend: Any, w4: View, copy: tuple[tuple[int, ...], tuple[int, ...]]) -> Any:
     """A pooled storage holding the weight's elements ``copy`` (:func:`_copied_weight`) in order (recorded)."""
     shape, strides = copy
-    n = 1
-    for d in shape:
-        n *= d
-    dst = backend.alloc(n, w4.dtype)
+    dst = backend.alloc(math.prod(shape), w4.dtype)
     src = View(w4.storage, shape, strides, w4.offset)
     backend.elementwise("copy", View(dst, shape, contiguous_strides(shape), 0), [src])
     return dst
@@ -194,8 +200,8 @@ def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geom
         if len(b.shape) != 4 or b.shape != (o, c, *geometry[0]):
             raise ValueError(f"convolution {kind}: weight of shape {b.shape}, expected {(o, c, *geometry[0])}")
         b, wg = weight_matrix(b, kind == "input")  # over the weight's storage and offset, as the call's view
-        pixels = (out if kind == "forward" else a).numel // (o if kind == "forward" else a.shape[1])
-        if wg is not None and pixels >= WEIGHT_COPY_PIXELS:
+        grid = out if kind == "forward" else a  # (N, O, OH, OW): the output's grid of pixels
+        if wg is not None and grid.numel // o >= WEIGHT_COPY_PIXELS:
             shape, copy = _copied_weight(w4, kind == "input")
             # the tuner times on the call's operands: the copied weights, not a pooled buffer's leftovers, whose
             # infs and NaNs would time an input gradient's masked slow path

@@ -839,7 +839,7 @@ def build_plan(
     else:
         ospan = span(out.shape, out.strides)
     sums = bias == "sum_rows"
-    nbias_el = (M * (splits if splits > 1 else 1)) if sums else (M if bias == "rows" else N)
+    nbias_el = M * splits if sums else (M if bias == "rows" else N)  # split row sums: a partial per split
     spans = (ospan, _span(a, spec.a_gather), _span(b, spec.b_gather)) + ((0, nbias_el - 1),) * nbias
     spans += (ospan,) * EPILOGUES.get(spec.act, 0)
     plan = Plan(kernel, fmt, static, groups, spans)
