@@ -262,14 +262,20 @@ class Tuner:
     # -- timing
     def time(self, gp: GemmPlan, out: View, a: View, b: View, bias: View | None = None) -> float:
         """Seconds per run of ``gp`` (GPU timestamps when available)."""
-        t1 = self._run(gp, out, a, b, bias, 1)  # also the warm-up
-        reps = int(min(50, max(1, _TARGET_S / max(t1, 1e-7))))
-        return self._run(gp, out, a, b, bias, reps) / reps
+        return self.time_launches(lambda: gemm.launches(self.backend, gp, out, a, b, bias))
 
-    def _run(self, gp: GemmPlan, out: View, a: View, b: View, bias: View | None, reps: int) -> float:
-        be, dev = self.backend, self.backend.dev
+    def time_launches(self, make: Callable[[], list[Any]]) -> float:
+        """Seconds per run of the dispatches ``make()`` lays out as (plan, views, scalars, grid): any sequence of
+        kernels (a convolution's algorithms are timed against each other with it). Pending work is submitted
+        first: the operands then hold their values (leftover infs or NaNs could time a slow path)."""
+        self.backend.rt.flush()
+        t1 = self._run(make(), 1)  # also the warm-up
+        reps = int(min(50, max(1, _TARGET_S / max(t1, 1e-7))))
+        return self._run(make(), reps) / reps
+
+    def _run(self, launches: list[Any], reps: int) -> float:
+        dev = self.backend.dev
         device = dev.device
-        launches = gemm.launches(be, gp, out, a, b, bias)
         align = 256  # a multiple of min-uniform-buffer-offset-alignment on every adapter
         ubuf = device.create_buffer(
             size=align * len(launches), usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST

@@ -23,11 +23,13 @@ eager step is bound by its host, the dispatch the copy adds costs more than that
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..base import View, contiguous_strides, window_output_size
-from . import epilogue, gemm
+from . import epilogue, gemm, winograd
 from .autotune import tuner
 from .kernels.wgsl import coalesce
 from .memory import LargeStorage
@@ -184,6 +186,8 @@ class Recipe:
     #: "", "epilogue" (the forward's bias added, or the weight gradient's bias gradient written, by the GEMM) or
     #: "later" (a strided bias: added, or its gradient reduced, after the GEMM; the GEMM binds a dense one)
     bias: str
+    #: the product by Winograd instead (``winograd.py``), where it applies and won the timing (``winograd.MODE``)
+    winograd: winograd.Recipe | None = None
 
 
 def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geometry, bias: View | None) -> Any:
@@ -192,8 +196,12 @@ def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geom
     views = (out, a, b) + ((bias,) if bias is not None else ())
     if any(x < 0 for v in views for x in v.strides) or not all(v.numel for v in views):
         return False
-    if kind == "input" and any(a.shape[1] % bk for bk in gemm.K_STEPS):
-        return False
+    wp = winograd.problem(backend, kind, out, a, b, geometry) if winograd.MODE != "never" else None
+    if kind == "input" and any(a.shape[1] % bk for bk in gemm.K_STEPS):  # no implicit GEMM: Winograd or nothing
+        if wp is None:
+            return False
+        with backend.rt.paused():
+            return Recipe(None, (), None, "", winograd.recipe(backend, wp, out, a, b, None))
     wg, copy, w4 = None, None, b
     if kind in ("forward", "input"):
         o, c = (out.shape[1], a.shape[1]) if kind == "forward" else (a.shape[1], out.shape[1])
@@ -229,7 +237,33 @@ def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geom
             gp = backend.plans[key] = tuner(backend).plan(
                 *bound, gathers, bias if mode == "epilogue" else None, bias_on=axis
             )
-    return Recipe(gp, templates, copy, mode)
+    if wp is None or mode == "later":
+        return Recipe(gp, templates, copy, mode)
+    with backend.rt.paused():
+        wr = winograd.recipe(backend, wp, out, a, w4, bias)
+        implicit = partial(gemm.launches, backend, gp, *bound, bias if mode == "epilogue" else None)
+        if winograd.MODE == "auto" and not _pays(backend, implicit, copy is not None, wr, (out, a, w4, bias)):
+            return Recipe(gp, templates, copy, mode)
+    return Recipe(gp, templates, None, mode, wr)
+
+
+#: what one more dispatch costs an eager call's host, charged to Winograd's GPU time (it is three more dispatches a
+#: product): on an H200 (2026-12-07) the MNIST CNN's conv2 at batch 128, whose eager forward+backward is bound by
+#: its host, ran 18 µs of GPU time faster a product by Winograd but issued 0.126 ms more per call (eight more
+#: dispatches), and its eager time went from 0.88x to 1.30x cuDNN's
+DISPATCH_HOST_S = 20e-6
+
+
+def _pays(
+    backend: Any, implicit: Callable[[], list[Any]], copies: bool, wr: winograd.Recipe, views: tuple[Any, ...]
+) -> bool:
+    """Whether Winograd is the faster product (the better of two timings each, on the call's operands), its
+    dispatches beyond the implicit GEMM's at ``DISPATCH_HOST_S`` each."""
+    t = tuner(backend)
+    wino = partial(winograd.launches, backend, wr, *views)
+    more = len(wino()) - len(implicit()) - copies
+    times = [min(t.time_launches(make) for _ in range(2)) for make in (implicit, wino)]
+    return times[1] + more * DISPATCH_HOST_S < times[0]
 
 
 def encode_conv(
@@ -266,6 +300,9 @@ def encode_conv(
         r = backend.plans[key] = _recipe(backend, kind, out, a, b, geometry, bias)
     if r is False:
         return False
+    if r.winograd is not None:
+        winograd.record(backend, r.winograd, out, a, b, bias)
+        return True
     keep = None
     if r.copy is not None:  # the templates' weight matrix lies over a fresh channels-last copy
         keep = _copy_weight(backend, b, r.copy)
