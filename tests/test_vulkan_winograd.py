@@ -147,18 +147,22 @@ def test_winograd_stays_within_its_workspace(winograd, monkeypatch):
         assert winograd.recorded == want
 
 
-@pytest.mark.parametrize("faster", ["winograd", "implicit"])
+@pytest.mark.parametrize("faster", ["winograd", "implicit", "winograd, bound by its host"])
 def test_winograd_when_it_times_faster(winograd, monkeypatch, faster):
-    """``MODE = "auto"``: a layout's first call times both products (twice each) and keeps the faster; here the
-    timer is told which is faster (Winograd's dispatches are its three transforms and the GEMM's)."""
+    """``MODE = "auto"``: a layout's first call times both products (twice each) and keeps the faster, charging
+    each dispatch at least ``DISPATCH_HOST_S`` of host time; here the timer is told which is faster (Winograd's
+    dispatches are its three transforms and the GEMM's). A Winograd faster on the GPU by less than its three more
+    dispatches' host time is not taken."""
+    from vkblas.backend.vulkan import conv
     from vkblas.backend.vulkan.autotune import Tuner
 
     timed = []
+    scale = conv.DISPATCH_HOST_S / 10 if faster.endswith("host") else 1.0
 
     def fake(self, make):
         wino = len(make()) >= 4
         timed.append(wino)
-        return 1.0 if wino == (faster == "winograd") else 2.0
+        return scale * (1.0 if wino == faster.startswith("winograd") else 2.0)
 
     monkeypatch.setattr(winograd, "MODE", "auto")
     monkeypatch.setattr(Tuner, "time_launches", fake)

@@ -247,23 +247,25 @@ def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geom
     return Recipe(gp, templates, None, mode, wr)
 
 
-#: what one more dispatch costs an eager call's host, charged to Winograd's GPU time (it is three more dispatches a
-#: product): on an H200 (2026-12-07) the MNIST CNN's conv2 at batch 128, whose eager forward+backward is bound by
-#: its host, ran 18 µs of GPU time faster a product by Winograd but issued 0.126 ms more per call (eight more
-#: dispatches), and its eager time went from 0.88x to 1.30x cuDNN's
+#: what issuing one dispatch costs an eager call's host. A product is charged the larger of its GPU time and its
+#: dispatches' host time: an eager call bound by its host waits for the issuing, and Winograd is three dispatches
+#: more a product. On an H200 (2026-12-06) the MNIST CNN's conv2 at batch 128, host-bound, ran 18 µs of GPU time
+#: faster a product by Winograd but issued 0.126 ms more per forward+backward (eight more dispatches, ~16 µs each):
+#: its eager time went from 0.88x to 1.30x cuDNN's, where the ResNet layer's products save ~0.1 ms each
 DISPATCH_HOST_S = 20e-6
 
 
 def _pays(
     backend: Any, implicit: Callable[[], list[Any]], copies: bool, wr: winograd.Recipe, views: tuple[Any, ...]
 ) -> bool:
-    """Whether Winograd is the faster product (the better of two timings each, on the call's operands), its
-    dispatches beyond the implicit GEMM's at ``DISPATCH_HOST_S`` each."""
+    """Whether Winograd is the faster product: the better of two timings each on the call's operands, or where
+    that is less, its dispatches' host time (``DISPATCH_HOST_S`` each)."""
     t = tuner(backend)
-    wino = partial(winograd.launches, backend, wr, *views)
-    more = len(wino()) - len(implicit()) - copies
-    times = [min(t.time_launches(make) for _ in range(2)) for make in (implicit, wino)]
-    return times[1] + more * DISPATCH_HOST_S < times[0]
+    cost = []
+    for make, extra in ((implicit, copies), (partial(winograd.launches, backend, wr, *views), 0)):
+        gpu = min(t.time_launches(make) for _ in range(2))
+        cost.append(max(gpu, (len(make()) + extra) * DISPATCH_HOST_S))
+    return cost[1] < cost[0]
 
 
 def encode_conv(
