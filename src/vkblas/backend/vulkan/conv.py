@@ -18,6 +18,11 @@ copy, one dispatch less) or copied channels-last first (``WEIGHT_COPY_PIXELS``):
 the matrix, and through the gather those reads are scalar and 9 elements apart for a 3x3 kernel, which on an H200
 cost the MNIST CNN's batch-512 step 69 µs of GPU time (2.7 %) against a copy of a few µs; at batch 128, where an
 eager step is bound by its host, the dispatch the copy adds costs more than that.
+
+A 3x3, stride-1 forward or input gradient may instead be computed by Winograd F(2x2, 3x3) (``winograd.py``): on a
+layout's first call both are timed and the faster kept, each charged at least its dispatches' host time
+(``DISPATCH_HOST_S``); an input gradient with no implicit GEMM (channels not a multiple of the K steps) takes it
+untimed, against the composition.
 """
 
 from __future__ import annotations
@@ -192,7 +197,8 @@ class Recipe:
 
 def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geometry, bias: View | None) -> Any:
     """The :class:`Recipe` of this call's layout, or False where it is left to the composition: negative strides,
-    nothing to compute, an input gradient whose K tiles cannot each have one (ky, kx) (gemm.Gather.masks_tiles)."""
+    nothing to compute, an input gradient whose K tiles cannot each have one (ky, kx) (gemm.Gather.masks_tiles)
+    and to which Winograd does not apply."""
     views = (out, a, b) + ((bias,) if bias is not None else ())
     if any(x < 0 for v in views for x in v.strides) or not all(v.numel for v in views):
         return False
