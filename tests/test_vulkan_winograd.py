@@ -3,6 +3,8 @@ the implicit GEMM's non-finite semantics, only where it applies, chosen by timin
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -17,12 +19,16 @@ DEV = "vulkan"
 
 
 @pytest.fixture
-def winograd(monkeypatch):
-    """The module, with fresh plans and a list of the kinds of product it recorded (``.recorded``)."""
+def winograd(monkeypatch, tmp_path):
+    """The module, with fresh plans, an empty tuner's table whose cache file is under ``tmp_path``, and a list of
+    the kinds of product it recorded (``.recorded``)."""
     from vkblas.backend.vulkan import winograd as wg
+    from vkblas.backend.vulkan.autotune import tuner
 
     be = vk.tensor([0.0], device=DEV)._backend
     monkeypatch.setattr(be, "plans", type(be.plans)())
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(tuner(be), "table", {})
     recorded, original = [], wg.record
 
     def spy(backend, r, *views):
@@ -152,27 +158,50 @@ def test_winograd_when_it_times_faster(winograd, monkeypatch, faster):
     """``MODE = "auto"``: a layout's first call times both products (twice each) and keeps the faster, charging
     each dispatch at least ``DISPATCH_HOST_S`` of host time; here the timer is told which is faster (Winograd's
     dispatches are its three transforms and the GEMM's). A Winograd faster on the GPU by less than its three more
-    dispatches' host time is not taken."""
+    dispatches' host time is not taken. The choice goes into the tuner's cache file: a later process (fresh plans,
+    the table read back) times nothing, and where Winograd won does not tune the implicit GEMM either."""
     from vkblas.backend.vulkan import conv
-    from vkblas.backend.vulkan.autotune import Tuner
+    from vkblas.backend.vulkan.autotune import Tuner, cache_path, tuner
 
-    timed = []
+    timed, implicit_tuned, plan = [], [], Tuner.plan
     scale = conv.DISPATCH_HOST_S / 10 if faster.endswith("host") else 1.0
+    wins = "winograd" if faster == "winograd" else "implicit"
 
     def fake(self, make):
         wino = len(make()) >= 4
         timed.append(wino)
         return scale * (1.0 if wino == faster.startswith("winograd") else 2.0)
 
+    def spy(self, out, a, b, gathers=None, *rest, **kw):
+        implicit_tuned.append(gathers is not None)  # the implicit GEMM's gathers its input; Winograd's GEMM, none
+        return plan(self, out, a, b, *(() if gathers is None else (gathers,)), *rest, **kw)
+
     monkeypatch.setattr(winograd, "MODE", "auto")
     monkeypatch.setattr(Tuner, "time_launches", fake)
+    monkeypatch.setattr(Tuner, "plan", spy)
     rng = np.random.default_rng(33)
     x, w = rng.standard_normal((2, 16, 6, 6)), rng.standard_normal((16, 16, 3, 3))
-    for _ in range(2):  # the second call finds the choice made
+
+    def forward():
         y = F.conv2d(vk.tensor(x, dtype=vk.float32, device=DEV), vk.tensor(w, dtype=vk.float32, device=DEV), padding=1)
-    np.testing.assert_allclose(y.numpy(), conv_ref(x, w, None, padding=1), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(y.numpy(), conv_ref(x, w, None, padding=1), rtol=1e-4, atol=1e-4)
+
+    for _ in range(2):  # the second call finds the choice made
+        forward()
     assert sorted(timed) == [False, False, True, True]
     assert winograd.recorded == (["forward"] * 2 if faster == "winograd" else [])
+    t = tuner(vk.tensor([0.0], device=DEV)._backend)
+    stored = {k: v for k, v in t._load()[t.key].items() if k.startswith("winograd/")}
+    assert list(stored.values()) == [wins] and stored.items() <= t.table.items()
+    assert cache_path().is_relative_to(os.environ["XDG_CACHE_HOME"])
+
+    t.backend.plans.clear()  # a later process: no plans, the table as the file has it
+    t.table = t._load()[t.key]
+    for seen in (timed, implicit_tuned, winograd.recorded):
+        seen.clear()
+    forward()
+    assert timed == [] and winograd.recorded == (["forward"] if wins == "winograd" else [])
+    assert implicit_tuned == [wins == "implicit"]  # the one product's GEMM: Winograd's batched one, or the implicit
 
 
 def test_winograd_replays_in_a_captured_graph(winograd):

@@ -11,7 +11,8 @@
   fastest are timed again.
   The winner goes into ``$XDG_CACHE_HOME/vkblas/gemm-autotune.json`` (default ``~/.cache``) under a key made of
   adapter, vendor, driver and template version, and is reused from then on, in this and later processes. A run
-  that lasts (a large convolution's first call) shows a progress bar on stderr.
+  that lasts (a large convolution's first call) shows a progress bar on stderr. Other timed choices live in the
+  same table (:meth:`Tuner.remember`: a convolution's Winograd or implicit GEMM, ``conv.py``).
 * Tuning is skipped (heuristic defaults) for ``VKBLAS_AUTOTUNE=0``, for problems under ``MIN_TUNE_FLOPS`` (launch
   overhead dominates there) and on CPU adapters such as lavapipe unless ``VKBLAS_AUTOTUNE=1``.
 * **Self-check**: the first time a compiled (variant, spec) is used on a device it runs once on a small problem with
@@ -121,6 +122,11 @@ class Tuner:
             os.replace(tmp, path)
         except OSError as e:  # a read-only home must not break matmul
             warnings.warn(f"vkblas: could not write the autotune cache {path}: {e}", stacklevel=3)
+
+    def remember(self, key: str, choice: str) -> None:
+        """Keep another choice made by timing (a convolution's Winograd or implicit GEMM) in the cache file."""
+        self.table[key] = choice
+        self._save()
 
     # -- choice
     def plan(

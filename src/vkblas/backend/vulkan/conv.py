@@ -21,8 +21,9 @@ eager step is bound by its host, the dispatch the copy adds costs more than that
 
 A 3x3, stride-1 forward or input gradient may instead be computed by Winograd F(2x2, 3x3) (``winograd.py``): on a
 layout's first call both are timed and the faster kept, each charged at least its dispatches' host time
-(``DISPATCH_HOST_S``); an input gradient with no implicit GEMM (channels not a multiple of the K steps) takes it
-untimed, against the composition.
+(``DISPATCH_HOST_S``). The choice goes into the tuner's cache file beside its GEMM picks, so a later process
+neither times again nor tunes the implicit GEMM of a product that Winograd computes. An input gradient with no
+implicit GEMM (channels not a multiple of the K steps) takes Winograd untimed, against the composition.
 """
 
 from __future__ import annotations
@@ -208,20 +209,10 @@ def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geom
             return False
         with backend.rt.paused():
             return Recipe(None, (), None, "", winograd.recipe(backend, wp, out, a, b, None))
-    wg, copy, w4 = None, None, b
     if kind in ("forward", "input"):
         o, c = (out.shape[1], a.shape[1]) if kind == "forward" else (a.shape[1], out.shape[1])
         if len(b.shape) != 4 or b.shape != (o, c, *geometry[0]):
             raise ValueError(f"convolution {kind}: weight of shape {b.shape}, expected {(o, c, *geometry[0])}")
-        b, wg = weight_matrix(b, kind == "input")  # over the weight's storage and offset, as the call's view
-        grid = out if kind == "forward" else a  # (N, O, OH, OW): the output's grid of pixels
-        if wg is not None and grid.numel // o >= WEIGHT_COPY_PIXELS:
-            shape, copy = _copied_weight(w4, kind == "input")
-            # the tuner times on the call's operands: the copied weights, not a pooled buffer's leftovers, whose
-            # infs and NaNs would time an input gradient's masked slow path
-            with backend.rt.paused():
-                b, wg = View(_copy_weight(backend, w4, copy), shape, (shape[1], 1), 0), None
-    templates, gathers = problem(kind, out, a, b, geometry, wg)
     mode = ""
     if bias is not None:
         o = out.shape[1] if kind == "forward" else out.shape[0]
@@ -231,6 +222,25 @@ def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geom
                 f"bias gradient, ({o},))"
             )
         mode = "later" if bias.strides != (1,) and bias.shape[0] > 1 else "epilogue"
+        if mode == "later":
+            wp = None
+    tun = tuner(backend)
+    choice = _choice_key(kind, out, a, b, geometry, bias) if wp is not None else ""
+    if wp is not None and (winograd.MODE == "always" or tun.table.get(choice) == "winograd"):
+        # the implicit GEMM is not tuned for a layout that will not use it
+        with backend.rt.paused():
+            return Recipe(None, (), None, "", winograd.recipe(backend, wp, out, a, b, bias))
+    wg, copy, w4 = None, None, b
+    if kind in ("forward", "input"):
+        b, wg = weight_matrix(b, kind == "input")  # over the weight's storage and offset, as the call's view
+        grid = out if kind == "forward" else a  # (N, O, OH, OW): the output's grid of pixels
+        if wg is not None and grid.numel // o >= WEIGHT_COPY_PIXELS:
+            shape, copy = _copied_weight(w4, kind == "input")
+            # the tuner times on the call's operands: the copied weights, not a pooled buffer's leftovers, whose
+            # infs and NaNs would time an input gradient's masked slow path
+            with backend.rt.paused():
+                b, wg = View(_copy_weight(backend, w4, copy), shape, (shape[1], 1), 0), None
+    templates, gathers = problem(kind, out, a, b, geometry, wg)
     bound = tuple(_bind(t, (out, a, b)) for t in templates)
     key = ("conv", kind, geometry, *((v.dtype, v.shape, v.strides, v.offset % 4 == 0) for v in bound))
     key += (gathers, mode == "epilogue")
@@ -240,17 +250,21 @@ def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geom
         # output gradient as (O, pixels), sums a's rows into the bias gradient
         axis = "rows" if kind == "forward" else "sum_rows"
         with backend.rt.paused():  # tuned and self-checked eagerly, never inside a capture
-            gp = backend.plans[key] = tuner(backend).plan(
-                *bound, gathers, bias if mode == "epilogue" else None, bias_on=axis
-            )
-    if wp is None or mode == "later":
+            gp = backend.plans[key] = tun.plan(*bound, gathers, bias if mode == "epilogue" else None, bias_on=axis)
+    if wp is None or tun.table.get(choice) == "implicit":
         return Recipe(gp, templates, copy, mode)
     with backend.rt.paused():
         wr = winograd.recipe(backend, wp, out, a, w4, bias)
         implicit = partial(gemm.launches, backend, gp, *bound, bias if mode == "epilogue" else None)
-        if winograd.MODE == "auto" and not _pays(backend, implicit, copy is not None, wr, (out, a, w4, bias)):
-            return Recipe(gp, templates, copy, mode)
-    return Recipe(gp, templates, None, mode, wr)
+        won = _pays(backend, implicit, copy is not None, wr, (out, a, w4, bias))
+    tun.remember(choice, "winograd" if won else "implicit")
+    return Recipe(gp, templates, None, mode, wr) if won else Recipe(gp, templates, copy, mode)
+
+
+def _choice_key(kind: str, out: View, a: View, w: View, geometry: Geometry, bias: View | None) -> str:
+    """The tuner's cache key of Winograd's timed choice for a product of these shapes."""
+    shapes = "x".join(",".join(map(str, v.shape)) for v in (out, a, w))
+    return f"winograd/v{winograd.VERSION}|{kind}|{geometry}|{shapes}|{'bias' if bias is not None else ''}"
 
 
 #: what issuing one dispatch costs an eager call's host. A product is charged the larger of its GPU time and its

@@ -44,6 +44,8 @@ from .kernels.wgsl import MAIN_1D, PARAM_WORDS, WORKGROUP, coalesce, grid, guard
 
 TEMPLATE_VERSION = 4  # bump when generated code changes meaning or the variants change: invalidates autotune caches
 MAX_SPLITS = 256  # split-K: the most K splits (each an f32 partial of the output in the workspace)
+#: the split counts the tuner times for a product of few output tiles and a long K
+SPLITS = (2, 4, 8, 16, 64, MAX_SPLITS)
 
 # params words: 0..2 element offsets of out, a, b (filled by ``launch``); 3 first z of this dispatch; 4 M, 5 N, 6 K,
 # 7 a_sm, 8 a_sk, 9 b_sk, 10 b_sn, 11 splits, 12 k per split, 13 split stride of out; 14.. batch shape, then batch
@@ -955,7 +957,7 @@ def candidates(
             # only hundreds of splits fill the GPU; a small layer's weight gradient (10 x 256, K = the batch) is
             # 8 workgroups of 32x32 without them
             least = 128 if tiles >= 32 else 64
-            out += [(v, s) for s in (2, 4, 8, 16, 64, MAX_SPLITS) if k // s >= least and tiles * s <= 2048]
+            out += [(v, s) for s in SPLITS if k // s >= least and tiles * s <= 2048]
     d = default_choice(spec_dtype, m, n, k, nbatch, limits)
     if d not in out:
         out.insert(0, d)

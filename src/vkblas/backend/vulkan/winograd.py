@@ -37,6 +37,8 @@ from .autotune import tuner
 from .kernels.plan import Plan, span
 from .kernels.wgsl import MAIN_1D, WORKGROUP, grid, header
 
+#: the kernels' version in the tuner's cache keys of timed choices: a change to them that moves their speed bumps it
+VERSION = 1
 #: "auto": time Winograd against the implicit GEMM on a layout's first call and keep the faster; "always" where it
 #: applies (tests); "never". ``VKBLAS_WINOGRAD`` sets it
 MODE = os.environ.get("VKBLAS_WINOGRAD", "auto")
