@@ -15,7 +15,7 @@ import os
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
 os.environ.setdefault("LP_NUM_THREADS", "0")
 # a 3x3 convolution's forward and input gradient by Winograd wherever it applies, not where a timing picks it: the
-# tests see the same path on every run (test_winograd.py covers the timed choice)
+# tests see the same path on every run (test_vulkan_winograd.py covers the timed choice)
 os.environ.setdefault("VKBLAS_WINOGRAD", "always")
 
 from types import ModuleType  # noqa: E402
