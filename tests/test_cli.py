@@ -230,3 +230,14 @@ def test_bench_gemm_variants_ranks_plans_and_shows_the_tuners_choice(capsys: pyt
     assert times == sorted(times)  # fastest first
     code, _, err = run(capsys, "bench", "gemm-variants", "--top", "0")
     assert code == 2 and "--top" in err
+    # tiles outside the table, named: timed and shown beside the fastest, each once
+    asked = "32x48k16.4x12.db,32x32k16.4x4.db/2"
+    code, out, _ = run(
+        capsys, "bench", "gemm-variants", "--top", "1", "--only", "mlp fc3 dW", "--no-torch", "--variants", asked
+    )
+    assert code == 0, out
+    plans = [line.split("|")[4].strip().removesuffix(" (tuner)") for line in out.splitlines() if "| mlp fc3 dW" in line]
+    assert "32x48k16.4x12.db/1" in plans and "32x32k16.4x4.db/2" in plans and len(plans) == len(set(plans))
+    for bad, said in (("64x64k6.4x4.db", "K step 6"), ("32x32k16.4x4.db/0", "split count must be 1..")):
+        code, _, err = run(capsys, "bench", "gemm-variants", "--variants", bad)
+        assert code == 2 and said in err

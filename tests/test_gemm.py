@@ -721,3 +721,55 @@ def test_a_warp_that_does_not_tile_the_threads_is_refused():
         gemm.rearranged(gemm.BY_NAME["32x32k16.4x4.db"], (16, 2))
     with pytest.raises(ValueError, match="must be 32 threads"):
         gemm.rearranged(gemm.BY_NAME["64x64k16.4x4.db"], (4, 4))
+
+
+def test_a_variant_is_found_by_its_name_in_the_tables_notation():
+    """Every table variant and every layout of one spell themselves back; a name outside the table builds the
+    tile it says (what ``vkblas bench gemm-variants --variants`` times before a tile becomes a candidate)."""
+    for v in gemm.VARIANTS:
+        assert gemm.variant_named(v.name) is v
+        fresh = gemm._NAME.fullmatch(v.name)
+        assert fresh is not None and fresh["base"] == v.name
+    for warp, band in gemm.LAYOUTS:
+        v = gemm.rearranged(gemm.BY_NAME["128x128k8.8x8.db"], warp, band)
+        assert gemm.variant_named(v.name) == v
+    v = gemm.variant_named("128x192k16.8x12.p0")
+    assert (v.bm, v.bn, v.bk, v.tm, v.tn, v.stages, v.pad, v.f16_math, v.threads) == (
+        128,
+        192,
+        16,
+        8,
+        12,
+        2,
+        0,
+        False,
+        256,
+    )
+    assert gemm.variant_named("64x64k32.4x4.ss").stages == 1
+    assert gemm.variant_named("64x64k16.4x4.h16").f16_math
+
+
+@pytest.mark.parametrize(
+    "name,message",
+    [
+        ("128x256", "expected BMxBNkBK.TMxTN"),
+        ("128x192k16.6x12.db", "per-thread block 6x12 must be multiples of 4 dividing the tile 128x192"),
+        ("64x64k6.4x4.db", "the K step 6 a positive multiple of 4"),
+        ("128x192k16.8x12.db.w3x4", r"warp \(3, 4\) must be 32 threads tiling 16 x 16"),
+    ],
+)
+def test_a_name_that_spells_no_variant_is_refused_saying_why(name, message):
+    with pytest.raises(ValueError, match=message):
+        gemm.variant_named(name)
+
+
+@pytest.mark.parametrize("name", ["32x48k16.4x12.db", "48x32k12.12x4.db.p0", "32x32k32.4x4.ss", "64x32k8.8x4.db.p2"])
+def test_tiles_outside_the_table_are_exact_in_every_load_mode(vk, name):
+    """The generator takes any tile the notation spells (widths of 3 vec4s, K steps of 12 and 32, single-staged,
+    padding 0 and 2), not only the table's: each load mode, split-K and both store widths against numpy."""
+    v = gemm.variant_named(name)
+    for i, (a_mode, b_mode) in enumerate(MODES):
+        spec = gemm.Spec(D.float32, i % 2, a_mode, b_mode, i != 1, i == 3)
+        assert gemm.applicable(v, spec, vk.dev.limits)
+        ok, err = autotune.self_check(vk, v, spec)
+        assert ok, f"{v.name} {spec}: relative error {err}"

@@ -4,7 +4,9 @@ What to try next when a GEMM misses its goal. For each shape, in two stages:
 
 1. every (variant, split count) candidate the tuner would time (``gemm.candidates``), and
 2. for the ``--top`` fastest of those, each of ``gemm.LAYOUTS`` (subgroup thread blocks, banded workgroup order:
-   ``gemm.rearranged``), which are not tuner candidates until a measurement like this one shows they pay.
+   ``gemm.rearranged``), which are not tuner candidates until a measurement like this one shows they pay;
+3. any ``--variants`` named (``gemm.variant_named``: tiles not in the table, ``NAME/SPLITS`` for a split count),
+   the same way: a tile is timed here before it becomes a candidate.
 
 Each plan is self-checked against numpy first (``Tuner.verify``). Its kernel time is the best of ``--rounds``
 rounds, each the tuner's timing (the plan repeated in one compute pass between two GPU timestamps), after about a
@@ -13,6 +15,7 @@ graph, where PyTorch has CUDA. The table shows the ``--top`` fastest plans per s
 
     python3 -m vkblas.bench.gemm_variants --sizes 4096            # the square, 8 plans shown
     python3 -m vkblas.bench.gemm_variants --only mlp,cnn --top 4  # the model layers
+    python3 -m vkblas.bench.gemm_variants --sizes 4096 --variants 128x192k16.8x12.db.p0,256x128k16.16x8.db.p0
 """
 
 from __future__ import annotations
@@ -45,11 +48,30 @@ def _timed(vk: _Vk, plans: dict[str, Any], out: Any, va: Any, vb: Any, rounds: i
     return best
 
 
+def parse_plans(text: str) -> list[tuple[Any, int]]:
+    """``--variants``: comma-separated ``NAME`` or ``NAME/SPLITS`` -> (variant, split count) pairs; ValueError
+    naming the bad entry."""
+    from vkblas.backend.vulkan import gemm
+
+    pairs = []
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        name, _, splits = item.partition("/")
+        if splits and not (splits.isdigit() and 1 <= int(splits) <= gemm.MAX_SPLITS):
+            raise ValueError(f"--variants {item!r}: the split count must be 1..{gemm.MAX_SPLITS}, got {splits!r}")
+        pairs.append((gemm.variant_named(name), int(splits or 1)))
+    return pairs
+
+
 def explore(
-    shapes: Sequence[Shape], device: str = "vulkan", top: int = 8, rounds: int = 3, use_torch: bool = True
+    shapes: Sequence[Shape],
+    device: str = "vulkan",
+    top: int = 8,
+    rounds: int = 3,
+    use_torch: bool = True,
+    extra: Sequence[tuple[Any, int]] = (),
 ) -> tuple[list[str], list[list[Any]], str]:
-    """The table's (header, rows) and the adapter's name: the ``top`` fastest plans per shape and the tuner's
-    choice (see the module)."""
+    """The table's (header, rows) and the adapter's name: the ``top`` fastest plans per shape, the tuner's
+    choice, and every ``extra`` (variant, splits) pair that runs on the device (see the module)."""
     from vkblas.backend.vulkan import gemm
     from vkblas.backend.vulkan.autotune import tuner
     from vkblas.dtypes import float32
@@ -80,12 +102,13 @@ def explore(
                     derived.append((gemm.rearranged(gp.variant, warp, band), gp.splits))
                 except ValueError:  # this warp does not tile the variant's threads
                     continue
-        extra = t.candidate_plans(derived, out, va, vb)
-        times.update(_timed(vk, extra, out, va, vb, rounds) if extra else {})
+        more = t.candidate_plans(derived + list(extra), out, va, vb)
+        times.update(_timed(vk, more, out, va, vb, rounds) if more else {})
         theirs = _torch_kernel(torch, s, a, b) if has_cuda else None
         mine = f"{chosen.variant.name}/{chosen.splits}"
         ranked = sorted(times, key=times.__getitem__)
-        shown = ranked[:top] + ([mine] if mine not in ranked[:top] else [])
+        asked = [f"{v.name}/{n}" for v, n in extra if f"{v.name}/{n}" in times]
+        shown = list(dict.fromkeys(ranked[:top] + [mine] + sorted(asked, key=times.__getitem__)))
         dims = (f"{s.batch}x" if s.batch > 1 else "") + f"{s.m}x{s.k}x{s.n}"
         for key in shown:
             gf = s.flops / times[key] / 1e9
@@ -102,7 +125,11 @@ def explore(
                     times[mine] / times[key],
                 ]
             )
-        print(f"  {s.label}: {len(times)} plans timed", flush=True)
+        skipped = [f"{v.name}/{n}" for v, n in extra if f"{v.name}/{n}" not in times]
+        print(
+            f"  {s.label}: {len(times)} plans timed" + (f"; not run here: {', '.join(skipped)}" * bool(skipped)),
+            flush=True,
+        )
     return COLUMNS, rows, f"{vk.name} ({vk.be.dev.info.get('driver')})"
 
 
@@ -112,10 +139,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=8, help="plans shown per shape, and given the layouts (default 8)")
     p.add_argument("--rounds", type=int, default=3, help="timing rounds; each plan's best is kept (default 3)")
     p.add_argument("--no-torch", action="store_true", help="skip cuBLAS")
+    p.add_argument(
+        "--variants",
+        default="",
+        help="also time these plans at every shape, comma-separated NAME or NAME/SPLITS (tiles outside the table: "
+        "BMxBNkBK.TMxTN[.db|.ss][.pPAD], e.g. 128x192k16.8x12.db.p0/1)",
+    )
     args = p.parse_args(argv)
     if args.top < 1 or args.rounds < 1:
         p.error(f"--top and --rounds: expected counts >= 1, got {args.top} and {args.rounds}")
-    cols, rows, adapter = explore(selected_shapes(p, args), args.device, args.top, args.rounds, not args.no_torch)
+    try:
+        extra = parse_plans(args.variants)
+    except ValueError as e:
+        p.error(str(e))
+    shapes = selected_shapes(p, args)
+    cols, rows, adapter = explore(shapes, args.device, args.top, args.rounds, not args.no_torch, extra)
     print(f"GEMM plans by kernel time, vkblas on {adapter}; cuBLAS fp32 (TF32 off) from a CUDA graph where present")
     print(format_table(cols, rows), flush=True)
     return 0

@@ -34,6 +34,7 @@ Kernel structure (why each piece is there):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -143,6 +144,39 @@ def rearranged(v: Variant, warp: tuple[int, int] = (0, 0), band: int = 0) -> Var
     (the name says so: ``.w8x4``, ``.b8``). ValueError where ``warp`` does not tile ``v``'s threads."""
     tag = (f".w{warp[0]}x{warp[1]}" if warp[0] else "") + (f".b{band}" if band else "")
     return replace(v, name=v.name + tag, warp=warp, band=band)
+
+
+_NAME = re.compile(
+    r"(?P<base>(?P<bm>\d+)x(?P<bn>\d+)k(?P<bk>\d+)\.(?P<tm>\d+)x(?P<tn>\d+)(?:\.(?P<stages>db|ss))?"
+    r"(?:\.p(?P<pad>\d+))?(?P<h16>\.h16)?)(?:\.w(?P<qx>\d+)x(?P<qy>\d+))?(?:\.b(?P<band>\d+))?"
+)
+
+
+def variant_named(name: str) -> Variant:
+    """The variant a name spells, in the table's notation (``128x256k16.8x16.db.p0``: a 128x256 tile, K step 16,
+    8x16 per thread, double-buffered (the default), no padding; ``.ss`` single-staged, ``.h16`` f16 math, ``.w8x4``
+    and ``.b8`` the layouts of :func:`rearranged`), whether or not it is in :data:`VARIANTS`: a tile to time before
+    it becomes a candidate (``vkblas bench gemm-variants --variants``). ValueError naming the problem otherwise."""
+    if name in BY_NAME:
+        return BY_NAME[name]
+    m = _NAME.fullmatch(name)
+    if m is None:
+        raise ValueError(
+            f"GEMM variant {name!r}: expected BMxBNkBK.TMxTN[.db|.ss][.pPAD][.h16][.wQXxQY][.bBAND], "
+            "e.g. 128x256k16.8x16.db.p0"
+        )
+    bm, bn, bk, tm, tn = (int(m[g]) for g in ("bm", "bn", "bk", "tm", "tn"))
+    if tm % 4 or tn % 4 or bm % tm or bn % tn or bk % 4 or not bk:
+        raise ValueError(
+            f"GEMM variant {name!r}: the per-thread block {tm}x{tn} must be multiples of 4 dividing the tile "
+            f"{bm}x{bn}, and the K step {bk} a positive multiple of 4"
+        )
+    v = Variant(
+        m["base"], bm, bn, bk, tm, tn, stages=1 if m["stages"] == "ss" else 2,
+        pad=int(m["pad"] or 1), f16_math=bool(m["h16"]),
+    )  # fmt: skip
+    warp = (int(m["qx"]), int(m["qy"])) if m["qx"] else (0, 0)
+    return rearranged(v, warp, int(m["band"] or 0)) if warp[0] or m["band"] else v
 
 
 #: variants the tuner times only for gathered (convolution) GEMMs: plain GEMMs keep the candidates they were
