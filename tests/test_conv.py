@@ -798,10 +798,39 @@ def test_vulkan_convolution_primitive_errors_name_the_shapes():
     with pytest.raises(ValueError, match=r"convolution forward.*\(2, 4, 4, 4\) \(expected \(2, 4, 3, 3\)\)"):
         be.convolution("forward", out._view, x._view, w._view, (3, 3), (1, 1), (0, 0), (1, 1))
     out = vk.empty((2, 4, 3, 3), device="vulkan")
-    with pytest.raises(ValueError, match=r"weight of shape \(4, 3, 3, 3\), expected \(4, 3, 2, 2\)"):
+    with pytest.raises(ValueError, match=r"weight \(4, 3, 3, 3\) \(expected \(4, 3, 2, 2\)\)"):
         be.convolution("forward", out._view, x._view, w._view, (2, 2), (1, 1), (0, 0), (1, 1))
     with pytest.raises(ValueError, match="unknown convolution product 'sideways'"):
         be.convolution("sideways", out._view, x._view, w._view, (3, 3), (1, 1), (0, 0), (1, 1))
+
+
+@pytest.mark.skipif(not HAS_VULKAN, reason="no Vulkan adapter")
+@pytest.mark.parametrize("winograd", ["always", "never"])
+def test_vulkan_convolution_checks_its_operands_before_choosing_a_product(winograd, monkeypatch):
+    """Shapes Winograd applies to (16 channels, 3x3, stride 1): a mismatched weight, a 2-D weight or a strided
+    output is refused naming the shapes, whichever product would compute it (Winograd's took them unchecked: an
+    input gradient wrote past its output, a strided output was written as if contiguous)."""
+    from vkblas.backend.vulkan import winograd as wg
+
+    monkeypatch.setattr(wg, "MODE", winograd)
+    be = vk.tensor([0.0], device="vulkan")._backend
+    x, g = vk.empty((2, 16, 6, 6), device="vulkan"), vk.empty((2, 16, 6, 6), device="vulkan")
+    geometry = ((3, 3), (1, 1), (1, 1), (1, 1))
+    gx = vk.empty((2, 16, 6, 6), device="vulkan")
+    w20 = vk.empty((20, 16, 3, 3), device="vulkan")  # 20 output channels against g's 16
+    with pytest.raises(
+        ValueError, match=r"convolution input: .*output gradient \(2, 16, 6, 6\) \(expected \(2, 20, 6, 6\)\)"
+    ):
+        be.convolution("input", gx._view, g._view, w20._view, *geometry)
+    w2 = vk.empty((16, 144), device="vulkan")
+    with pytest.raises(ValueError, match=r"convolution forward: operands of ranks \(4, 4, 2\)"):
+        be.convolution("forward", vk.empty((2, 16, 6, 6), device="vulkan")._view, x._view, w2._view, *geometry)
+    wide = vk.zeros((2, 16, 6, 12), device="vulkan")
+    strided = wide[:, :, :, ::2]  # every other column: not contiguous
+    w = vk.empty((16, 16, 3, 3), device="vulkan")
+    with pytest.raises(ValueError, match=r"the output must be contiguous, got strides \(1152, 72, 12, 2\)"):
+        be.convolution("forward", strided._view, x._view, w._view, *geometry)
+    assert not wide.numpy().any()  # nothing was written over the parent
 
 
 @pytest.mark.skipif(not HAS_VULKAN, reason="no Vulkan adapter")

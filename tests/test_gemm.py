@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -166,6 +168,62 @@ def test_autotune_cache_roundtrip(fresh, monkeypatch, tmp_path):
     fresh.__dict__.pop("_gemm_tuner")
     _check(fresh, a, b)
     assert autotune.tuner(fresh).log == []
+
+
+def _correlate(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """One output plane of a 3x3, padding-1 correlation of (C, H, W) with (C, 3, 3), in float64."""
+    p = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1)))
+    h, wd = x.shape[1:]
+    return sum(w[:, i, j, None, None] * p[:, i : i + h, j : j + wd] for i in range(3) for j in range(3)).sum(0)
+
+
+def test_a_damaged_autotune_cache_is_tuned_again_not_fatal(fresh, monkeypatch, tmp_path):
+    """A cache file of the right JSON but the wrong shape (another tool's, a hand edit): entries that are not strings,
+    a table that is not a table, a split count this version cannot read are ignored; matmul and conv2d still run,
+    and the file is rewritten whole."""
+    monkeypatch.setenv("VKBLAS_AUTOTUNE", "1")
+    monkeypatch.setattr(autotune, "MIN_TUNE_FLOPS", 1)
+    monkeypatch.setattr(gemm, "candidates", lambda *a: [(gemm.BY_NAME["32x32k16.4x4.db"], 1)])
+    key = autotune.Tuner(fresh).key
+    path = tmp_path / "vkblas" / "gemm-autotune.json"
+    path.parent.mkdir(parents=True)
+    a, b = RNG.standard_normal((40, 24)), RNG.standard_normal((24, 40))
+    for damaged in ([1, 2], {"some|class": 3, "other|class": "32x32k16.4x4.db/abc", "f32|x": "32x32k16.4x4.db/999"}):
+        path.write_text(json.dumps({key: damaged, "another adapter": "?"}))
+        fresh.plans.clear()
+        fresh.__dict__.pop("_gemm_tuner", None)
+        t = autotune.tuner(fresh)
+        assert all(isinstance(v, str) for v in t.table.values())
+        assert t._parse("32x32k16.4x4.db/abc") is None and t._parse("32x32k16.4x4.db/999") is None
+        _check(fresh, a, b)
+        x, w = (RNG.standard_normal(s).astype(np.float32) for s in ((2, 16, 6, 6), (16, 16, 3, 3)))
+        out = View.of(fresh.alloc(2 * 16 * 36, D.float32), (2, 16, 6, 6))
+        vx, vw = (View.of(fresh.from_numpy(z.reshape(-1), D.float32), z.shape) for z in (x, w))
+        assert fresh.convolution("forward", out, vx, vw, (3, 3), (1, 1), (1, 1), (1, 1))  # reads the table
+        want = np.stack([np.stack([_correlate(x[i], w[o]) for o in range(16)]) for i in range(2)])
+        np.testing.assert_allclose(fresh.to_numpy(out), want, rtol=1e-4, atol=1e-4)
+        data = json.loads(path.read_text())
+        assert all(isinstance(v, str) for v in data[key].values()) and t.log
+
+
+def test_processes_saving_the_autotune_cache_at_once_keep_each_others_entries(tmp_path):
+    """Four processes remembering 100 choices each into one cache file, side by side: all 400 are there (without the
+    lock, read-merge-replace lost some of them)."""
+    script = """
+import sys, types
+from vkblas.backend.vulkan import autotune
+info = {"name": "test", "vendor": 0, "driver": "d", "adapter_type": "CPU"}
+be = types.SimpleNamespace(dev=types.SimpleNamespace(info=info, features=set(), limits={}))
+t = autotune.Tuner(be)
+for i in range(100):
+    t.remember(f"p{sys.argv[1]}|{i}", "implicit")
+"""
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(p)], env=env) for p in range(4)]
+    assert [p.wait(timeout=120) for p in procs] == [0] * 4
+    (table,) = json.loads((tmp_path / "vkblas" / "gemm-autotune.json").read_text()).values()
+    assert len(table) == 400
+    assert not [f for f in (tmp_path / "vkblas").iterdir() if f.name.startswith(".gemm-autotune.")]  # no leftovers
 
 
 def test_autotune_shows_progress_on_long_runs(fresh, monkeypatch, capsys):
@@ -753,7 +811,9 @@ def test_a_variant_is_found_by_its_name_in_the_tables_notation():
     "name,message",
     [
         ("128x256", "expected BMxBNkBK.TMxTN"),
-        ("128x192k16.6x12.db", "per-thread block 6x12 must be multiples of 4 dividing the tile 128x192"),
+        ("128x192k16.6x12.db", "per-thread block 6x12 must be positive multiples of 4 dividing the tile 128x192"),
+        ("128x128k8.0x8.db", "per-thread block 0x8 must be positive"),
+        ("0x32k8.8x8.db", "dividing the tile 0x32"),
         ("64x64k6.4x4.db", "the K step 6 a positive multiple of 4"),
         ("128x192k16.8x12.db.w3x4", r"warp \(3, 4\) must be 32 threads tiling 16 x 16"),
     ],

@@ -156,16 +156,18 @@ def test_winograd_stays_within_its_workspace(winograd, monkeypatch):
 @pytest.mark.parametrize("faster", ["winograd", "implicit", "winograd, bound by its host"])
 def test_winograd_when_it_times_faster(winograd, monkeypatch, faster):
     """``MODE = "auto"``: a layout's first call times both products (twice each) and keeps the faster, charging
-    each dispatch at least ``DISPATCH_HOST_S`` of host time; here the timer is told which is faster (Winograd's
+    each eager dispatch at least ``DISPATCH_HOST_S`` of host time; here the timer is told which is faster (Winograd's
     dispatches are its three transforms and the GEMM's). A Winograd faster on the GPU by less than its three more
-    dispatches' host time is not taken. The choice goes into the tuner's cache file: a later process (fresh plans,
-    the table read back) times nothing, and where Winograd won does not tune the implicit GEMM either."""
+    dispatches' host time is taken only in captured graphs, whose replays issue no dispatch from Python ("graphs").
+    The choice goes into the tuner's cache file: a later process (fresh plans, the table read back) times nothing,
+    and where Winograd won does not tune the implicit GEMM either; a capture finds the choice made too."""
+    from vkblas import graphs
     from vkblas.backend.vulkan import conv
     from vkblas.backend.vulkan.autotune import Tuner, cache_path, tuner
 
     timed, implicit_tuned, plan = [], [], Tuner.plan
     scale = conv.DISPATCH_HOST_S / 10 if faster.endswith("host") else 1.0
-    wins = "winograd" if faster == "winograd" else "implicit"
+    verdict = {"winograd": "winograd", "implicit": "implicit"}.get(faster, "graphs")
 
     def fake(self, make):
         wino = len(make()) >= 4
@@ -181,27 +183,71 @@ def test_winograd_when_it_times_faster(winograd, monkeypatch, faster):
     monkeypatch.setattr(Tuner, "plan", spy)
     rng = np.random.default_rng(33)
     x, w = rng.standard_normal((2, 16, 6, 6)), rng.standard_normal((16, 16, 3, 3))
+    xt, wt = vk.tensor(x, dtype=vk.float32, device=DEV), vk.tensor(w, dtype=vk.float32, device=DEV)
 
     def forward():
-        y = F.conv2d(vk.tensor(x, dtype=vk.float32, device=DEV), vk.tensor(w, dtype=vk.float32, device=DEV), padding=1)
+        y = F.conv2d(xt, wt, padding=1)
+        np.testing.assert_allclose(y.numpy(), conv_ref(x, w, None, padding=1), rtol=1e-4, atol=1e-4)
+
+    def captured():
+        graph = graphs.Graph()
+        with graphs.capture(graph, device=DEV):
+            y = F.conv2d(xt, wt, padding=1)
+        graph.replay()
         np.testing.assert_allclose(y.numpy(), conv_ref(x, w, None, padding=1), rtol=1e-4, atol=1e-4)
 
     for _ in range(2):  # the second call finds the choice made
         forward()
     assert sorted(timed) == [False, False, True, True]
-    assert winograd.recorded == (["forward"] * 2 if faster == "winograd" else [])
+    assert winograd.recorded == (["forward"] * 2 if verdict == "winograd" else [])
     t = tuner(vk.tensor([0.0], device=DEV)._backend)
     stored = {k: v for k, v in t._load()[t.key].items() if k.startswith("winograd/")}
-    assert list(stored.values()) == [wins] and stored.items() <= t.table.items()
+    assert list(stored.values()) == [verdict] and stored.items() <= t.table.items()
     assert cache_path().is_relative_to(os.environ["XDG_CACHE_HOME"])
+    winograd.recorded.clear()
+    captured()  # the capture's own recipe: the choice made, nothing timed again
+    assert len(timed) == 4 and winograd.recorded == (["forward"] if verdict != "implicit" else [])
 
     t.backend.plans.clear()  # a later process: no plans, the table as the file has it
     t.table = t._load()[t.key]
     for seen in (timed, implicit_tuned, winograd.recorded):
         seen.clear()
     forward()
-    assert timed == [] and winograd.recorded == (["forward"] if wins == "winograd" else [])
-    assert implicit_tuned == [wins == "implicit"]  # the one product's GEMM: Winograd's batched one, or the implicit
+    assert timed == [] and winograd.recorded == (["forward"] if verdict == "winograd" else [])
+    assert implicit_tuned == [verdict != "winograd"]  # the one product's GEMM: Winograd's batched one, or the implicit
+
+    # a channels-last input of the same shapes is another layout: timed on its own
+    t.backend.plans.clear()
+    xt = vk.tensor(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), dtype=vk.float32, device=DEV).permute(0, 3, 1, 2)
+    forward()
+    assert sorted(timed) == [False, False, True, True]
+
+
+def test_winograd_is_not_timed_when_tuning_is_off(winograd, monkeypatch):
+    """``VKBLAS_AUTOTUNE=0`` (the tuner's ``off``): nothing is timed and nothing remembered; the implicit GEMM
+    computes the product (untuned, its default), where one exists."""
+    from vkblas.backend.vulkan.autotune import Tuner, tuner
+
+    t = tuner(vk.tensor([0.0], device=DEV)._backend)
+    timed = []
+    monkeypatch.setattr(winograd, "MODE", "auto")
+    monkeypatch.setattr(t, "off", True)
+    monkeypatch.setattr(Tuner, "time_launches", lambda self, make: timed.append(make) or 1.0)
+    rng = np.random.default_rng(37)
+    x, w = rng.standard_normal((2, 16, 6, 6)), rng.standard_normal((16, 16, 3, 3))
+    y = F.conv2d(vk.tensor(x, dtype=vk.float32, device=DEV), vk.tensor(w, dtype=vk.float32, device=DEV), padding=1)
+    np.testing.assert_allclose(y.numpy(), conv_ref(x, w, None, padding=1), rtol=1e-4, atol=1e-4)
+    assert timed == [] and winograd.recorded == [] and not any(k.startswith("winograd/") for k in t.table)
+
+
+@pytest.mark.parametrize("value", ["off", "0", "Never", " auto"])
+def test_a_winograd_mode_not_known_is_refused_naming_the_modes(value):
+    """``VKBLAS_WINOGRAD=off`` used to act as ``auto``, silently; every value but the three is an error."""
+    from vkblas.backend.vulkan import winograd as wg
+
+    with pytest.raises(ValueError, match=f"VKBLAS_WINOGRAD={value!r}: expected one of auto, always, never"):
+        wg._mode(value)
+    assert [wg._mode(m) for m in wg.MODES] == list(wg.MODES)
 
 
 def test_winograd_replays_in_a_captured_graph(winograd):

@@ -12,7 +12,8 @@
   The winner goes into ``$XDG_CACHE_HOME/vkblas/gemm-autotune.json`` (default ``~/.cache``) under a key made of
   adapter, vendor, driver and template version, and is reused from then on, in this and later processes. A run
   that lasts (a large convolution's first call) shows a progress bar on stderr. Other timed choices live in the
-  same table (:meth:`Tuner.remember`: a convolution's Winograd or implicit GEMM, ``conv.py``).
+  same table (:meth:`Tuner.remember`: a convolution's Winograd or implicit GEMM, ``conv.py``). Processes that tune
+  at the same time merge their entries under a lock file; entries the file holds in another shape are ignored.
 * Tuning is skipped (heuristic defaults) for ``VKBLAS_AUTOTUNE=0``, for problems under ``MIN_TUNE_FLOPS`` (launch
   overhead dominates there) and on CPU adapters such as lavapipe unless ``VKBLAS_AUTOTUNE=1``.
 * **Self-check**: the first time a compiled (variant, spec) is used on a device it runs once on a small problem with
@@ -22,6 +23,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -40,6 +42,7 @@ from tqdm import tqdm
 
 from ...dtypes import float16, float32, int32
 from ..base import BackendError, View, contiguous_strides
+from ..filelock import locked
 from . import gemm
 from .gemm import GemmPlan, Spec, Variant
 
@@ -93,7 +96,8 @@ class Tuner:
         self.backend = backend
         info = backend.dev.info
         env = os.environ.get("VKBLAS_AUTOTUNE", "")
-        self.enabled = env != "0" and (info.get("adapter_type") != "CPU" or env == "1")
+        self.off = env == "0"  # the user's "no tuning": nothing is timed, a convolution's Winograd choice neither
+        self.enabled = not self.off and (info.get("adapter_type") != "CPU" or env == "1")
         self.timestamps = "timestamp-query" in backend.dev.features
         self.key = f"{info['name']}|{info['vendor']}|{info['driver']}|wgpu {wgpu.__version__}|t{gemm.TEMPLATE_VERSION}"
         self.table: dict[str, str] = self._load().get(self.key, {})
@@ -103,25 +107,42 @@ class Tuner:
         self.compile_s = 0.0  # the last candidate_plans' seconds compiling on the pool of threads
 
     # -- cache file
-    def _load(self) -> dict[str, Any]:
+    def _load(self) -> dict[str, dict[str, str]]:
+        """The cache file's tables by adapter key; what is not a table of strings (a damaged or foreign file, an
+        entry of another shape) is left out, as if never tuned: tuning again is the cure, not a crash."""
         try:
             data = json.loads(cache_path().read_text())
-            return data if isinstance(data, dict) else {}
         except (OSError, ValueError):
             return {}
+        if not isinstance(data, dict):
+            return {}
+        return {
+            key: {k: v for k, v in table.items() if isinstance(v, str)}
+            for key, table in data.items()
+            if isinstance(table, dict)
+        }
 
     def _save(self) -> None:
         path = cache_path()
+        tmp = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            data = self._load()  # merge: another process may have tuned other classes meanwhile
-            data.setdefault(self.key, {}).update(self.table)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".gemm-autotune.")
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=1, sort_keys=True)
-            os.replace(tmp, path)
+            # read, merge and replace under a lock: processes tuning side by side (the workers of a distributed run)
+            # keep each other's entries
+            with locked(path.with_name(path.name + ".lock")):
+                data = self._load()
+                data.setdefault(self.key, {}).update(self.table)
+                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".gemm-autotune.")
+                with os.fdopen(fd, "w") as f:
+                    json.dump(data, f, indent=1, sort_keys=True)
+                os.replace(tmp, path)
+                tmp = None
         except OSError as e:  # a read-only home must not break matmul
             warnings.warn(f"vkblas: could not write the autotune cache {path}: {e}", stacklevel=3)
+        finally:
+            if tmp is not None:  # a failed write leaves no temporary behind
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
 
     def remember(self, key: str, choice: str) -> None:
         """Keep another choice made by timing (a convolution's Winograd or implicit GEMM) in the cache file."""
@@ -172,7 +193,10 @@ class Tuner:
             return None
         name, _, splits = entry.partition("/")
         v = gemm.BY_NAME.get(name)
-        return None if v is None or name in self.disabled else (v, int(splits or 1))
+        if v is None or name in self.disabled or not (splits or "1").isdigit():
+            return None  # a variant gone, disabled, or an entry this version cannot read: tuned again
+        n = int(splits or 1)
+        return (v, n) if 1 <= n <= gemm.MAX_SPLITS else None
 
     def tune(
         self,

@@ -20,10 +20,12 @@ cost the MNIST CNN's batch-512 step 69 µs of GPU time (2.7 %) against a copy of
 eager step is bound by its host, the dispatch the copy adds costs more than that.
 
 A 3x3, stride-1 forward or input gradient may instead be computed by Winograd F(2x2, 3x3) (``winograd.py``): on a
-layout's first call both are timed and the faster kept, each charged at least its dispatches' host time
-(``DISPATCH_HOST_S``). The choice goes into the tuner's cache file beside its GEMM picks, so a later process
-neither times again nor tunes the implicit GEMM of a product that Winograd computes. An input gradient with no
-implicit GEMM (channels not a multiple of the K steps) takes Winograd untimed, against the composition.
+layout's first call (shapes and strides) both are timed. Eager calls keep the faster with each charged at least its
+dispatches' host time (``DISPATCH_HOST_S``); captured graphs, whose replays issue no dispatch from Python, the
+faster on the GPU (``VERDICTS``). The choice goes into the tuner's cache file beside its GEMM picks, so a later
+process neither times again nor tunes the implicit GEMM of a product that Winograd computes. An input gradient
+with no implicit GEMM (channels not a multiple of the K steps) takes Winograd untimed, against the composition.
+Under ``VKBLAS_AUTOTUNE=0`` nothing is timed: the implicit GEMM, where there is one.
 """
 
 from __future__ import annotations
@@ -196,23 +198,45 @@ class Recipe:
     winograd: winograd.Recipe | None = None
 
 
-def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geometry, bias: View | None) -> Any:
+def _check(kind: str, out: View, a: View, w4: View, geometry: Geometry) -> None:
+    """ValueError naming the shapes where a forward's or an input gradient's operands disagree (out (N, O, OH, OW) =
+    conv(x (N, C, H, W), W (O, C, kh, kw)); gx (N, C, H, W) from g (N, O, OH, OW)), or its output is not
+    contiguous: checked before either product, Winograd's or the implicit GEMM's, is chosen."""
+    if kind not in ("forward", "input"):
+        return
+    k, s, p, d = geometry
+    ranks = (len(out.shape), len(a.shape), len(w4.shape))
+    if ranks != (4, 4, 4):
+        raise ValueError(f"convolution {kind}: operands of ranks {ranks}, shapes {out.shape}, {a.shape}, {w4.shape}")
+    x, y = (a, out) if kind == "forward" else (out, a)
+    n, c, h, w = x.shape
+    grid = window_output_size((h, w), k, s, p, d)
+    name = "output" if kind == "forward" else "output gradient"
+    want = [("weight", w4.shape, (w4.shape[0], c, *k)), (name, y.shape, (n, w4.shape[0], *grid))]
+    bad = [f"{what} {tuple(got)} (expected {exp})" for what, got, exp in want if tuple(got) != exp]
+    if bad:
+        raise ValueError(f"convolution {kind}: shapes disagree with the input {x.shape}: {', '.join(bad)}")
+    if not out.is_contiguous():
+        raise ValueError(f"convolution {kind}: the output must be contiguous, got strides {out.strides}")
+
+
+def _recipe(
+    backend: Any, kind: str, out: View, a: View, b: View, geometry: Geometry, bias: View | None, capturing: bool
+) -> Any:
     """The :class:`Recipe` of this call's layout, or False where it is left to the composition: negative strides,
     nothing to compute, an input gradient whose K tiles cannot each have one (ky, kx) (gemm.Gather.masks_tiles)
-    and to which Winograd does not apply."""
+    and to which Winograd does not apply. ``capturing``: the recipe of a graph capture, where a dispatch costs its
+    replays no host time (see :func:`_verdict`)."""
     views = (out, a, b) + ((bias,) if bias is not None else ())
     if any(x < 0 for v in views for x in v.strides) or not all(v.numel for v in views):
         return False
+    _check(kind, out, a, b, geometry)
     wp = winograd.problem(backend, kind, out, a, b, geometry) if winograd.MODE != "never" else None
     if kind == "input" and any(a.shape[1] % bk for bk in gemm.K_STEPS):  # no implicit GEMM: Winograd or nothing
         if wp is None:
             return False
         with backend.rt.paused():
             return Recipe(None, (), None, "", winograd.recipe(backend, wp, out, a, b, None))
-    if kind in ("forward", "input"):
-        o, c = (out.shape[1], a.shape[1]) if kind == "forward" else (a.shape[1], out.shape[1])
-        if len(b.shape) != 4 or b.shape != (o, c, *geometry[0]):
-            raise ValueError(f"convolution {kind}: weight of shape {b.shape}, expected {(o, c, *geometry[0])}")
     mode = ""
     if bias is not None:
         o = out.shape[1] if kind == "forward" else out.shape[0]
@@ -225,8 +249,9 @@ def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geom
         if mode == "later":
             wp = None
     tun = tuner(backend)
-    choice = _choice_key(kind, out, a, b, geometry, bias) if wp is not None else ""
-    if wp is not None and (winograd.MODE == "always" or tun.table.get(choice) == "winograd"):
+    choice = _choice_key(kind, out, a, b, geometry, bias, tun.enabled) if wp is not None else ""
+    known = tun.table.get(choice) if wp is not None else None
+    if wp is not None and (winograd.MODE == "always" or _takes_winograd(known, capturing)):
         # the implicit GEMM is not tuned for a layout that will not use it
         with backend.rt.paused():
             return Recipe(None, (), None, "", winograd.recipe(backend, wp, out, a, b, bias))
@@ -234,7 +259,7 @@ def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geom
     if kind in ("forward", "input"):
         b, wg = weight_matrix(b, kind == "input")  # over the weight's storage and offset, as the call's view
         grid = out if kind == "forward" else a  # (N, O, OH, OW): the output's grid of pixels
-        if wg is not None and grid.numel // o >= WEIGHT_COPY_PIXELS:
+        if wg is not None and grid.numel // grid.shape[1] >= WEIGHT_COPY_PIXELS:
             shape, copy = _copied_weight(w4, kind == "input")
             # the tuner times on the call's operands: the copied weights, not a pooled buffer's leftovers, whose
             # infs and NaNs would time an input gradient's masked slow path
@@ -251,41 +276,57 @@ def _recipe(backend: Any, kind: str, out: View, a: View, b: View, geometry: Geom
         axis = "rows" if kind == "forward" else "sum_rows"
         with backend.rt.paused():  # tuned and self-checked eagerly, never inside a capture
             gp = backend.plans[key] = tun.plan(*bound, gathers, bias if mode == "epilogue" else None, bias_on=axis)
-    if wp is None or tun.table.get(choice) == "implicit":
+    if wp is None or known in VERDICTS or tun.off:  # VKBLAS_AUTOTUNE=0: nothing is timed, the implicit GEMM's
         return Recipe(gp, templates, copy, mode)
     with backend.rt.paused():
         wr = winograd.recipe(backend, wp, out, a, w4, bias)
         implicit = partial(gemm.launches, backend, gp, *bound, bias if mode == "epilogue" else None)
-        won = _pays(backend, implicit, copy is not None, wr, (out, a, w4, bias))
-    tun.remember(choice, "winograd" if won else "implicit")
-    return Recipe(gp, templates, None, mode, wr) if won else Recipe(gp, templates, copy, mode)
+        verdict = _verdict(backend, implicit, copy is not None, wr, (out, a, w4, bias))
+    tun.remember(choice, verdict)
+    if _takes_winograd(verdict, capturing):
+        return Recipe(gp, templates, None, mode, wr)
+    return Recipe(gp, templates, copy, mode)
 
 
-def _choice_key(kind: str, out: View, a: View, w: View, geometry: Geometry, bias: View | None) -> str:
-    """The tuner's cache key of Winograd's timed choice for a product of these shapes."""
-    shapes = "x".join(",".join(map(str, v.shape)) for v in (out, a, w))
-    return f"winograd/v{winograd.VERSION}|{kind}|{geometry}|{shapes}|{'bias' if bias is not None else ''}"
+def _choice_key(kind: str, out: View, a: View, w: View, geometry: Geometry, bias: View | None, tuned: bool) -> str:
+    """The tuner's cache key of Winograd's timed choice for a product of these views' shapes and strides (a
+    channels-last input is another layout, timed on its own), ``tuned``: against a tuned implicit GEMM or not."""
+    views = "x".join(",".join(map(str, v.shape)) + ":" + ",".join(map(str, v.strides)) for v in (out, a, w))
+    tail = ("bias" if bias is not None else "") + ("|tuned" if tuned else "|untuned")
+    return f"winograd/v{winograd.VERSION}|{kind}|{geometry}|{views}|{tail}"
+
+
+#: what a timed choice says (the tuner's cache file keeps it): Winograd for eager calls and graphs, Winograd only
+#: in captured graphs (faster on the GPU, but its dispatches cost an eager call more host time than that), never
+VERDICTS = ("winograd", "graphs", "implicit")
+
+
+def _takes_winograd(verdict: str | None, capturing: bool) -> bool:
+    return verdict == "winograd" or (verdict == "graphs" and capturing)
 
 
 #: what issuing one dispatch costs an eager call's host. A product is charged the larger of its GPU time and its
 #: dispatches' host time: an eager call bound by its host waits for the issuing, and Winograd is three dispatches
 #: more a product. On an H200 (2026-12-06) the MNIST CNN's conv2 at batch 128, host-bound, ran 18 µs of GPU time
 #: faster a product by Winograd but issued 0.126 ms more per forward+backward (eight more dispatches, ~16 µs each):
-#: its eager time went from 0.88x to 1.30x cuDNN's, where the ResNet layer's products save ~0.1 ms each
+#: its eager time went from 0.88x to 1.30x cuDNN's, where the ResNet layer's products save ~0.1 ms each. A
+#: replayed graph issues no dispatch from Python: there the GPU time alone decides
 DISPATCH_HOST_S = 20e-6
 
 
-def _pays(
+def _verdict(
     backend: Any, implicit: Callable[[], list[Any]], copies: bool, wr: winograd.Recipe, views: tuple[Any, ...]
-) -> bool:
-    """Whether Winograd is the faster product: the better of two timings each on the call's operands, or where
-    that is less, its dispatches' host time (``DISPATCH_HOST_S`` each)."""
+) -> str:
+    """One of :data:`VERDICTS`: the better of two timings each on the call's operands decides for graphs; for eager
+    calls each product is charged the larger of that and its dispatches' host time (``DISPATCH_HOST_S`` each)."""
     t = tuner(backend)
-    cost = []
+    gpu, eager = [], []
     for make, extra in ((implicit, copies), (partial(winograd.launches, backend, wr, *views), 0)):
-        gpu = min(t.time_launches(make) for _ in range(2))
-        cost.append(max(gpu, (len(make()) + extra) * DISPATCH_HOST_S))
-    return cost[1] < cost[0]
+        gpu.append(min(t.time_launches(make) for _ in range(2)))
+        eager.append(max(gpu[-1], (len(make()) + extra) * DISPATCH_HOST_S))
+    if eager[1] < eager[0]:
+        return "winograd"
+    return "graphs" if gpu[1] < gpu[0] else "implicit"
 
 
 def encode_conv(
@@ -316,10 +357,11 @@ def encode_conv(
         b.strides,
         b.offset & 3,
         None if bias is None else (bias.shape, bias.strides),
+        backend.rt.recording is not None,  # a capture's recipe: Winograd where only the GPU time counts
     )
     r = backend.plans.get(key)
     if r is None:
-        r = backend.plans[key] = _recipe(backend, kind, out, a, b, geometry, bias)
+        r = backend.plans[key] = _recipe(backend, kind, out, a, b, geometry, bias, key[-1])
     if r is False:
         return False
     if r.winograd is not None:

@@ -166,10 +166,10 @@ def variant_named(name: str) -> Variant:
             "e.g. 128x256k16.8x16.db.p0"
         )
     bm, bn, bk, tm, tn = (int(m[g]) for g in ("bm", "bn", "bk", "tm", "tn"))
-    if tm % 4 or tn % 4 or bm % tm or bn % tn or bk % 4 or not bk:
+    if min(bm, bn, tm, tn, bk) < 1 or tm % 4 or tn % 4 or bm % tm or bn % tn or bk % 4:
         raise ValueError(
-            f"GEMM variant {name!r}: the per-thread block {tm}x{tn} must be multiples of 4 dividing the tile "
-            f"{bm}x{bn}, and the K step {bk} a positive multiple of 4"
+            f"GEMM variant {name!r}: the per-thread block {tm}x{tn} must be positive multiples of 4 dividing the "
+            f"tile {bm}x{bn}, and the K step {bk} a positive multiple of 4"
         )
     v = Variant(
         m["base"], bm, bn, bk, tm, tn, stages=1 if m["stages"] == "ss" else 2,

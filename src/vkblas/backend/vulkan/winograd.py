@@ -37,11 +37,21 @@ from .autotune import tuner
 from .kernels.plan import Plan, span
 from .kernels.wgsl import MAIN_1D, WORKGROUP, grid, header
 
-#: the kernels' version in the tuner's cache keys of timed choices: a change to them that moves their speed bumps it
-VERSION = 1
-#: "auto": time Winograd against the implicit GEMM on a layout's first call and keep the faster; "always" where it
-#: applies (tests); "never". ``VKBLAS_WINOGRAD`` sets it
-MODE = os.environ.get("VKBLAS_WINOGRAD", "auto")
+#: the version in the tuner's cache keys of timed choices: a change to the kernels that moves their speed, or to what
+#: a choice means, bumps it (2: the key holds the views' strides and whether the GEMMs were tuned; "graphs")
+VERSION = 2
+MODES = ("auto", "always", "never")
+
+
+def _mode(value: str) -> str:
+    if value not in MODES:
+        raise ValueError(f"VKBLAS_WINOGRAD={value!r}: expected one of {', '.join(MODES)} (unset or empty: auto)")
+    return value
+
+
+#: "auto": time Winograd against the implicit GEMM on a layout's first call and keep the faster (``conv.py``);
+#: "always" where it applies (tests); "never". ``VKBLAS_WINOGRAD`` sets it
+MODE = _mode(os.environ.get("VKBLAS_WINOGRAD") or "auto")
 #: the most bytes of temporaries (U, V, M) one product may take: like cuDNN's workspace limit; past it, the
 #: implicit GEMM, which needs none (the MNIST CNN at batch 512 would take 450 MB and lose its memory goal)
 WORKSPACE_BYTES = 256 << 20

@@ -17,14 +17,14 @@ import random
 import re
 import ssl
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from ...backend.filelock import locked
 from ..protocol import (
     API,
     PART_BYTES,
@@ -205,7 +205,7 @@ class Client:
         Several workers may share ``directory``: a lock file makes one download while the others wait for it."""
         directory.mkdir(parents=True, exist_ok=True)
         final, part = directory / sha, directory / f"{sha}.part"
-        with _locked(directory / f"{sha}.lock"):
+        with locked(directory / f"{sha}.lock"):
             for _ in range(attempts):
                 if final.is_file():
                     return final
@@ -271,23 +271,6 @@ def _server_error(r: httpx.Response) -> ServerError:
         return ServerError(r.status_code, str(err["code"]), str(err["message"]))
     except (ValueError, KeyError, TypeError):
         return ServerError(r.status_code, "http", r.text[:200] or r.reason_phrase)
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock on ``path`` (POSIX ``flock``; where there is none, e.g. Windows, the lock is the
-    process's own and two processes sharing a cache directory may download the same shard twice, each verified)."""
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _sha256_file(path: Path) -> str:
