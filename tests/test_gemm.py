@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -226,6 +227,37 @@ for i in range(100):
     assert not [f for f in (tmp_path / "vkblas").iterdir() if f.name.startswith(".gemm-autotune.")]  # no leftovers
 
 
+def test_tuning_warms_the_gpu_up_before_its_first_round_counts(fresh, monkeypatch):
+    """GPU clocks ramp up over the first work after idling. A ramp under which the first candidate times 4x slow
+    had the first round prune it (past ``PRUNE_RATIO``) and pick a slower one, as an H100's first tuning at 4096^3
+    did (a tile 1.38x slower). The tuner first times its first candidate until two timings agree, so the ramp is
+    spent before the round, and not again while it keeps the GPU busy."""
+    monkeypatch.setenv("VKBLAS_AUTOTUNE", "1")
+    monkeypatch.setattr(autotune, "MIN_TUNE_FLOPS", 1)
+    fast, slow = gemm.BY_NAME["32x32k16.4x4.db"], gemm.BY_NAME["32x64k16.4x4.db"]
+    monkeypatch.setattr(gemm, "candidates", lambda *a: [(fast, 1), (slow, 1)])
+    calls, first = [], []
+
+    def ramped(self, gp, *views):  # true times 1.0 and 1.3, 10 ms of wall each; the first 5 ms of work 4x slow
+        now = time.perf_counter()
+        first.append(now)
+        calls.append(gp.variant.name)
+        time.sleep(0.01)
+        cold = 4.0 if now - first[0] < 0.005 else 1.0
+        return cold * (1.0 if gp.variant is fast else 1.3)
+
+    monkeypatch.setattr(autotune.Tuner, "time", ramped)
+    a, b = RNG.standard_normal((40, 24)), RNG.standard_normal((24, 40))
+    _check(fresh, a, b)
+    t = autotune.tuner(fresh)
+    assert t.log[0]["winner"] == f"{fast.name}/1" and t.log[0]["warm_s"] > 0
+    warmups = len(calls) - 4  # two rounds of two candidates
+    assert warmups >= 10 and calls[:warmups] == [fast.name] * warmups
+    calls.clear()
+    _check(fresh, RNG.standard_normal((40, 600)), RNG.standard_normal((600, 40)))  # another class, at once
+    assert len(calls) == 4 and t.log[1]["warm_s"] == 0.0
+
+
 def test_autotune_shows_progress_on_long_runs(fresh, monkeypatch, capsys):
     """A tuning run that goes on past PROGRESS_DELAY_S shows a bar on stderr (a large convolution's first call
     compiles hundreds of candidates): it counts building and every timing pass of every candidate, the one that
@@ -264,6 +296,7 @@ def test_autotune_times_only_the_first_rounds_contenders_again(fresh, monkeypatc
     pairs = [(gemm.BY_NAME[n], 1) for n in names]
     monkeypatch.setattr(gemm, "candidates", lambda *a: pairs)
     # first round: 1.0, 2.0 (within 2.5x), then hopeless ones; the second candidate is faster in round two
+    monkeypatch.setattr(autotune.Tuner, "_warm_up", lambda self, *a: None)  # this timer counts its calls
     first = dict(zip(names, [1.0, 2.0, 2.6, 9.0], strict=True))
     second = {names[0]: 0.9, names[1]: 0.5}
     timed = []

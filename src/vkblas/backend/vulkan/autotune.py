@@ -8,7 +8,7 @@
   :func:`gemm.candidates` is compiled, self-checked and timed on the call's own operands, in its own compute pass
   bracketed by GPU timestamp queries where the adapter has ``timestamp-query`` (else wall clock to completion),
   in ``_PASSES`` rounds, each candidate's best kept; after the first, only those within ``PRUNE_RATIO`` of its
-  fastest are timed again.
+  fastest are timed again. A run after the GPU idled first warms its clocks up (``WARM_IDLE_S``).
   The winner goes into ``$XDG_CACHE_HOME/vkblas/gemm-autotune.json`` (default ``~/.cache``) under a key made of
   adapter, vendor, driver and template version, and is reused from then on, in this and later processes. A run
   that lasts (a large convolution's first call) shows a progress bar on stderr. Other timed choices live in the
@@ -58,6 +58,13 @@ _PASSES = 2  # rounds over the candidates
 #: several times slower than the best. Wide, because one round's noise has put a 1.8x slower candidate first
 PRUNE_RATIO = 2.5
 _FALLBACK = "32x32k16.4x4.db"
+#: a GPU's clocks ramp up over the first tenths of a second of work after it idled, and the pruning above trusts
+#: the first round: on an H100 (2026-12-07) a process's first tuning, at 4096^3, timed the big tiles it times first
+#: cold, pruned them, and picked a tile 1.38x slower. So a tuning run that follows this much idle time first runs
+#: its first candidate for ``WARM_MIN_S``, then until two timings in a row agree (``WARM_MAX_S`` at most)
+WARM_IDLE_S = 1.0
+WARM_MIN_S = 0.15
+WARM_MAX_S = 0.5
 
 
 #: seconds a tuning run goes before its progress bar shows: most shape classes tune in well under a second on a
@@ -105,6 +112,8 @@ class Tuner:
         self.verified: set[tuple[str, Spec]] = set()
         self.log: list[dict[str, Any]] = []  # what tuning measured (the benchmark prints it)
         self.compile_s = 0.0  # the last candidate_plans' seconds compiling on the pool of threads
+        self.warmed_s = 0.0  # the last tuning run's seconds warming the GPU up (``_warm_up``)
+        self._busy_until = -float("inf")  # perf_counter when this tuner last kept the GPU busy
 
     # -- cache file
     def _load(self) -> dict[str, dict[str, str]]:
@@ -222,6 +231,8 @@ class Tuner:
             # that took 0.75 ms in the step over one that took 0.42 ms (timing noise: GPU clocks, other work)
             results: dict[str, float] = {}
             live = plans
+            if plans:
+                self._warm_up(next(iter(plans.values())), out, a, b, bias)
             for round_ in range(_PASSES):
                 for name, gp in live.items():
                     t = self.time(gp, out, a, b, bias)
@@ -231,6 +242,7 @@ class Tuner:
                 if round_ == 0 and results:  # the hopeless ones are not timed again
                     fastest = min(results.values())
                     live = {name: gp for name, gp in plans.items() if results[name] <= PRUNE_RATIO * fastest}
+        self._busy_until = time.perf_counter()
         if not results:
             return None
         name = min(results, key=results.__getitem__)
@@ -239,6 +251,7 @@ class Tuner:
         self.table[cls] = f"{v.name}/{s}"
         # where a first call's wait goes: compiling and self-checking the candidates, or timing them
         spent = {"build_s": t1 - t0, "compile_s": self.compile_s, "time_s": time.perf_counter() - t1}
+        spent["warm_s"] = self.warmed_s
         spent["pruned"] = len(plans) - len(live)
         self.log.append({"class": cls, "winner": self.table[cls], "seconds": results, **spent})
         self._save()
@@ -290,6 +303,22 @@ class Tuner:
         return plans
 
     # -- timing
+    def _warm_up(self, gp: GemmPlan, out: View, a: View, b: View, bias: View | None) -> None:
+        """After ``WARM_IDLE_S`` without tuning (a process's first tuning run, too), time ``gp`` for ``WARM_MIN_S``
+        and then until two timings in a row agree within 5 %, ``WARM_MAX_S`` at most: the clocks are up before the
+        first round counts (a flat start is no proof: a GPU's clocks may not have begun to rise)."""
+        self.warmed_s = 0.0
+        if time.perf_counter() - self._busy_until < WARM_IDLE_S:
+            return
+        t0 = time.perf_counter()
+        last = self.time(gp, out, a, b, bias)
+        while (spent := time.perf_counter() - t0) < WARM_MAX_S:
+            t = self.time(gp, out, a, b, bias)
+            if spent >= WARM_MIN_S and t >= 0.95 * last:
+                break
+            last = t
+        self.warmed_s = time.perf_counter() - t0
+
     def time(self, gp: GemmPlan, out: View, a: View, b: View, bias: View | None = None) -> float:
         """Seconds per run of ``gp`` (GPU timestamps when available)."""
         return self.time_launches(lambda: gemm.launches(self.backend, gp, out, a, b, bias))

@@ -120,6 +120,11 @@ VARIANTS: tuple[Variant, ...] = (
     _v("32x256k8.4x16.db", 32, 256, 8, 4, 16),
     _v("128x32k16.8x4.db", 128, 32, 16, 8, 4),
     _v("32x64k16.4x4.db", 32, 64, 16, 4, 4),
+    # found by ``vkblas bench gemm-variants --variants`` on an H100 (2026-12-07), against the tuner's pick: a 96-row
+    # tile of 12x4 per thread for a long-K weight gradient whose M is a multiple of 96 (the MNIST CNN's dense conv2
+    # dW, 288 x 36864 x 64: 0.63 -> 0.71 of cuBLAS, split 64). (K step 32 took fc3 dW, 10 x 512 x 256, from 0.71 to
+    # 0.76; not a candidate: a K step of 32 would be one more that a convolution's channels must be a multiple of)
+    _v("96x64k16.12x4.db", 96, 64, 16, 12, 4),
     _v("32x32k16.4x4.db", 32, 32, 16, 4, 4),
     # K step 8 for a convolution's gathered GEMMs (CONV_ONLY; fewer registers per thread): on an H200 (2026-12-03)
     # the MNIST CNN's conv2 forward 0.45 -> 0.41 ms, its weight gradient 0.65 -> 0.54, input gradient 0.70 -> 0.64
