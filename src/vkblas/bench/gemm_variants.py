@@ -1,6 +1,6 @@
 """``vkblas bench gemm-variants``: every GEMM variant the tuner may pick, kernel for kernel, at each shape.
 
-What to try next when a GEMM misses its goal. For each shape, in two stages:
+What to try next when a GEMM misses its goal. For each shape, in three stages:
 
 1. every (variant, split count) candidate the tuner would time (``gemm.candidates``), and
 2. for the ``--top`` fastest of those, each of ``gemm.LAYOUTS`` (subgroup thread blocks, banded workgroup order:
