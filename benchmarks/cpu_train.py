@@ -78,7 +78,8 @@ class Side:
 
             self.lib = vkblas
             self.model = load_into(build(name, vkblas.nn), state, "cpu").to("cpu")
-            self.to_tensor = vkblas.from_numpy
+            # the cpu backend even where a GPU is the default device (vkblas's default: the best adapter)
+            self.to_tensor = lambda array: vkblas.from_numpy(array, device="cpu")
         self.model.train()
         self.optimizer = self.lib.optim.Adam(self.model.parameters(), lr=1e-3)
         self.loss_fn = self.lib.nn.CrossEntropyLoss()

@@ -21,7 +21,7 @@ pytest.importorskip("wgpu")
 
 from vkblas import dtypes as D  # noqa: E402
 from vkblas.backend.base import NoAdapterError, View, contiguous_strides  # noqa: E402
-from vkblas.backend.vulkan import VulkanBackend, autotune, gemm  # noqa: E402
+from vkblas.backend.vulkan import VulkanBackend, autotune, gemm, units  # noqa: E402
 from vkblas.backend.vulkan.matmul import encode_matmul  # noqa: E402
 
 RNG = np.random.default_rng(3)
@@ -715,6 +715,28 @@ def test_backend_folds_the_relu_after_a_matmul_and_keeps_every_order(fresh, monk
     assert rt.held is None
 
 
+def test_a_held_stream_k_gemm_takes_the_relu_as_its_tile_unstreamed(fresh):
+    """A stream-K GEMM (tiles shared between workgroups, a fix-up pass) followed by a ReLU of its output: the op
+    joins the epilogue of the same tile run one workgroup per output tile, one dispatch, both results right (the
+    H100's tuner picked stream-K for an MLP's input gradient, and the fused rebuild refused it)."""
+    a, b = RNG.standard_normal((40, 600)), RNG.standard_normal((600, 40))
+    ref = a.astype(np.float32).astype(np.float64) @ b.astype(np.float32).astype(np.float64)
+    va, vb, out, act = _mm_relu(fresh, a, b)
+    tile = gemm.BY_NAME["32x32k16.4x4.db"]
+    gp = gemm.build_plan(fresh, out, va, vb, gemm.streamed(tile, 6), 1)
+    assert gp.reduce is not None  # 4 tiles of 38 K iterations over 6 workgroups: shared tiles, a fix-up pass
+    from vkblas.backend.vulkan import epilogue
+
+    before = fresh.rt.dispatches  # (reading the count records a held GEMM)
+    epilogue.record(fresh, gp, out, va, vb)
+    assert fresh.rt.held is not None
+    fresh.elementwise("relu", act, [out])
+    assert fresh.rt.dispatches - before == 1
+    # K = 600: float32 sums of |values| up to ~400
+    np.testing.assert_allclose(fresh.to_numpy(out), ref, rtol=1e-5, atol=1e-3)
+    np.testing.assert_array_equal(fresh.to_numpy(act), np.maximum(fresh.to_numpy(out), 0))
+
+
 def _relu_net_step(vkb, monkeypatch, fused: bool, capture: bool) -> tuple[list[np.ndarray], int]:
     """One training step of a small conv + MLP net with every ReLU after a GEMM: its parameters after an Adam
     step and the step's dispatches (eager, or a replay of the captured step)."""
@@ -866,3 +888,149 @@ def test_tiles_outside_the_table_are_exact_in_every_load_mode(vk, name):
         assert gemm.applicable(v, spec, vk.dev.limits)
         ok, err = autotune.self_check(vk, v, spec)
         assert ok, f"{v.name} {spec}: relative error {err}"
+
+
+# stream-K: (M, K, N, tile, workgroups): a workgroup's share under one tile's K iterations (several workgroups per
+# tile), over several tiles (whole tiles between two partial ones), more workgroups than iterations, a share that
+# is whole tiles (no fixup pass), one workgroup, edge tiles on every side
+_STREAMS = [
+    (37, 100, 45, "32x32k16.4x4.db", 5),
+    (64, 64, 64, "32x32k16.4x4.db", 3),
+    (100, 333, 70, "32x64k16.4x4.db", 7),
+    (5, 17, 3, "32x32k16.4x4.db", 1),
+    (64, 16, 64, "32x32k16.4x4.db", 16),
+    (130, 400, 66, "32x32k16.4x4.ss", 13),
+    (70, 50, 90, "64x64k8.4x4.db", 200),
+]
+
+
+@pytest.mark.parametrize("m,k,n,base,groups", _STREAMS)
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "offset"])
+def test_stream_k_matches_numpy(vk, m, k, n, base, groups, layout):
+    """Every output element is written once: by the one workgroup that covered its tile's whole K range, or by the
+    fixup pass from the partial tiles of those that shared it (out starts NaN, so an unwritten element shows)."""
+    v = gemm.variant_named(f"{base}.sk{groups}")
+    a, b = RNG.standard_normal((m, k)).astype(np.float32), RNG.standard_normal((k, n)).astype(np.float32)
+    va = _view(vk, a, D.float32, transposed=layout == "tn", offset=3 * (layout == "offset"))
+    vb = _view(vk, b, D.float32, transposed=layout == "nt")
+    ooff = 1 if layout == "offset" else 0  # a misaligned out: scalar stores
+    out = View(vk.from_numpy(np.full(m * n + ooff, np.nan, np.float32), D.float32), (m, n), (n, 1), ooff)
+    gp = gemm.build_plan(vk, out, va, vb, v, 1)
+    gemm.record(vk, gp, out, va, vb)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(vk.to_numpy(out), ref, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+    assert gp.plan.groups[0] <= groups
+
+
+def test_stream_k_in_half_precision_and_through_the_self_check(vk):
+    v = gemm.variant_named("32x64k16.4x4.db.sk6")
+    a, b = RNG.standard_normal((50, 90)), RNG.standard_normal((90, 70))
+    va, vb = _view(vk, a.astype(np.float16), D.float16), _view(vk, b.astype(np.float16), D.float16)
+    out = View.of(vk.alloc(50 * 70, D.float16), (50, 70))
+    gemm.record(vk, gemm.build_plan(vk, out, va, vb, v, 1), out, va, vb)
+    ref = a.astype(np.float16).astype(np.float64) @ b.astype(np.float16).astype(np.float64)
+    np.testing.assert_allclose(vk.to_numpy(out).astype(np.float64), ref, rtol=1e-2, atol=5e-2)
+    for a_mode, b_mode in MODES:
+        ok, err = autotune.self_check(vk, v, gemm.Spec(D.float32, 0, a_mode, b_mode, True, False))
+        assert ok, f"{v.name} {a_mode}/{b_mode}: relative error {err}"
+
+
+def test_stream_k_refuses_what_it_does_not_do(vk):
+    v = gemm.variant_named("32x32k16.4x4.db.sk4")
+    a, b = _view(vk, np.ones((2, 8, 8), np.float32), D.float32), _view(vk, np.ones((2, 8, 8), np.float32), D.float32)
+    out = View.of(vk.alloc(128, D.float32), (2, 8, 8))
+    with pytest.raises(ValueError, match="stream-K variant 32x32k16.4x4.db.sk4: .* a batch of 2"):
+        gemm.build_plan(vk, out, a, b, v, 1)
+    a2, b2, o2 = (View.of(vk.alloc(64, D.float32), (8, 8)) for _ in range(3))
+    with pytest.raises(ValueError, match="splits=2"):
+        gemm.build_plan(vk, o2, a2, b2, v, 2)
+    with pytest.raises(ValueError, match="bias='cols'"):
+        gemm.build_plan(vk, o2, a2, b2, v, 1, bias="cols")
+    empty = View.of(vk.alloc(1, D.float32), (8, 0))
+    with pytest.raises(ValueError, match="K=0"):
+        gemm.build_plan(vk, o2, empty, View.of(vk.alloc(1, D.float32), (0, 8)), v, 1)
+    with pytest.raises(ValueError, match="without a band walk or f16 math"):
+        gemm.variant_named("64x64k16.4x4.h16.sk8")
+    with pytest.raises(ValueError, match="at least one workgroup"):
+        gemm.variant_named("64x64k16.4x4.db.sk0")
+    assert gemm.variant_named("128x256k16.8x16.db.p0.sk132") == gemm.streamed(
+        gemm.BY_NAME["128x256k16.8x16.db.p0"], 132
+    )
+
+
+@pytest.mark.parametrize("count", [1, 2, 7, 132, 528])
+def test_find_units_reads_the_one_wave_staircase(count):
+    """A modelled GPU of ``count`` units: one wave as long as one workgroup (clocks 10 % lower with every unit
+    busy, timing noise of +-5 %), a second wave twice as long; the probe's search finds the count exactly."""
+    rng = np.random.default_rng(count)
+
+    def seconds(groups: int) -> float:
+        waves = -(-groups // count)
+        droop = 1 + 0.1 * min(groups, count) / count
+        return 80e-6 * waves * droop * rng.uniform(0.95, 1.05)
+
+    assert units.find_units(seconds) == count
+    assert units.find_units(lambda g: 1e-4, most=64) == 64  # no second wave within reach: the most it tried
+
+
+def test_compute_units_are_measured_once_and_kept(fresh, monkeypatch, tmp_path):
+    """The probe on a real adapter: lavapipe runs one workgroup per thread it has (LP_NUM_THREADS=0: none besides
+    the caller's), so that many units; the count goes into the cache file and a new tuner reads it back untimed."""
+    t = autotune.tuner(fresh)
+    n = t.compute_units()
+    if os.environ.get("LP_NUM_THREADS") == "0" and fresh.dev.info.get("adapter_type") == "CPU":
+        assert n == 1
+    assert 1 <= n <= units.MAX_UNITS
+    data = json.loads((tmp_path / "vkblas" / "gemm-autotune.json").read_text())
+    assert data[t.key][autotune.UNITS_KEY] == str(n)
+    fresh.__dict__.pop("_gemm_tuner")
+    monkeypatch.setattr(units, "find_units", lambda *a, **k: pytest.fail("measured again"))
+    assert autotune.tuner(fresh).compute_units() == n
+
+
+def test_wave_fits_give_every_unit_the_same_work():
+    """The MNIST CNN's dense conv2 weight gradient (288 x 36864 x 64) in 96x64 tiles is 3 tiles: 44, 88, 132 and
+    176 splits make 1-4 workgroups on each of an H100's 132 SMs; stream-K over 132 and 264 where it can run. A
+    4096^3 product has more tiles than units: stream-K only. Too little K for a split of two K tiles: none."""
+    v = gemm.BY_NAME["96x64k16.12x4.db"]
+    fits = gemm.wave_fits(v, 288, 64, 36864, 1, 132, True)
+    assert fits == [(v, 44), (v, 88), (v, 132), (v, 176), (gemm.streamed(v, 132), 1), (gemm.streamed(v, 264), 1)]
+    assert gemm.wave_fits(v, 288, 64, 36864, 1, 132, False) == fits[:4]
+    big = gemm.BY_NAME["128x256k16.8x16.db.p0"]
+    assert gemm.wave_fits(big, 4096, 4096, 4096, 1, 132, True) == [(gemm.streamed(big, n), 1) for n in (132, 264)]
+    assert gemm.wave_fits(v, 288, 64, 64, 1, 132, True) == []
+
+
+def test_the_tuners_second_stage_can_pick_stream_k_and_the_cache_keeps_it(fresh, monkeypatch):
+    """With 4 compute units the second stage times the first stage's tile split over whole waves and as stream-K;
+    where stream-K is fastest it is the class's choice, the product is right, a new process reads the choice back
+    untimed, and a call of the class that stream-K cannot run (a bias in the epilogue) gets the tile unstreamed."""
+    monkeypatch.setenv("VKBLAS_AUTOTUNE", "1")
+    monkeypatch.setattr(autotune, "MIN_TUNE_FLOPS", 1)
+    tile = gemm.BY_NAME["32x32k16.4x4.db"]
+    monkeypatch.setattr(gemm, "candidates", lambda *a: [(tile, 1)])
+    monkeypatch.setattr(autotune.Tuner, "compute_units", lambda self: 4)
+    timed = []
+
+    def fake_time(self, gp, *views):
+        timed.append(f"{gp.variant.name}/{gp.splits}")
+        return 1e-3 if gp.variant.stream == 8 else 2e-3
+
+    monkeypatch.setattr(autotune.Tuner, "time", fake_time)
+    a, b = RNG.standard_normal((40, 600)), RNG.standard_normal((600, 40))  # 4 tiles of 38 K tiles
+    _check(fresh, a, b)
+    t = autotune.tuner(fresh)
+    streams = [f"{tile.name}.sk4/1", f"{tile.name}.sk8/1"]
+    assert set(timed) == {f"{tile.name}/{s}" for s in (1, 2, 3, 4)} | set(streams)  # 4, 8, 12 and 16 workgroups
+    assert t.log[0]["winner"] == streams[1] and t.log[0]["wave_fits"] == 5
+    fresh.plans.clear()
+    fresh.__dict__.pop("_gemm_tuner")
+    timed.clear()
+    _check(fresh, a, b)
+    assert timed == []
+    t = autotune.tuner(fresh)
+    va, vb = _view(fresh, a, D.float32), _view(fresh, b, D.float32)
+    out = View.of(fresh.alloc(1600, D.float32), (40, 40))
+    assert t.plan(out, va, vb).variant.stream == 8
+    bias = View.of(fresh.alloc(40, D.float32), (40,))
+    assert t.plan(out, va, vb, bias=bias, bias_on="cols").variant == tile

@@ -8,7 +8,10 @@
   :func:`gemm.candidates` is compiled, self-checked and timed on the call's own operands, in its own compute pass
   bracketed by GPU timestamp queries where the adapter has ``timestamp-query`` (else wall clock to completion),
   in ``_PASSES`` rounds, each candidate's best kept; after the first, only those within ``PRUNE_RATIO`` of its
-  fastest are timed again. A run after the GPU idled first warms its clocks up (``WARM_IDLE_S``).
+  fastest are timed again. A run after the GPU idled first warms its clocks up (``WARM_IDLE_S``). A second stage
+  then times, for the ``FINALISTS`` fastest tiles, the plans that give each compute unit the same work
+  (``gemm.wave_fits``: split-K counts and stream-K over whole multiples of the units, which ``units.py`` measures
+  once per adapter).
   The winner goes into ``$XDG_CACHE_HOME/vkblas/gemm-autotune.json`` (default ``~/.cache``) under a key made of
   adapter, vendor, driver and template version, and is reused from then on, in this and later processes. A run
   that lasts (a large convolution's first call) shows a progress bar on stderr. Other timed choices live in the
@@ -43,8 +46,9 @@ from tqdm import tqdm
 from ...dtypes import float16, float32, int32
 from ..base import BackendError, View, contiguous_strides
 from ..filelock import locked
-from . import gemm
+from . import gemm, units
 from .gemm import GemmPlan, Spec, Variant
+from .kernels.plan import Plan
 
 # a captured step of a small model is a few dozen GEMMs of 2-100 MFLOP each, where the default's 8 workgroups of a
 # 10 x 256 weight gradient took 33 us on an H200: those are tuned too (the cost is once per shape class and adapter)
@@ -65,6 +69,11 @@ _FALLBACK = "32x32k16.4x4.db"
 WARM_IDLE_S = 1.0
 WARM_MIN_S = 0.15
 WARM_MAX_S = 0.5
+#: the tuner's second stage times the plans that fill whole waves (``gemm.wave_fits``) for this many of the first
+#: stage's fastest tiles: the tile that is best once its waves are full is often not the first stage's best (at
+#: 3072^3 on an H100 the 128x256 tile ran three waves for 2.2 waves of work, behind a 96x64 tile)
+FINALISTS = 4
+UNITS_KEY = "compute-units"  # the cache table's entry for the measured compute units (``units.py``)
 
 
 #: seconds a tuning run goes before its progress bar shows: most shape classes tune in well under a second on a
@@ -182,6 +191,12 @@ class Tuner:
             choice = self._parse(self.table.get(cls))
             if choice is None:
                 choice = self.tune(out, a, b, cls, gathers, bias, axis)
+        if (
+            choice is not None
+            and choice[0].stream
+            and not gemm.can_stream(a.dtype, nbatch, K, bias=axis, gathers=gathers)
+        ):
+            choice = (gemm.unstreamed(choice[0]), 1)  # the class's tile, for a call stream-K cannot run (a bias)
         if choice is None or choice[0].name in self.disabled:
             choice = gemm.default_choice(a.dtype, M, N, K, nbatch, limits)
         # then the small fallback, then any other variant: a driver bug in one variant must not stop matmul
@@ -201,7 +216,7 @@ class Tuner:
         if not entry:
             return None
         name, _, splits = entry.partition("/")
-        v = gemm.BY_NAME.get(name)
+        v = gemm.table_variant(name)
         if v is None or name in self.disabled or not (splits or "1").isdigit():
             return None  # a variant gone, disabled, or an entry this version cannot read: tuned again
         n = int(splits or 1)
@@ -242,6 +257,13 @@ class Tuner:
                 if round_ == 0 and results:  # the hopeless ones are not timed again
                     fastest = min(results.values())
                     live = {name: gp for name, gp in plans.items() if results[name] <= PRUNE_RATIO * fastest}
+            pruned = len(plans) - len(live)
+            fits = self._wave_fit_plans(plans, results, out, a, b, gathers, axis) if results else {}
+            for _ in range(_PASSES):
+                for name, gp in fits.items():
+                    t = self.time(gp, out, a, b, bias)
+                    results[name] = min(t, results.get(name, t))
+            plans.update(fits)
         self._busy_until = time.perf_counter()
         if not results:
             return None
@@ -252,10 +274,61 @@ class Tuner:
         # where a first call's wait goes: compiling and self-checking the candidates, or timing them
         spent = {"build_s": t1 - t0, "compile_s": self.compile_s, "time_s": time.perf_counter() - t1}
         spent["warm_s"] = self.warmed_s
-        spent["pruned"] = len(plans) - len(live)
+        spent["pruned"] = pruned
+        spent["wave_fits"] = len(fits)
         self.log.append({"class": cls, "winner": self.table[cls], "seconds": results, **spent})
         self._save()
         return best[1]
+
+    def _wave_fit_plans(
+        self,
+        plans: dict[str, GemmPlan],
+        results: dict[str, float],
+        out: View,
+        a: View,
+        b: View,
+        gathers: gemm.Gathers,
+        axis: str,
+    ) -> dict[str, GemmPlan]:
+        """The second stage's plans: ``gemm.wave_fits`` of the ``FINALISTS`` fastest tiles timed so far, built and
+        self-checked, those not timed already."""
+        count = self.compute_units()
+        if count < 2:
+            return {}
+        M, N, K = out.shape[-2], out.shape[-1], a.shape[-1]
+        nbatch = max(1, out.numel // max(1, M * N))
+        streamable = gemm.can_stream(a.dtype, nbatch, K, bias=axis, gathers=gathers)
+        ranked = sorted(results, key=results.__getitem__)
+        tiles = list(dict.fromkeys(plans[name].variant for name in ranked))[:FINALISTS]
+        pairs = [
+            (v, s)
+            for tile in tiles
+            for v, s in gemm.wave_fits(tile, M, N, K, nbatch, count, streamable)
+            if f"{v.name}/{s}" not in plans
+        ]
+        return self.candidate_plans(pairs, out, a, b, gathers, axis) if pairs else {}
+
+    def compute_units(self) -> int:
+        """The compute units this adapter spreads workgroups over (``units.py``), measured on first use and kept in
+        the cache file (``UNITS_KEY``)."""
+        kept = self.table.get(UNITS_KEY, "")
+        if kept.isdigit() and int(kept) > 0:
+            return int(kept)
+        be = self.backend
+        numel = units.MAX_UNITS * units.PROBE_THREADS
+        probe = Plan(be.dev.kernel(units.probe_source(), 1), "<iIf", (units.PROBE_ITERATIONS, 0.999), (1, 1, 1),
+                     ((0, numel - 1),))  # fmt: skip
+        sink = View(be.alloc(numel, float32), (numel,), (1,), 0)
+
+        def seconds(groups: int) -> float:
+            return self.time_launches(lambda: [(probe, (sink,), (), (groups, 1, 1))])
+
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < WARM_MIN_S:  # the clocks up first: a cold single workgroup reads slow
+            seconds(1)
+        count = units.find_units(seconds)
+        self.remember(UNITS_KEY, str(count))
+        return count
 
     def candidate_plans(
         self,
@@ -397,7 +470,7 @@ class Tuner:
             return
         spec = check_spec(gp.variant, plain)
         try:
-            self.backend.dev.kernel(gemm.source(gp.variant, spec), 3 + spec.extra)
+            self.backend.dev.kernel(gemm.source(gp.variant, spec), gemm.bindings(gp.variant, spec))
         except BackendError:
             pass  # verify compiles it again on the calling thread, and raises there
 

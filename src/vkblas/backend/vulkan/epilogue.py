@@ -86,7 +86,10 @@ def fuse(backend: Any, held: HeldGemm, op: str, out: View, args: list[Any]) -> b
     if entry is None or entry[0] is not gp:
         spec = gp.spec
         gathers = (spec.a_gather, spec.b_gather)
-        fused = gemm.build_plan(backend, *held.views[:3], gp.variant, gp.splits, gathers, spec.bias, act=op)
+        # a stream-K kernel has no epilogue op (a tile shared by two workgroups is only whole after its fix-up
+        # pass): its tile runs one workgroup per output tile instead, as the tuner plans it for a bias
+        variant = gemm.unstreamed(gp.variant)
+        fused = gemm.build_plan(backend, *held.views[:3], variant, gp.splits, gathers, spec.bias, act=op)
         entry = backend.plans[key] = (gp, fused)  # gp kept alive with it: its id stays its own
     backend.rt.take_held()  # recorded here in its place, with the op
     gemm.record(backend, entry[1], *held.views, act=(out, *args[1:]))
