@@ -958,6 +958,44 @@ def test_stream_k_refuses_what_it_does_not_do(vk):
     )
 
 
+def test_stream_k_partials_beyond_a_binding_are_refused_and_the_tuner_takes_the_tile(monkeypatch, tmp_path):
+    """Stream-K's partial tiles are one workspace binding: a backend that binds less (lowered limits here) refuses
+    the plan, saying why; a cached stream-K choice then runs as its tile, and the product is right."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    small = VulkanBackend(limits={"max-storage-buffer-binding-size": 1 << 18, "max-buffer-size": 1 << 20})
+    a, b = RNG.standard_normal((64, 400)), RNG.standard_normal((400, 64))
+    va, vb = _view(small, a, D.float32), _view(small, b, D.float32)
+    out = View.of(small.alloc(64 * 64, D.float32), (64, 64))
+    tile = gemm.BY_NAME["32x32k16.4x4.db"]
+    with pytest.raises(ValueError, match=r"partial tiles of its 50 workgroups \(409600 bytes\) exceed one binding"):
+        gemm.build_plan(small, out, va, vb, gemm.streamed(tile, 64), 1)
+    t = autotune.tuner(small)
+    t.enabled = True
+    cls = autotune.shape_class(gemm.make_spec(out, va, vb, False), 64, 64, 400, 1)
+    t.table[cls] = f"{tile.name}.sk64/1"
+    gp = t.plan(out, va, vb)
+    assert gp.variant == tile and gp.splits == 1
+    gemm.record(small, gp, out, va, vb)
+    ref = a.astype(np.float32).astype(np.float64) @ b.astype(np.float32).astype(np.float64)
+    np.testing.assert_allclose(small.to_numpy(out), ref, rtol=1e-5, atol=1e-3)
+
+
+def test_the_tuner_times_only_split_counts_whose_partials_fit_a_binding(monkeypatch, tmp_path):
+    """Split-K's f32 partials are one binding: with 64 KiB of output and 256 KiB a binding, split 8 is not timed
+    (it failed the timing run as an unbound large storage); splits 1 to 4 are."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("VKBLAS_AUTOTUNE", "1")
+    monkeypatch.setattr(autotune, "MIN_TUNE_FLOPS", 1)
+    tile = gemm.BY_NAME["32x32k16.4x4.db"]
+    monkeypatch.setattr(gemm, "candidates", lambda *a: [(tile, s) for s in (1, 2, 4, 8)])
+    monkeypatch.setattr(autotune.Tuner, "compute_units", lambda self: 1)
+    small = VulkanBackend(limits={"max-storage-buffer-binding-size": 1 << 18, "max-buffer-size": 1 << 20})
+    a, b = RNG.standard_normal((128, 400)), RNG.standard_normal((400, 128))
+    _check(small, a, b)
+    timed = autotune.tuner(small).log[0]["seconds"]
+    assert sorted(timed) == [f"{tile.name}/{s}" for s in (1, 2, 4)]
+
+
 @pytest.mark.parametrize("count", [1, 2, 7, 132, 528])
 def test_find_units_reads_the_one_wave_staircase(count):
     """A modelled GPU of ``count`` units: one wave as long as one workgroup (clocks 10 % lower with every unit

@@ -16,6 +16,7 @@ graph, where PyTorch has CUDA. The table shows the ``--top`` fastest plans per s
     python3 -m vkblas.bench.gemm_variants --sizes 4096            # the square, 8 plans shown
     python3 -m vkblas.bench.gemm_variants --only mlp,cnn --top 4  # the model layers
     python3 -m vkblas.bench.gemm_variants --sizes 4096 --variants 128x192k16.8x12.db.p0,256x128k16.16x8.db.p0
+    python3 -m vkblas.bench.gemm_variants --sizes 3072 --variants 128x256k16.8x16.db.p0.sk132  # stream-K, 132 WGs
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--variants",
         default="",
         help="also time these plans at every shape, comma-separated NAME or NAME/SPLITS (tiles outside the table: "
-        "BMxBNkBK.TMxTN[.db|.ss][.pPAD], e.g. 128x192k16.8x12.db.p0/1)",
+        "BMxBNkBK.TMxTN[.db|.ss][.pPAD][.skG], e.g. 128x192k16.8x12.db.p0/1; .skG: stream-K over G workgroups)",
     )
     args = p.parse_args(argv)
     if args.top < 1 or args.rounds < 1:

@@ -199,12 +199,19 @@ class Tuner:
             choice = (gemm.unstreamed(choice[0]), 1)  # the class's tile, for a call stream-K cannot run (a bias)
         if choice is None or choice[0].name in self.disabled:
             choice = gemm.default_choice(a.dtype, M, N, K, nbatch, limits)
-        # then the small fallback, then any other variant: a driver bug in one variant must not stop matmul
-        tried = [choice, (gemm.BY_NAME[_FALLBACK], 1), *[(v, 1) for v in reversed(gemm.VARIANTS)]]
+        # then the small fallback, then any other variant: a driver bug in one variant must not stop matmul; a
+        # stream-K choice is followed by its tile (a backend binding less than the tuning one's may refuse it)
+        tried = [choice, (gemm.unstreamed(choice[0]), 1)] if choice[0].stream else [choice]
+        tried += [(gemm.BY_NAME[_FALLBACK], 1), *[(v, 1) for v in reversed(gemm.VARIANTS)]]
         for v, s in tried:
             if v.name in self.disabled or not gemm.applicable(v, spec, limits):
                 continue
-            gp = gemm.build_plan(self.backend, out, a, b, v, s, gathers, axis)
+            try:
+                gp = gemm.build_plan(self.backend, out, a, b, v, s, gathers, axis)
+            except ValueError:
+                if not v.stream:
+                    raise
+                continue  # its partial tiles exceed a binding here
             if self.verify(gp):
                 return gp
         raise BackendError(
@@ -315,7 +322,9 @@ class Tuner:
         if kept.isdigit() and int(kept) > 0:
             return int(kept)
         be = self.backend
-        numel = units.MAX_UNITS * units.PROBE_THREADS
+        # a store per probe invocation, in one binding (a backend with lowered limits binds less: it probes fewer)
+        most = min(units.MAX_UNITS, be.pool.binding // (4 * units.PROBE_THREADS))
+        numel = most * units.PROBE_THREADS
         probe = Plan(be.dev.kernel(units.probe_source(), 1), "<iIf", (units.PROBE_ITERATIONS, 0.999), (1, 1, 1),
                      ((0, numel - 1),))  # fmt: skip
         sink = View(be.alloc(numel, float32), (numel,), (1,), 0)
@@ -326,7 +335,7 @@ class Tuner:
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < WARM_MIN_S:  # the clocks up first: a cold single workgroup reads slow
             seconds(1)
-        count = units.find_units(seconds)
+        count = units.find_units(seconds, most)
         self.remember(UNITS_KEY, str(count))
         return count
 
@@ -345,7 +354,12 @@ class Tuner:
         that made it (a progress bar's step)."""
         limits = self.backend.dev.limits
         spec = gemm.make_spec(out, a, b, False, gathers, axis)
-        todo = [(v, s) for v, s in pairs if v.name not in self.disabled and gemm.applicable(v, spec, limits)]
+        binding = self.backend.pool.binding  # split-K's partials are one binding: the counts that fit it
+        todo = [
+            (v, s)
+            for v, s in pairs
+            if v.name not in self.disabled and gemm.applicable(v, spec, limits) and 4 * s * out.numel <= binding
+        ]
 
         def build(pair: tuple[Variant, int]) -> GemmPlan | None:
             try:

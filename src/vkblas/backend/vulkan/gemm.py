@@ -1047,6 +1047,11 @@ def _stream_plan(
     kernel = backend.dev.kernel(source(v, spec), bindings(v, spec))
     static = (M, N, K, a.strides[-2], a.strides[-1], b.strides[-2], b.strides[-1], 1, per, 0)
     workspace = 2 * groups * v.bm * v.bn
+    if 4 * workspace > backend.pool.binding:
+        raise ValueError(
+            f"stream-K variant {v.name}: the partial tiles of its {groups} workgroups ({4 * workspace} bytes) exceed "
+            f"one binding ({backend.pool.binding} bytes)"
+        )
     spans = (span(out.shape, out.strides), span(a.shape, a.strides), span(b.shape, b.strides), (0, workspace - 1))
     plan = Plan(kernel, "<iiiiI" + "I" * 3 + "i" * 4 + "III", static, (groups, 1, 1), spans)
     fixup = None
