@@ -996,6 +996,50 @@ def test_the_tuner_times_only_split_counts_whose_partials_fit_a_binding(monkeypa
     assert sorted(timed) == [f"{tile.name}/{s}" for s in (1, 2, 4)]
 
 
+def test_the_tuners_log_counts_the_second_stages_building_as_building(fresh, monkeypatch):
+    """A first call's wait is told as building (compiling, self-checking) and timing (``vkblas bench conv`` prints
+    them): the second stage's candidates are built too, so their seconds count as building, and both stages'
+    compiling is summed (the log had the second stage's compiling against the first stage's building)."""
+    import time as _time
+
+    monkeypatch.setenv("VKBLAS_AUTOTUNE", "1")
+    monkeypatch.setattr(autotune, "MIN_TUNE_FLOPS", 1)
+    tile = gemm.BY_NAME["32x32k16.4x4.db"]
+    monkeypatch.setattr(gemm, "candidates", lambda *a: [(tile, 1)])
+    monkeypatch.setattr(autotune.Tuner, "compute_units", lambda self: 3)
+    monkeypatch.setattr(autotune.Tuner, "time", lambda self, gp, *views: 1e-3)
+    built = autotune.Tuner.candidate_plans
+
+    def slow_build(self, *args, **kwargs):
+        plans = built(self, *args, **kwargs)
+        _time.sleep(0.2)
+        self.compile_s = 0.05
+        return plans
+
+    monkeypatch.setattr(autotune.Tuner, "candidate_plans", slow_build)
+    _check(fresh, RNG.standard_normal((40, 600)), RNG.standard_normal((600, 40)))
+    e = autotune.tuner(fresh).log[0]
+    assert e["wave_fits"] > 0 and e["build_s"] >= 0.4 and e["compile_s"] == pytest.approx(0.1)
+    assert e["time_s"] < 0.2
+
+
+def test_the_second_stage_is_skipped_where_the_first_stages_waves_are_full(fresh, monkeypatch, tmp_path):
+    """4 workgroups on 4 compute units fill their wave (``WAVE_FILL``): no second stage; on 5 units they would not."""
+    monkeypatch.setenv("VKBLAS_AUTOTUNE", "1")
+    monkeypatch.setattr(autotune, "MIN_TUNE_FLOPS", 1)
+    tile = gemm.BY_NAME["32x32k16.4x4.db"]
+    monkeypatch.setattr(gemm, "candidates", lambda *a: [(tile, 1)])
+    monkeypatch.setattr(autotune.Tuner, "time", lambda self, gp, *views: 1e-3)
+    a, b = RNG.standard_normal((40, 600)), RNG.standard_normal((600, 40))  # 4 tiles of 38 K tiles
+    for n_units, fits in ((4, False), (5, True)):  # 5: split 5 (20 workgroups), stream-K over 5 and 10
+        monkeypatch.setattr(autotune.Tuner, "compute_units", lambda self, u=n_units: u)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / str(n_units)))  # an empty cache: the class is tuned
+        fresh.plans.clear()
+        fresh.__dict__.pop("_gemm_tuner", None)
+        _check(fresh, a, b)
+        assert (autotune.tuner(fresh).log[0]["wave_fits"] > 0) == fits
+
+
 @pytest.mark.parametrize("count", [1, 2, 7, 132, 528])
 def test_find_units_reads_the_one_wave_staircase(count):
     """A modelled GPU of ``count`` units: one wave as long as one workgroup (clocks 10 % lower with every unit
@@ -1040,27 +1084,28 @@ def test_wave_fits_give_every_unit_the_same_work():
 
 
 def test_the_tuners_second_stage_can_pick_stream_k_and_the_cache_keeps_it(fresh, monkeypatch):
-    """With 4 compute units the second stage times the first stage's tile split over whole waves and as stream-K;
+    """With 3 compute units (the first stage's 4 workgroups fill 4 of 6 slots in two waves) the second stage times
+    the first stage's tile split over whole waves and as stream-K;
     where stream-K is fastest it is the class's choice, the product is right, a new process reads the choice back
     untimed, and a call of the class that stream-K cannot run (a bias in the epilogue) gets the tile unstreamed."""
     monkeypatch.setenv("VKBLAS_AUTOTUNE", "1")
     monkeypatch.setattr(autotune, "MIN_TUNE_FLOPS", 1)
     tile = gemm.BY_NAME["32x32k16.4x4.db"]
     monkeypatch.setattr(gemm, "candidates", lambda *a: [(tile, 1)])
-    monkeypatch.setattr(autotune.Tuner, "compute_units", lambda self: 4)
+    monkeypatch.setattr(autotune.Tuner, "compute_units", lambda self: 3)
     timed = []
 
     def fake_time(self, gp, *views):
         timed.append(f"{gp.variant.name}/{gp.splits}")
-        return 1e-3 if gp.variant.stream == 8 else 2e-3
+        return 1e-3 if gp.variant.stream == 6 else 2e-3
 
     monkeypatch.setattr(autotune.Tuner, "time", fake_time)
     a, b = RNG.standard_normal((40, 600)), RNG.standard_normal((600, 40))  # 4 tiles of 38 K tiles
     _check(fresh, a, b)
     t = autotune.tuner(fresh)
-    streams = [f"{tile.name}.sk4/1", f"{tile.name}.sk8/1"]
-    assert set(timed) == {f"{tile.name}/{s}" for s in (1, 2, 3, 4)} | set(streams)  # 4, 8, 12 and 16 workgroups
-    assert t.log[0]["winner"] == streams[1] and t.log[0]["wave_fits"] == 5
+    streams = [f"{tile.name}.sk3/1", f"{tile.name}.sk6/1"]
+    assert set(timed) == {f"{tile.name}/1", f"{tile.name}/3", *streams}  # 3 splits: 12 workgroups, 4 a unit
+    assert t.log[0]["winner"] == streams[1] and t.log[0]["wave_fits"] == 3
     fresh.plans.clear()
     fresh.__dict__.pop("_gemm_tuner")
     timed.clear()
@@ -1069,6 +1114,6 @@ def test_the_tuners_second_stage_can_pick_stream_k_and_the_cache_keeps_it(fresh,
     t = autotune.tuner(fresh)
     va, vb = _view(fresh, a, D.float32), _view(fresh, b, D.float32)
     out = View.of(fresh.alloc(1600, D.float32), (40, 40))
-    assert t.plan(out, va, vb).variant.stream == 8
+    assert t.plan(out, va, vb).variant.stream == 6
     bias = View.of(fresh.alloc(40, D.float32), (40,))
     assert t.plan(out, va, vb, bias=bias, bias_on="cols").variant == tile

@@ -73,6 +73,12 @@ WARM_MAX_S = 0.5
 #: stage's fastest tiles: the tile that is best once its waves are full is often not the first stage's best (at
 #: 3072^3 on an H100 the 128x256 tile ran three waves for 2.2 waves of work, behind a 96x64 tile)
 FINALISTS = 4
+#: ... and only when the first stage's fastest plan fills less than this share of the units' slots in its waves
+#: (workgroups / (units x waves)). On an H100 (2026-12-07, 15 shape classes, a cold tuner) the second stage gained
+#: 32 % and 18 % where that plan filled 73 % (3072^3 in 128x256 tiles; conv2's dense dW in 96x64 tiles, 64 splits),
+#: nothing at 85 % (the MLP's fc1 dX and dW) or below, and at most 1 % in the eight classes filled 97 %; its extra
+#: candidates cost a convolution's first call about 3 s
+WAVE_FILL = 0.9
 UNITS_KEY = "compute-units"  # the cache table's entry for the measured compute units (``units.py``)
 
 
@@ -265,7 +271,12 @@ class Tuner:
                     fastest = min(results.values())
                     live = {name: gp for name, gp in plans.items() if results[name] <= PRUNE_RATIO * fastest}
             pruned = len(plans) - len(live)
+            if results:
+                self.compute_units()  # (its one probe, on an adapter's first tuning, is timing)
+            compile_s, self.compile_s, t_fit = self.compile_s, 0.0, time.perf_counter()
             fits = self._wave_fit_plans(plans, results, out, a, b, gathers, axis) if results else {}
+            fit_build_s = time.perf_counter() - t_fit  # the second stage's building is building, not timing
+            compile_s += self.compile_s
             for _ in range(_PASSES):
                 for name, gp in fits.items():
                     t = self.time(gp, out, a, b, bias)
@@ -279,7 +290,8 @@ class Tuner:
         v, s = best[1]
         self.table[cls] = f"{v.name}/{s}"
         # where a first call's wait goes: compiling and self-checking the candidates, or timing them
-        spent = {"build_s": t1 - t0, "compile_s": self.compile_s, "time_s": time.perf_counter() - t1}
+        build_s = t1 - t0 + fit_build_s
+        spent = {"build_s": build_s, "compile_s": compile_s, "time_s": time.perf_counter() - t0 - build_s}
         spent["warm_s"] = self.warmed_s
         spent["pruned"] = pruned
         spent["wave_fits"] = len(fits)
@@ -298,14 +310,18 @@ class Tuner:
         axis: str,
     ) -> dict[str, GemmPlan]:
         """The second stage's plans: ``gemm.wave_fits`` of the ``FINALISTS`` fastest tiles timed so far, built and
-        self-checked, those not timed already."""
+        self-checked, those not timed already; none where the fastest plan fills ``WAVE_FILL`` of its waves."""
         count = self.compute_units()
         if count < 2:
             return {}
         M, N, K = out.shape[-2], out.shape[-1], a.shape[-1]
         nbatch = max(1, out.numel // max(1, M * N))
-        streamable = gemm.can_stream(a.dtype, nbatch, K, bias=axis, gathers=gathers)
         ranked = sorted(results, key=results.__getitem__)
+        best = plans[ranked[0]]
+        workgroups = -(-M // best.variant.bm) * -(-N // best.variant.bn) * best.splits * nbatch
+        if workgroups / (count * -(-workgroups // count)) >= WAVE_FILL:
+            return {}  # its waves are (nearly) full already
+        streamable = gemm.can_stream(a.dtype, nbatch, K, bias=axis, gathers=gathers)
         tiles = list(dict.fromkeys(plans[name].variant for name in ranked))[:FINALISTS]
         pairs = [
             (v, s)
