@@ -76,8 +76,8 @@ FINALISTS = 4
 #: ... and only when the first stage's fastest plan fills less than this share of the units' slots in its waves
 #: (workgroups / (units x waves)). On an H100 (2026-12-07, 15 shape classes, a cold tuner) the second stage gained
 #: 32 % and 18 % where that plan filled 73 % (3072^3 in 128x256 tiles; conv2's dense dW in 96x64 tiles, 64 splits),
-#: nothing at 85 % (the MLP's fc1 dX and dW) or below, and at most 1 % in the eight classes filled 97 %; its extra
-#: candidates cost a convolution's first call about 3 s
+#: nothing at 85 % (the MLP's fc1 dX and dW) or below, and at most 1 % in the eight classes filled 97 %; each of
+#: its plans is compiled, self-checked and timed in a first call's wait
 WAVE_FILL = 0.9
 UNITS_KEY = "compute-units"  # the cache table's entry for the measured compute units (``units.py``)
 
