@@ -241,3 +241,32 @@ def test_bench_gemm_variants_ranks_plans_and_shows_the_tuners_choice(capsys: pyt
     for bad, said in (("64x64k6.4x4.db", "K step 6"), ("32x32k16.4x4.db/0", "split count must be 1..")):
         code, _, err = run(capsys, "bench", "gemm-variants", "--variants", bad)
         assert code == 2 and said in err
+
+
+@pytest.mark.vulkan
+def test_bench_gemm_variants_times_the_tuners_second_stage(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With 4 compute units (lavapipe has 1 or 2) the leading tiles' whole-wave plans are timed too: stream-K over
+    4 and 8 workgroups for the 10 x 256 weight gradient."""
+    pytest.importorskip("vkblas.bench.gemm")
+    from conftest import vulkan_available
+
+    if not vulkan_available():
+        pytest.skip("no Vulkan adapter")
+    from vkblas.backend.vulkan import autotune
+    from vkblas.bench import gemm_variants
+
+    monkeypatch.setattr(autotune.Tuner, "compute_units", lambda self: 4)
+    timed: list[str] = []
+    time_plans = gemm_variants._timed
+
+    def seen(vk, plans, *args):
+        timed.extend(plans)
+        return time_plans(vk, plans, *args)
+
+    monkeypatch.setattr(gemm_variants, "_timed", seen)
+    argv = ["bench", "gemm-variants", "--top", "1", "--rounds", "1", "--only", "mlp fc3 dW", "--no-torch"]
+    code, out, _ = run(capsys, *argv)
+    assert code == 0, out
+    assert sum(p.endswith((".sk4/1", ".sk8/1")) for p in timed) == 2, timed  # the leading tile's two

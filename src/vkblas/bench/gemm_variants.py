@@ -3,8 +3,10 @@
 What to try next when a GEMM misses its goal. For each shape, in three stages:
 
 1. every (variant, split count) candidate the tuner would time (``gemm.candidates``), and
-2. for the ``--top`` fastest of those, each of ``gemm.LAYOUTS`` (subgroup thread blocks, banded workgroup order:
-   ``gemm.rearranged``), which are not tuner candidates until a measurement like this one shows they pay;
+2. for the ``--top`` fastest of those, the tuner's second stage (``gemm.wave_fits``: split-K counts and stream-K
+   that fill whole waves of the measured compute units, timed here for every shape) and each of ``gemm.LAYOUTS``
+   (subgroup thread blocks, banded workgroup order: ``gemm.rearranged``), which are not tuner candidates until a
+   measurement like this one shows they pay;
 3. any ``--variants`` named (``gemm.variant_named``: tiles not in the table, ``NAME/SPLITS`` for a split count),
    the same way: a tile is timed here before it becomes a candidate.
 
@@ -83,6 +85,7 @@ def explore(
     torch = _torch() if use_torch else None
     has_cuda = bool(torch is not None and torch.cuda.is_available())
     t = tuner(vk.be)
+    units = t.compute_units()
     rng = np.random.default_rng(0)
     rows: list[list[Any]] = []
     for s in shapes:
@@ -96,8 +99,11 @@ def explore(
         times = _timed(vk, plans, out, va, vb, rounds)
         lead = sorted(times, key=times.__getitem__)[:top]
         derived = []
+        streamable = gemm.can_stream(float32, nbatch, s.k)
         for key in lead:
             gp = plans[key]
+            if units > 1:  # the tuner's second stage for each, whether or not its waves are full
+                derived += gemm.wave_fits(gemm.unstreamed(gp.variant), s.m, s.n, s.k, nbatch, units, streamable)
             for warp, band in gemm.LAYOUTS:
                 try:
                     derived.append((gemm.rearranged(gp.variant, warp, band), gp.splits))
