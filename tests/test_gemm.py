@@ -1008,6 +1008,7 @@ def test_the_tuners_log_counts_the_second_stages_building_as_building(fresh, mon
     monkeypatch.setattr(gemm, "candidates", lambda *a: [(tile, 1)])
     monkeypatch.setattr(autotune.Tuner, "compute_units", lambda self: 3)
     monkeypatch.setattr(autotune.Tuner, "time", lambda self, gp, *views: 1e-3)
+    monkeypatch.setattr(autotune, "WARM_IDLE_S", 1e9)  # no warm-up: its 0.15 s would be timing too
     built = autotune.Tuner.candidate_plans
 
     def slow_build(self, *args, **kwargs):
@@ -1038,6 +1039,22 @@ def test_the_second_stage_is_skipped_where_the_first_stages_waves_are_full(fresh
         fresh.__dict__.pop("_gemm_tuner", None)
         _check(fresh, a, b)
         assert (autotune.tuner(fresh).log[0]["wave_fits"] > 0) == fits
+
+
+def test_a_self_check_larger_than_a_binding_passes_the_variant_over(monkeypatch, tmp_path):
+    """With 64 KiB a binding, a 64x64 tile's batched split-K self-check needs more than one: that variant is passed over
+    (not disabled), and the product is right (the check's NeedsSplitting reached matmul, whose large-tensor path
+    then cut the operands again and again, to a RecursionError)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("VKBLAS_AUTOTUNE", "1")
+    monkeypatch.setattr(autotune, "MIN_TUNE_FLOPS", 1)
+    big, small_tile = gemm.BY_NAME["64x64k16.4x4.db"], gemm.BY_NAME["32x32k16.4x4.db"]
+    monkeypatch.setattr(gemm, "candidates", lambda *a: [(big, 2), (small_tile, 2)])
+    monkeypatch.setattr(autotune.Tuner, "compute_units", lambda self: 1)
+    small = VulkanBackend(limits={"max-storage-buffer-binding-size": 1 << 16, "max-buffer-size": 1 << 20})
+    _check(small, RNG.standard_normal((2, 64, 100)), RNG.standard_normal((2, 100, 64)))  # a batch: checked on 2
+    t = autotune.tuner(small)
+    assert sorted(t.log[0]["seconds"]) == [f"{small_tile.name}/2"] and not t.disabled
 
 
 @pytest.mark.parametrize("count", [1, 2, 7, 132, 528])
