@@ -922,6 +922,28 @@ def test_stream_k_matches_numpy(vk, m, k, n, base, groups, layout):
     assert gp.plan.groups[0] <= groups
 
 
+@pytest.mark.parametrize("groups", [5, 13])
+def test_stream_k_carries_nan_and_inf_through_shared_tiles(vk, groups):
+    """NaN and infinities in K ranges that two workgroups share reach the output as numpy's product has them: the
+    fixup pass sums partial tiles, inf + finite stays inf, inf - inf is NaN."""
+    m, k, n = 37, 100, 45
+    a, b = RNG.standard_normal((m, k)).astype(np.float32), RNG.standard_normal((k, n)).astype(np.float32)
+    a[0, 5], a[1, 70], a[2, 10], a[2, 90] = np.nan, np.inf, np.inf, -np.inf
+    b[70, :3] = 0.0  # inf * 0: NaN in row 1's first columns
+    va, vb = _view(vk, a, D.float32), _view(vk, b, D.float32)
+    out = View.of(vk.alloc(m * n, D.float32), (m, n))
+    gp = gemm.build_plan(vk, out, va, vb, gemm.variant_named(f"32x32k16.4x4.db.sk{groups}"), 1)
+    assert gp.reduce is not None  # tiles shared, summed by the fixup pass
+    gemm.record(vk, gp, out, va, vb)
+    with np.errstate(invalid="ignore"):
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+    got = vk.to_numpy(out)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(got) * np.sign(got), np.isinf(ref) * np.sign(ref))
+    finite = np.isfinite(ref)
+    np.testing.assert_allclose(got[finite], ref[finite], rtol=1e-4, atol=1e-3)
+
+
 def test_stream_k_in_half_precision_and_through_the_self_check(vk):
     v = gemm.variant_named("32x64k16.4x4.db.sk6")
     a, b = RNG.standard_normal((50, 90)), RNG.standard_normal((90, 70))
