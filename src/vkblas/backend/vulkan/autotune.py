@@ -198,16 +198,11 @@ class Tuner:
             choice = self._parse(self.table.get(cls))
             if choice is None:
                 choice = self.tune(out, a, b, cls, gathers, bias, axis)
-        if (
-            choice is not None
-            and choice[0].stream
-            and not gemm.can_stream(a.dtype, nbatch, K, bias=axis, gathers=gathers)
-        ):
-            choice = (gemm.unstreamed(choice[0]), 1)  # the class's tile, for a call stream-K cannot run (a bias)
         if choice is None or choice[0].name in self.disabled:
             choice = gemm.default_choice(a.dtype, M, N, K, nbatch, limits)
         # then the small fallback, then any other variant: a driver bug in one variant must not stop matmul; a
-        # stream-K choice is followed by its tile (a backend binding less than the tuning one's may refuse it)
+        # stream-K choice is followed by its tile, for a call of the class that stream-K refuses (a bias, or
+        # partial tiles past the binding of a backend that binds less than the tuning one)
         tried = [choice, (gemm.unstreamed(choice[0]), 1)] if choice[0].stream else [choice]
         tried += [(gemm.BY_NAME[_FALLBACK], 1), *[(v, 1) for v in reversed(gemm.VARIANTS)]]
         for v, s in tried:
@@ -218,7 +213,7 @@ class Tuner:
             except ValueError:
                 if not v.stream:
                     raise
-                continue  # its partial tiles exceed a binding here
+                continue  # (the ValueError says why)
             if self.verify(gp):
                 return gp
         raise BackendError(
