@@ -24,6 +24,9 @@ Kernel structure (why each piece is there):
   (1, primes) is correct with no padding copies; interior tiles pay a few compares per loaded vec4.
 * Split-K: workgroup z covers ``(batch, split)``; each split writes an f32 partial tile into a workspace and a
   small second kernel sums the partials into ``out`` (WGSL has no float atomics).
+* K groups (``kgroups``): the workgroup holds several copies of the tile's threads, each over its own share of
+  K (its own operand tiles in workgroup memory), and they add their accumulators up in workgroup memory at the
+  end: a small output over a long K (a layer's weight gradient, 10 x 256 over a batch of 512) in one dispatch.
 * Layout knobs, timed by ``vkblas bench gemm-variants`` but not yet tuner candidates (unmeasured on a GPU):
   ``warp`` lays a subgroup's 32 threads out as a block of the thread grid instead of along its rows, so each
   workgroup-memory read touches fewer distinct vec4s; ``band`` walks the workgroups down bands of tile rows,
@@ -43,7 +46,7 @@ from ..base import View, contiguous_strides
 from .kernels.plan import Plan, span
 from .kernels.wgsl import MAIN_1D, PARAM_WORDS, WORKGROUP, coalesce, grid, guard_nan, header, strided_offsets
 
-TEMPLATE_VERSION = 5  # bump when generated code changes meaning or the variants change: invalidates autotune caches
+TEMPLATE_VERSION = 6  # bump when generated code changes meaning or the variants change: invalidates autotune caches
 MAX_SPLITS = 256  # split-K: the most K splits (each an f32 partial of the output in the workspace)
 #: the split counts the tuner times for a product of few output tiles and a long K. 32 and 128 fill the gaps: on an
 #: H100 (2026-12-07) the MNIST CNN's dense conv2 weight gradient (288 x 36864 x 64) went 17.5 -> 18.7 TFLOP/s
@@ -81,6 +84,10 @@ class Variant:
     #: tile split between workgroups is summed from their partial tiles by a second pass (``stream_fixup_source``):
     #: with as many workgroups as the GPU runs at once, no wave of tiles runs part-empty
     stream: int = 0
+    #: K groups: the workgroup is this many copies of the tile's threads, each over its own share of the
+    #: workgroup's K range, summed in workgroup memory at the end (a power of two; 1: none). A product of a few
+    #: small output tiles and a long K (a small layer's weight gradient) then takes one dispatch, not split-K's two
+    kgroups: int = 1
 
     def __post_init__(self) -> None:
         qx, qy = self.warp
@@ -92,17 +99,32 @@ class Variant:
                 f"variant {self.name}: stream-K takes a positive workgroup count ({self.stream}), without a band "
                 "walk or f16 math"
             )
+        kg = self.kgroups
+        if kg < 1 or kg & (kg - 1) or (kg > 1 and (self.stream or qx)):
+            raise ValueError(
+                f"variant {self.name}: K groups take a power of two ({kg}), without stream-K or a warp layout"
+            )
 
     @property
     def threads(self) -> int:
+        return self.kgroups * self.tile_threads
+
+    @property
+    def tile_threads(self) -> int:
+        """The threads of one K group, which together hold the output tile."""
         return (self.bm // self.tm) * (self.bn // self.tn)
 
     def smem_bytes(self, elem: int) -> int:
-        return self.stages * self.bk * (self.bm + self.bn + 8 * self.pad) * elem
+        """Workgroup memory of the operand tiles (each K group's own) and of the K groups' final sum (f32 or i32:
+        half the groups' output tiles at once)."""
+        sums = self.kgroups // 2 * self.bm * self.bn * 4 if self.kgroups > 1 else 0
+        return self.kgroups * self.stages * self.bk * (self.bm + self.bn + 8 * self.pad) * elem + sums
 
 
-def _v(name: str, bm: int, bn: int, bk: int, tm: int, tn: int, **kw: Any) -> Variant:
-    return Variant(name, bm, bn, bk, tm, tn, **kw)
+def _v(name: str, bm: int, bn: int, bk: int, tm: int, tn: int, kgroups: int = 1, **kw: Any) -> Variant:
+    """A table variant (``kgroups``: its name gains ``.kgN``, as :func:`k_grouped` spells it)."""
+    name += f".kg{kgroups}" if kgroups > 1 else ""
+    return Variant(name, bm, bn, bk, tm, tn, kgroups=kgroups, **kw)
 
 
 #: the variants the tuner may pick (``name`` is what the cache file stores). Ordered roughly big -> small.
@@ -141,6 +163,11 @@ VARIANTS: tuple[Variant, ...] = (
     _v("32x64k8.4x4.db", 32, 64, 8, 4, 4),
     _v("32x128k8.4x8.db", 32, 128, 8, 4, 8),
     _v("32x192k8.4x12.db", 32, 192, 8, 4, 12),
+    # K groups, for a few output tiles over a long K (``K_GROUP_TILES``): one dispatch where split-K takes two. On
+    # an H100 (2026-12-07) the MLP's fc3 weight gradient (10 x 512 x 256) went 7.71 -> 6.81 us (0.71 -> 0.80 of
+    # cuBLAS) and its forward (512 x 256 x 10) 7.15 -> 5.95 us (0.89 -> 1.07), the best of 13 K-group tiles timed
+    _v("16x16k8.4x4.db.p0", 16, 16, 8, 4, 4, pad=0, kgroups=16),
+    _v("16x32k16.4x4.ss.p0", 16, 32, 16, 4, 4, stages=1, pad=0, kgroups=8),
     _v("128x128k16.8x8.h16", 128, 128, 16, 8, 8, f16_math=True),
     _v("64x64k16.4x4.h16", 64, 64, 16, 4, 4, f16_math=True),
     _v("64x128k16.4x8.h16", 64, 128, 16, 4, 8, f16_math=True),
@@ -174,6 +201,11 @@ def table_variant(name: str) -> Variant | None:
     return None
 
 
+def k_grouped(v: Variant, kgroups: int) -> Variant:
+    """``v`` with ``kgroups`` K groups in each workgroup (the name says so: ``.kg8``); ValueError where it cannot."""
+    return replace(v, name=f"{v.name}.kg{kgroups}", kgroups=kgroups)
+
+
 def rearranged(v: Variant, warp: tuple[int, int] = (0, 0), band: int = 0) -> Variant:
     """``v`` with its threads laid out ``warp`` per subgroup and its workgroups walking bands of ``band`` tile rows
     (the name says so: ``.w8x4``, ``.b8``). ValueError where ``warp`` does not tile ``v``'s threads."""
@@ -183,14 +215,16 @@ def rearranged(v: Variant, warp: tuple[int, int] = (0, 0), band: int = 0) -> Var
 
 _NAME = re.compile(
     r"(?P<base>(?P<bm>\d+)x(?P<bn>\d+)k(?P<bk>\d+)\.(?P<tm>\d+)x(?P<tn>\d+)(?:\.(?P<stages>db|ss))?"
-    r"(?:\.p(?P<pad>\d+))?(?P<h16>\.h16)?)(?:\.w(?P<qx>\d+)x(?P<qy>\d+))?(?:\.b(?P<band>\d+))?(?:\.sk(?P<sk>\d+))?"
+    r"(?:\.p(?P<pad>\d+))?(?P<h16>\.h16)?)(?:\.w(?P<qx>\d+)x(?P<qy>\d+))?(?:\.b(?P<band>\d+))?(?:\.kg(?P<kg>\d+))?"
+    r"(?:\.sk(?P<sk>\d+))?"
 )
 
 
 def variant_named(name: str) -> Variant:
     """The variant a name spells, in the table's notation (``128x256k16.8x16.db.p0``: a 128x256 tile, K step 16,
     8x16 per thread, double-buffered (the default), no padding; ``.ss`` single-staged, ``.h16`` f16 math, ``.w8x4``
-    and ``.b8`` the layouts of :func:`rearranged`, ``.sk132`` stream-K over 132 workgroups (:func:`streamed`)),
+    and ``.b8`` the layouts of :func:`rearranged`, ``.kg8`` eight K groups (:func:`k_grouped`), ``.sk132``
+    stream-K over 132 workgroups (:func:`streamed`)),
     whether or not it is in :data:`VARIANTS`: a tile to time before it becomes a candidate (``vkblas bench
     gemm-variants --variants``). ValueError naming the problem otherwise."""
     if name in BY_NAME:
@@ -198,7 +232,8 @@ def variant_named(name: str) -> Variant:
     m = _NAME.fullmatch(name)
     if m is None:
         raise ValueError(
-            f"GEMM variant {name!r}: expected BMxBNkBK.TMxTN[.db|.ss][.pPAD][.h16][.wQXxQY][.bBAND][.skWORKGROUPS], "
+            f"GEMM variant {name!r}: expected BMxBNkBK.TMxTN[.db|.ss][.pPAD][.h16][.wQXxQY][.bBAND][.kgGROUPS]"
+            "[.skWORKGROUPS], "
             "e.g. 128x256k16.8x16.db.p0"
         )
     bm, bn, bk, tm, tn = (int(m[g]) for g in ("bm", "bn", "bk", "tm", "tn"))
@@ -213,6 +248,7 @@ def variant_named(name: str) -> Variant:
     )  # fmt: skip
     warp = (int(m["qx"]), int(m["qy"])) if m["qx"] else (0, 0)
     v = rearranged(v, warp, int(m["band"] or 0)) if warp[0] or m["band"] else v
+    v = k_grouped(v, int(m["kg"])) if m["kg"] else v
     if m["sk"] is None:
         return v
     if int(m["sk"]) < 1:
@@ -220,10 +256,14 @@ def variant_named(name: str) -> Variant:
     return streamed(v, int(m["sk"]))
 
 
+#: the most output tiles for which the tuner times K-group variants: where the tiles alone leave most of the GPU idle
+K_GROUP_TILES = 64
+
 #: variants the tuner times only for gathered (convolution) GEMMs: plain GEMMs keep the candidates they were
 #: measured with, and each extra candidate is one more chance for timing noise to pick a slower one
 CONV_ONLY = frozenset({"64x64k8.4x4.db", "32x64k8.4x4.db", "32x128k8.4x8.db", "32x192k8.4x12.db"})
-K_STEPS = frozenset(v.bk for v in VARIANTS)  # every variant's K step (a masked gather needs channels in multiples)
+#: every gathered GEMM's K step (a masked gather needs channels in multiples; K groups take no gather)
+K_STEPS = frozenset(v.bk for v in VARIANTS if v.kgroups == 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,6 +446,8 @@ def applicable(v: Variant, spec: Spec, limits: dict[str, Any]) -> bool:
         return False
     if spec.bias == "sum_rows" and _sum_lanes(v) < 1:
         return False
+    if v.kgroups > 1 and (spec.a_gather or spec.b_gather):
+        return False
     return workgroup_bytes(v, spec) <= limits.get("max-compute-workgroup-storage-size", 16384)
 
 
@@ -415,14 +457,14 @@ def workgroup_bytes(v: Variant, spec: Spec) -> int:
     hung the ResNet layer's input gradient in the tuner (wgpu does not check the total; the driver ran it)."""
     elem = 2 if (spec.dtype is float16 and v.f16_math) else 4
     masked = spec.b_gather is not None and spec.b_gather.masks_tiles(v.bk)
-    sums = 16 * _sum_lanes(v) * (v.bm // 4) if spec.bias == "sum_rows" and elem == 2 else 0  # f16 tiles: own array
+    sums = 16 * v.kgroups * _sum_lanes(v) * (v.bm // 4) if spec.bias == "sum_rows" and elem == 2 else 0  # f16: own
     return v.smem_bytes(elem) + 4 * v.stages * masked + sums
 
 
 def _sum_lanes(v: Variant) -> int:
-    """Invocations per vec4 of rows that add up a K tile's rows for the row sums (``_row_sums``): as many as the
-    workgroup has, and as the A tiles have room for their partial sums at the end."""
-    return min(v.threads, v.stages * v.bk * (v.bm // 4 + v.pad)) // (v.bm // 4)
+    """Invocations per vec4 of rows that add up a K tile's rows for the row sums (``_row_sums``): as many as a K
+    group has, and as its A tiles have room for their partial sums at the end."""
+    return min(v.tile_threads, v.stages * v.bk * (v.bm // 4 + v.pad)) // (v.bm // 4)
 
 
 # ---------------------------------------------------------------------------------------------------- generator
@@ -525,9 +567,14 @@ def source(v: Variant, spec: Spec) -> str:
     def word(i: int) -> str:
         return f"{i + sh if i >= 3 else i}u"
 
+    kg = v.kgroups
+    if kg > 1 and (spec.a_gather or spec.b_gather):
+        raise ValueError(f"variant {v.name}: K groups take no gathered operand")
     src = header(bufs, dt is float16)
-    src += f"var<workgroup> As: array<vec4<{ctype}>, {v.stages * size_a}>;\n"
-    src += f"var<workgroup> Bs: array<vec4<{ctype}>, {v.stages * size_b}>;\n"
+    src += f"var<workgroup> As: array<vec4<{ctype}>, {kg * v.stages * size_a}>;\n"
+    src += f"var<workgroup> Bs: array<vec4<{ctype}>, {kg * v.stages * size_b}>;\n"
+    if kg > 1:  # half the K groups' output tiles, as each round of their sum stores them
+        src += f"var<workgroup> Ks: array<vec4<{acc}>, {kg // 2 * gm * 4 * gn * nt}>;\n"
     gb_ = spec.b_gather
     masked = gb_ is not None and gb_.masks_tiles(v.bk)
     if gb_ is not None and gb_.kind == "transposed" and not masked:
@@ -535,9 +582,14 @@ def source(v: Variant, spec: Spec) -> str:
     if masked:  # per stage: the last K tile (numbered from 1) whose weights held an inf or NaN
         src += f"var<workgroup> nonfinite: array<atomic<u32>, {v.stages}>;\n"
     src += _row_sums(v, spec, ctype).decl
-    src += f"@compute @workgroup_size({nt})\n"
+    src += f"@compute @workgroup_size({nt * kg})\n"
     grid_size = " @builtin(num_workgroups) nwg: vec3<u32>," if v.band else ""  # a band walk needs the grid
-    src += f"fn main(@builtin(workgroup_id) wid: vec3<u32>,{grid_size} @builtin(local_invocation_index) lid: u32) {{\n"
+    index = "lidx" if kg > 1 else "lid"  # K groups: lid is the thread's place in its group
+    src += f"fn main(@builtin(workgroup_id) wid: vec3<u32>,{grid_size} @builtin(local_invocation_index) {index}: u32)"
+    src += " {\n"
+    if kg > 1:
+        src += f"    let kg = lidx / {nt}u; let lid = lidx % {nt}u;\n"
+        src += f"    let kga = kg * {v.stages * size_a}u; let kgb = kg * {v.stages * size_b}u;\n"
     src += f"    let z = wid.z + pu({word(3)});\n    let S = pu({word(11)});\n"
     src += "    let split = z % S;\n    let bidx = z / S;\n"
     w_str = [_W_BATCH + sh + spec.rank * (i + 1) for i in range(3)]
@@ -550,6 +602,10 @@ def source(v: Variant, spec: Spec) -> str:
 """
     if v.stream:
         src += _stream_segment(v, word(12), 3 + spec.extra)
+    elif kg > 1:  # the workgroup's K range (its split's) in kg equal runs of whole K tiles, one per group
+        src += f"    let kwb = split * pu({word(12)});\n    let kwe = min(K, kwb + pu({word(12)}));\n"
+        src += f"    let kper = (kwe - min(kwe, kwb) + {kg * v.bk - 1}u) / {kg * v.bk}u * {v.bk}u;\n"
+        src += "    let kbeg = kwb + kg * kper;\n    let kend = min(kwe, kbeg + kper);\n"
     else:
         src += f"    let kbeg = split * pu({word(12)});\n    let kend = min(K, kbeg + pu({word(12)}));\n"
     if v.band:  # band b holds tile rows [b*band, b*band + band): within it, columns outer, rows inner
@@ -638,30 +694,49 @@ def source(v: Variant, spec: Spec) -> str:
         return f"    if ({' || '.join(tests)}) {{ atomicMax(&nonfinite[{stage}], {mark}); }}\n"
 
     sums = _row_sums(v, spec, ctype)
-    src += sums.init + "    let ntiles = (kend - min(kend, kbeg) + " + f"{v.bk - 1}u) / {v.bk}u;\n"
+    # (K groups: every group runs as many K tiles, past its end as zeros, so the barriers stay uniform)
+    tiles_k = f"kper / {v.bk}u" if kg > 1 else f"(kend - min(kend, kbeg) + {v.bk - 1}u) / {v.bk}u"
+    src += sums.init + f"    let ntiles = {tiles_k};\n"
     if masked:  # workgroup memory starts undefined on some drivers (lavapipe): the flags start at "no tile"
         src += f"    if (lid < {v.stages}u) {{ atomicStore(&nonfinite[lid], 0u); }}\n    workgroupBarrier();\n"
+    # each K group's operand tiles start at kga / kgb of As / Bs
+    base_a, base_b = ("kga", "kgb") if kg > 1 else ("0u", "0u")
+    at_a, at_b = ("kga + ", "kgb + ") if kg > 1 else ("", "")
     if v.stages == 2:
         src += "    var k0 = kbeg;\n    var sbase = 0u;\n"
         src += "\n".join(la + lb) + "\n"
-        src += "\n".join(sa).replace("sbase", "0u") + "\n" + "\n".join(sb).replace("sbase", "0u") + "\n"
+        src += "\n".join(sa).replace("sbase", base_a) + "\n" + "\n".join(sb).replace("sbase", base_b) + "\n"
         src += flag("0u", "1u") + "    workgroupBarrier();\n"
         src += "    for (var t = 0u; t < ntiles; t++) {\n"
-        src += f"    let cura = (t & 1u) * {size_a}u; let curb = (t & 1u) * {size_b}u;\n"
+        src += f"    let cura = {at_a}(t & 1u) * {size_a}u; let curb = {at_b}(t & 1u) * {size_b}u;\n"
         src += f"    k0 = kbeg + (t + 1u) * {v.bk}u;\n"  # loads past kend are masked off by the guards
         src += "\n".join(la + lb) + "\n"
         src += compute("cur", f"(kbeg + t * {v.bk}u)", "t & 1u", "t + 1u") + sums.add
-        src += f"    if (t + 1u < ntiles) {{\n    sbase = {size_a}u - cura;\n" + "\n".join(sa) + "\n"
-        src += f"    sbase = {size_b}u - curb;\n" + "\n".join(sb) + "\n" + flag("1u - (t & 1u)", "t + 2u") + "    }\n"
+        # the other stage's buffer (spelled for one group as the single-group kernels were measured with)
+        other_a, other_b = (
+            f"{size}u - {cur}" if kg == 1 else f"{base} + {size}u - (t & 1u) * {size}u"
+            for base, size, cur in ((base_a, size_a, "cura"), (base_b, size_b, "curb"))
+        )
+        src += f"    if (t + 1u < ntiles) {{\n    sbase = {other_a};\n" + "\n".join(sa) + "\n"
+        src += f"    sbase = {other_b};\n" + "\n".join(sb) + "\n" + flag("1u - (t & 1u)", "t + 2u") + "    }\n"
         src += "    workgroupBarrier();\n    }\n"
+    elif kg > 1:
+        src += "    let cura = kga; let curb = kgb;\n"
+        src += "    for (var t = 0u; t < ntiles; t++) {\n"
+        src += f"    let k0 = kbeg + t * {v.bk}u;\n"
+        src += "\n".join(la + lb + [x.replace("sbase", "kga") for x in sa] + [x.replace("sbase", "kgb") for x in sb])
+        src += "\n    workgroupBarrier();\n"
+        src += compute("cur", "k0", "0u", "t + 1u") + sums.add + "    workgroupBarrier();\n    }\n"
     else:
         src += "    let cura = 0u; let curb = 0u; let sbase = 0u;\n"
         src += "    for (var t = 0u; t < ntiles; t++) {\n"
         src += f"    let k0 = kbeg + t * {v.bk}u;\n"
         src += "\n".join(la + lb + sa + sb) + "\n" + flag("0u", "t + 1u") + "    workgroupBarrier();\n"
         src += compute("cur", "k0", "0u", "t + 1u") + sums.add + "    workgroupBarrier();\n    }\n"
-    # epilogue: guarded stores (out is contiguous: row stride N)
-    src += sums.store
+    if kg > 1:
+        src += _k_group_sum(kg, [f"c{i}_{j}" for i in range(gm * 4) for j in range(gn)], nt)
+    # epilogue: guarded stores (out is contiguous: row stride N); with K groups, by the first group
+    src += sums.store + "    if (kg == 0u) {\n" * (kg > 1)
     cv = f"vec4<{out_t}>"
     if spec.bias == "cols":  # one vec4 of the bias per column group; guarded: the edge tiles' columns past N
         for h in range(gn):
@@ -705,7 +780,24 @@ def source(v: Variant, spec: Spec) -> str:
                 src += "    }\n" * bool(v.stream)
     if v.stream:
         src += "    it += kt1 - kt0;\n    }\n"
-    return src + "}\n"
+    return src + "    }\n" * (kg > 1) + "}\n"
+
+
+def _k_group_sum(kg: int, accs: list[str], nt: int) -> str:
+    """WGSL adding the accumulators ``accs`` of the ``kg`` K groups into group 0's, in halving rounds through the
+    workgroup array ``Ks``: the upper half of the groups still summing stores its tiles, the lower half adds them
+    (group ``g`` takes group ``g + half``'s). Every thread's ``len(accs)`` vec4s lie ``nt`` apart: neighbouring
+    threads touch neighbouring vec4s."""
+    src, half = "", kg // 2
+    while half:
+        slot = lambda g, e: f"Ks[(({g}) * {len(accs)}u + {e}u) * {nt}u + lid]"  # noqa: E731
+        src += "    workgroupBarrier();\n" * (half < kg // 2)  # the last round's adds are done with Ks
+        src += f"    if (kg >= {half}u && kg < {2 * half}u) {{\n"
+        src += "".join(f"    {slot(f'kg - {half}u', e)} = {c};\n" for e, c in enumerate(accs)) + "    }\n"
+        src += f"    workgroupBarrier();\n    if (kg < {half}u) {{\n"
+        src += "".join(f"    {c} += {slot('kg', e)};\n" for e, c in enumerate(accs)) + "    }\n"
+        half //= 2
+    return src
 
 
 def _stream_segment(v: Variant, per_word: str, ws_word: int) -> str:
@@ -780,26 +872,31 @@ def _row_sums(v: Variant, spec: Spec, ctype: str) -> _RowSums:
     ``_sum_lanes`` invocations per vec4 of rows, each over its own K steps; at the end the lanes' partial sums
     meet in workgroup memory (the A tiles, free by then; f16 tiles: an f32 array of their own) and one
     invocation per vec4 stores its 4 rows. With split-K each split stores its partial sums (a workspace), which
-    the splits' second pass adds up. The other tile columns do nothing more."""
+    the splits' second pass adds up. The other tile columns do nothing more. K groups (``v.kgroups``) each sum
+    their own tiles, and the first group's invocations add up every group's lanes."""
     if spec.bias != "sum_rows":
         return _RowSums()
-    q, lanes = v.bm // 4, _sum_lanes(v)
+    q, lanes, kg = v.bm // 4, _sum_lanes(v), v.kgroups
     row_a = v.bm // 4 + v.pad
     arr = "As" if ctype == "f32" else "Rs"
-    decl = f"var<workgroup> Rs: array<vec4<f32>, {lanes * q}>;\n" if arr == "Rs" else ""
+    decl = f"var<workgroup> Rs: array<vec4<f32>, {kg * lanes * q}>;\n" if arr == "Rs" else ""
+    # where each K group's lanes meet: its own A tiles (kga), or its part of Rs
+    group = v.stages * v.bk * row_a if arr == "As" else lanes * q
+    at = f"kg * {group}u + " if kg > 1 else ""
     init = f"    let sumwg = i0b == 0u; let sq = lid % {q}u; let sj = lid / {q}u;\n    var rsum = vec4<f32>(0.0);\n"
     add = (
         f"    if (sumwg && sj < {lanes}u) {{ for (var kk = sj; kk < {v.bk}u; kk += {lanes}u) {{"
         f" rsum += vec4<f32>(As[cura + kk * {row_a}u + sq]); }} }}\n"
     )
-    total = " + ".join(f"{arr}[lid + {j * q}u]" for j in range(lanes))
+    total = " + ".join(f"{arr}[lid + {g * group + j * q}u]" for g in range(kg) for j in range(lanes))
     where = "split * M + row" if spec.split else "row"
     value = "s[c]" if spec.split else f"{_STYPE[spec.dtype]}(s[c])"
+    first = " && kg == 0u" if kg > 1 else ""
     store = (
         "    workgroupBarrier();\n"  # every invocation is done with the A tiles (uniform: outside the branch)
-        f"    if (sumwg && sj < {lanes}u) {{ {arr}[lid] = vec4<{'f32' if arr == 'Rs' else ctype}>(rsum); }}\n"
+        f"    if (sumwg && sj < {lanes}u) {{ {arr}[{at}lid] = vec4<{'f32' if arr == 'Rs' else ctype}>(rsum); }}\n"
         "    workgroupBarrier();\n"
-        f"    if (sumwg && lid < {q}u) {{\n    let s = vec4<f32>({total});\n"
+        f"    if (sumwg && lid < {q}u{first}) {{\n    let s = vec4<f32>({total});\n"
         "    for (var c = 0u; c < 4u; c++) {\n"
         "    let row = i0a + lid * 4u + c;\n"
         f"    if (row < M) {{ gbias[u32(pi(3u)) + {where}] = {value}; }}\n    }}\n    }}\n"
@@ -1150,6 +1247,10 @@ def candidates(
         if (v.bm > 2 * m and v.bm > 32) or (v.bn > 2 * n and v.bn > 32):
             continue
         tiles = -(-m // v.bm) * -(-n // v.bn) * nbatch
+        if v.kgroups > 1:  # one dispatch for a few tiles over a long K (each group two K tiles at least)
+            if not gathered and tiles <= K_GROUP_TILES and k >= 2 * v.kgroups * v.bk:
+                out.append((v, 1))
+            continue
         out.append((v, 1))
         if k >= 256 and tiles < 256:
             # a convolution's weight gradient has K = every pixel of the batch (~300k) and a few output tiles:
@@ -1183,6 +1284,6 @@ def wave_fits(
         s, rest = divmod(j * units, tiles)
         if not rest and 2 <= s <= MAX_SPLITS and iters >= 2 * s:  # every split at least two K tiles
             out.append((v, s))
-    if streamable and not (v.f16_math or v.band or v.stream):
+    if streamable and not (v.f16_math or v.band or v.stream or v.kgroups > 1):
         out += [(streamed(v, j * units), 1) for j in WAVE_STREAMS_PER_UNIT if iters * tiles >= 4 * j * units]
     return out
