@@ -1095,6 +1095,20 @@ def test_find_units_reads_the_one_wave_staircase(count):
     assert units.find_units(lambda g: 1e-4, most=64) == 64  # no second wave within reach: the most it tried
 
 
+@pytest.mark.parametrize("every", [3, 4, 5, 7])
+def test_find_units_is_not_misled_by_one_slow_timing(every, count=132):
+    """A GPU whose clocks dip now and then: every ``every``-th timing reads 2.2x slow, as a second wave would. A
+    single such reading within one wave must not end the search early (132 SMs read as fewer leaves the tuner's
+    whole-wave split counts wrong); each grid's time is the faster of two readings."""
+    calls = iter(range(10**6))
+
+    def seconds(groups: int) -> float:
+        waves = -(-groups // count)
+        return 80e-6 * waves * (2.2 if next(calls) % every == every - 1 else 1.0)
+
+    assert units.find_units(seconds) == count
+
+
 def test_compute_units_are_measured_once_and_kept(fresh, monkeypatch, tmp_path):
     """The probe on a real adapter: lavapipe runs one workgroup per thread it has (LP_NUM_THREADS=0: none besides
     the caller's), so that many units; the count goes into the cache file and a new tuner reads it back untimed."""

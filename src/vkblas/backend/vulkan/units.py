@@ -8,7 +8,7 @@ tiles over 132 SMs, three waves for 2.2 waves of work; spread by stream-K over 1
 The probe: ``G`` workgroups of 256 invocations, each a fixed run of independent FMA chains, enough to keep one unit's
 FP32 lanes busy. Up to ``units`` workgroups take as long as one (each has a unit of its own: schedulers spread a
 grid breadth-first); one more puts two on a unit, which then takes twice as long. :func:`find_units` doubles ``G``
-until the time jumps by ``JUMP``, then bisects for the last ``G`` before the jump.
+until the time jumps by ``JUMP``, then bisects for the last ``G`` before the jump (each ``G`` timed twice).
 """
 
 from __future__ import annotations
@@ -44,17 +44,22 @@ def probe_source() -> str:
 
 def find_units(seconds: Callable[[int], float], most: int = MAX_UNITS) -> int:
     """The largest grid of probe workgroups that runs in one wave, given ``seconds(G)``, the time of a grid of
-    ``G`` (each timed once or more; the fastest of two tells one workgroup's time)."""
-    one = min(seconds(1), seconds(1))
+    ``G``. Each grid's time is the faster of two readings: a single slow one (a clock dip) reads like a second
+    wave, and would end the search at too few units."""
+
+    def best(groups: int) -> float:
+        return min(seconds(groups), seconds(groups))
+
+    one = best(1)
     fits, g = 1, 2
-    while g <= most and seconds(g) < JUMP * one:
+    while g <= most and best(g) < JUMP * one:
         fits, g = g, 2 * g
     if g > most:
         return fits
     lo, hi = fits, g  # lo runs in one wave, hi does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if seconds(mid) < JUMP * one else (lo, mid)
+        lo, hi = (mid, hi) if best(mid) < JUMP * one else (lo, mid)
     return lo
 
 
