@@ -122,10 +122,15 @@ class Variant:
         return self.kgroups * self.stages * self.bk * (self.bm + self.bn + 8 * self.pad) * elem + sums
 
 
+def k_grouped(v: Variant, kgroups: int) -> Variant:
+    """``v`` with ``kgroups`` K groups in each workgroup (the name says so: ``.kg8``); ValueError where it cannot."""
+    return replace(v, name=f"{v.name}.kg{kgroups}", kgroups=kgroups)
+
+
 def _v(name: str, bm: int, bn: int, bk: int, tm: int, tn: int, kgroups: int = 1, **kw: Any) -> Variant:
-    """A table variant (``kgroups``: its name gains ``.kgN``, as :func:`k_grouped` spells it)."""
-    name += f".kg{kgroups}" if kgroups > 1 else ""
-    return Variant(name, bm, bn, bk, tm, tn, kgroups=kgroups, **kw)
+    """A table variant (``kgroups`` > 1: :func:`k_grouped` of the tile, its name ending ``.kgN``)."""
+    v = Variant(name, bm, bn, bk, tm, tn, **kw)
+    return k_grouped(v, kgroups) if kgroups > 1 else v
 
 
 #: the variants the tuner may pick (``name`` is what the cache file stores). Ordered roughly big -> small.
@@ -200,11 +205,6 @@ def table_variant(name: str) -> Variant | None:
     if sep and base in BY_NAME and groups.isdigit() and int(groups) > 0:
         return streamed(BY_NAME[base], int(groups))
     return None
-
-
-def k_grouped(v: Variant, kgroups: int) -> Variant:
-    """``v`` with ``kgroups`` K groups in each workgroup (the name says so: ``.kg8``); ValueError where it cannot."""
-    return replace(v, name=f"{v.name}.kg{kgroups}", kgroups=kgroups)
 
 
 def rearranged(v: Variant, warp: tuple[int, int] = (0, 0), band: int = 0) -> Variant:
@@ -713,26 +713,16 @@ def source(v: Variant, spec: Spec) -> str:
         src += f"    k0 = kbeg + (t + 1u) * {v.bk}u;\n"  # loads past kend are masked off by the guards
         src += "\n".join(la + lb) + "\n"
         src += compute("cur", f"(kbeg + t * {v.bk}u)", "t & 1u", "t + 1u") + sums.add
-        # the other stage's buffer (spelled for one group as the single-group kernels were measured with)
-        other_a, other_b = (
-            f"{size}u - {cur}" if kg == 1 else f"{base} + {size}u - (t & 1u) * {size}u"
-            for base, size, cur in ((base_a, size_a, "cura"), (base_b, size_b, "curb"))
-        )
+        other_a, other_b = (f"{at}{size}u - (t & 1u) * {size}u" for at, size in ((at_a, size_a), (at_b, size_b)))
         src += f"    if (t + 1u < ntiles) {{\n    sbase = {other_a};\n" + "\n".join(sa) + "\n"
         src += f"    sbase = {other_b};\n" + "\n".join(sb) + "\n" + flag("1u - (t & 1u)", "t + 2u") + "    }\n"
         src += "    workgroupBarrier();\n    }\n"
-    elif kg > 1:
-        src += "    let cura = kga; let curb = kgb;\n"
-        src += "    for (var t = 0u; t < ntiles; t++) {\n"
-        src += f"    let k0 = kbeg + t * {v.bk}u;\n"
-        src += "\n".join(la + lb + [x.replace("sbase", "kga") for x in sa] + [x.replace("sbase", "kgb") for x in sb])
-        src += "\n    workgroupBarrier();\n"
-        src += compute("cur", "k0", "0u", "t + 1u") + sums.add + "    workgroupBarrier();\n    }\n"
     else:
-        src += "    let cura = 0u; let curb = 0u; let sbase = 0u;\n"
+        src += f"    let cura = {base_a}; let curb = {base_b};\n"
         src += "    for (var t = 0u; t < ntiles; t++) {\n"
         src += f"    let k0 = kbeg + t * {v.bk}u;\n"
-        src += "\n".join(la + lb + sa + sb) + "\n" + flag("0u", "t + 1u") + "    workgroupBarrier();\n"
+        stores = [x.replace("sbase", base_a) for x in sa] + [x.replace("sbase", base_b) for x in sb]
+        src += "\n".join(la + lb + stores) + "\n" + flag("0u", "t + 1u") + "    workgroupBarrier();\n"
         src += compute("cur", "k0", "0u", "t + 1u") + sums.add + "    workgroupBarrier();\n    }\n"
     if kg > 1:
         src += _k_group_sum(kg, [f"c{i}_{j}" for i in range(gm * 4) for j in range(gn)], nt)
@@ -789,9 +779,12 @@ def _k_group_sum(kg: int, accs: list[str], nt: int) -> str:
     workgroup array ``Ks``: the upper half of the groups still summing stores its tiles, the lower half adds them
     (group ``g`` takes group ``g + half``'s). Every thread's ``len(accs)`` vec4s lie ``nt`` apart: neighbouring
     threads touch neighbouring vec4s."""
+
+    def slot(g: str, e: int) -> str:
+        return f"Ks[(({g}) * {len(accs)}u + {e}u) * {nt}u + lid]"
+
     src, half = "", kg // 2
     while half:
-        slot = lambda g, e: f"Ks[(({g}) * {len(accs)}u + {e}u) * {nt}u + lid]"  # noqa: E731
         src += "    workgroupBarrier();\n" * (half < kg // 2)  # the last round's adds are done with Ks
         src += f"    if (kg >= {half}u && kg < {2 * half}u) {{\n"
         src += "".join(f"    {slot(f'kg - {half}u', e)} = {c};\n" for e, c in enumerate(accs)) + "    }\n"
