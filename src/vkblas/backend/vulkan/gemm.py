@@ -34,7 +34,7 @@ Kernel structure (why each piece is there):
   column by column, so that the workgroups in flight share operand tiles in L2.
 * Measured on an H100 and an H200 at 4096³ and the layer shapes and not kept (BENCHMARKS.md, 2026-12-07): 512
   threads of 8x8 (at most 128 registers each: 0.81 of cuBLAS against the 8x16 tile's 0.87), rows-first loads of
-  a K-contiguous operand (conflict-free transposing stores: +1 % on one tile, 4-11 % slower elsewhere), the next K
+  a K-contiguous operand (conflict-free transposing stores: +1 % on one tile, 3-10 % slower elsewhere), the next K
   step's reads emitted before this step's FMAs (level: the driver schedules them), and a K-contiguous A kept
   K-contiguous in workgroup memory (15 % slower). Tiles of 32 KiB or more, and of 128 threads, run one
   workgroup per SM on these drivers.
