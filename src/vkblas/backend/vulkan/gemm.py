@@ -36,8 +36,12 @@ Kernel structure (why each piece is there):
   threads of 8x8 (at most 128 registers each: 0.81 of cuBLAS against the 8x16 tile's 0.87), rows-first loads of
   a K-contiguous operand (conflict-free transposing stores: +1 % on one tile, 3-10 % slower elsewhere), the next K
   step's reads emitted before this step's FMAs (level: the driver schedules them), and a K-contiguous A kept
-  K-contiguous in workgroup memory (15 % slower). Tiles of 32 KiB or more, and of 128 threads, run one
-  workgroup per SM on these drivers.
+  K-contiguous in workgroup memory (15 % slower).
+* Registers (the driver's own counts, ``benchmarks/kernel_stats.py``; H100, driver 580.159.04): of the 17 tiles
+  read, only ``256x256k8.8x16`` (not a candidate) spills. The 4096^3 tile takes 234-238 registers a thread, so
+  its 256 threads fill an SM's register file alone; the 8x8 tiles of 256 threads take 139-153 at a K step of 16
+  (one workgroup per SM) and 128 at 8 (two). A pre-transposing copy of a K-contiguous A was timed too: the
+  elementwise copy takes 197 us, twice the 101 us that ``A @ B`` loses to ``A.T @ B`` at 4096^3.
 * f16: storage f16 (``enable f16``), f32 accumulators; ``f16_math`` variants also multiply in f16 (packed
   ``vec4<f16>`` FMAs) and flush the partial products into the f32 accumulators once per K tile.
 """

@@ -1,0 +1,155 @@
+"""Registers, spills and code size of vkblas's GEMM kernels, as the Vulkan driver compiled them.
+
+What holds a tile to one workgroup per SM, whether a kernel spills: wgpu does not expose the driver's pipeline
+statistics (``VK_KHR_pipeline_executable_properties``), so this script builds a small Vulkan layer
+(``benchmarks/vkstats/vkstats.c``: gcc and the Vulkan headers, ``apt-get install gcc libvulkan-dev``) into
+``build/vkstats/``, runs itself again under it, compiles each named plan's kernel on its own and prints what the
+driver reports for it. NVIDIA's driver reports registers, local memory (spills) and code size; Mesa's lavapipe
+does not have the extension, and the script says so.
+
+    python3 benchmarks/kernel_stats.py --plans 128x256k16.8x16.db.p0,32x64k16.4x4.db --layouts nn,tn,nt
+
+On a machine without gcc (the lent GPU machine), build the layer here first (``--build-only``) and carry
+``build/vkstats`` along. The "per SM" column is the register file's limit on an NVIDIA SM (64K 32-bit registers,
+allocated per warp in units of 256): workgroup memory and the driver's shared-memory carveout may hold a tile to
+fewer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import print_table  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "vkstats" / "vkstats.c"
+MANIFEST = HERE / "vkstats" / "layer.json"
+BUILD = HERE.parent / "build" / "vkstats"
+LAYER = "VK_LAYER_VKBLAS_stats"
+COLUMNS = ["plan", "layout", "loads", "threads", "wg memory B", "registers", "spilled B", "code B", "per SM (regs)"]
+#: NVIDIA reports local memory with bit 36 set (driver 580.159.04: 2**36 for none, 2**36 + 752 for 752 bytes)
+_LOCAL_FLAG = 1 << 36
+
+
+def build_layer(dest: Path = BUILD) -> Path:
+    """The layer's folder (its manifest and ``libvkstats.so``), compiled if missing or older than its source;
+    SystemExit naming what is missing where it cannot be built."""
+    lib = dest / "libvkstats.so"
+    if lib.exists() and lib.stat().st_mtime >= SOURCE.stat().st_mtime:
+        return dest
+    cc = shutil.which(os.environ.get("CC", "gcc"))
+    if cc is None:
+        raise SystemExit("kernel_stats: no C compiler to build the layer with (apt-get install gcc)")
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [cc, "-O2", "-Wall", "-shared", "-fPIC", "-fvisibility=hidden", "-o", str(lib), str(SOURCE), "-lpthread"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        hint = " (the Vulkan headers: apt-get install libvulkan-dev)" if "vulkan/" in done.stderr else ""
+        raise SystemExit(f"kernel_stats: building the layer failed{hint}:\n{done.stderr.strip()}")
+    shutil.copyfile(MANIFEST, dest / "layer.json")
+    return dest
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The layer's JSON lines so far."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def summary(stats: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """(registers, spilled bytes, code bytes) from one executable's statistics, "-" where the driver gives none."""
+    local = stats.get("Local Memory Size")
+    spilled = local & (_LOCAL_FLAG - 1) if isinstance(local, int) else "-"
+    return stats.get("Register Count", "-"), spilled, stats.get("Binary Size", "-")
+
+
+def per_sm(registers: Any, threads: int) -> Any:
+    """Workgroups of ``threads`` that an NVIDIA SM's 64K registers hold at ``registers`` a thread."""
+    if not isinstance(registers, int) or registers <= 0:
+        return "-"
+    warps = -(-threads // 32)
+    per_warp = -(-registers * 32 // 256) * 256
+    return 65536 // (warps * per_warp)
+
+
+def _measure(plans: Sequence[str], layouts: Sequence[str], size: int, out_path: Path) -> list[list[Any]]:
+    import numpy as np
+
+    from vkblas.backend.vulkan import gemm
+    from vkblas.bench.gemm import _Vk
+    from vkblas.dtypes import float32
+
+    vk = _Vk("vulkan")
+    device = [r for r in read_records(out_path) if "device" in r]
+    if not device:
+        raise SystemExit(f"kernel_stats: the layer {LAYER} did not load (VK_LAYER_PATH={os.environ['VK_LAYER_PATH']})")
+    if not device[-1]["supported"]:
+        raise SystemExit(
+            f"kernel_stats: the driver of {vk.name} ({vk.be.dev.info.get('driver')}) does not report pipeline "
+            "statistics (it lacks VK_KHR_pipeline_executable_properties)"
+        )
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((size, size), dtype=np.float32)
+    b = rng.standard_normal((size, size), dtype=np.float32)
+    rows = []
+    for layout in layouts:
+        out, va, vb = vk.views(a, b, layout, float32)
+        for name in plans:
+            v = gemm.variant_named(name)
+            spec = gemm.make_spec(out, va, vb, False)
+            seen = len(read_records(out_path))
+            # a comment makes the source new to the device's kernel cache: the driver compiles it here, once
+            vk.be.dev.kernel(f"// kernel_stats {name} {layout}\n" + gemm.source(v, spec), gemm.bindings(v, spec))
+            new = [r for r in read_records(out_path)[seen:] if "pipeline" in r]
+            if len(new) != 1:
+                raise SystemExit(f"kernel_stats: expected one pipeline record for {name} {layout}, got {len(new)}")
+            regs, spilled, code = summary(new[0]["stats"])
+            loads = f"{spec.a_mode},{spec.b_mode}"
+            wg = gemm.workgroup_bytes(v, spec)
+            rows.append([name, layout, loads, v.threads, wg, regs, spilled, code, per_sm(regs, v.threads)])
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--plans", default="128x256k16.8x16.db.p0", help="GEMM tiles by name, comma-separated")
+    p.add_argument("--layouts", default="nn,tn,nt", help="operand layouts (nn: A @ B, tn: A.T @ B, nt: A @ B.T)")
+    p.add_argument("--size", type=int, default=512, help="M = N = K of the operands the kernels are made for")
+    p.add_argument("--build-only", action="store_true", help="build the layer into build/vkstats and stop")
+    args = p.parse_args(argv)
+    plans = [x.strip() for x in args.plans.split(",") if x.strip()]
+    layouts = [x.strip() for x in args.layouts.split(",") if x.strip()]
+    bad = [x for x in layouts if x not in ("nn", "tn", "nt", "tt")]
+    if bad or not plans or args.size < 4:
+        p.error(f"--layouts takes nn, tn, nt, tt (got {bad}); --plans at least one; --size at least 4")
+    out_path = os.environ.get("VKSTATS_OUT")
+    if out_path is None:  # run again under the layer
+        layer = build_layer()
+        if args.build_only:
+            print(f"kernel_stats: layer built in {layer}")
+            return 0
+        with tempfile.TemporaryDirectory() as tmp:
+            env = dict(os.environ, VKSTATS_OUT=str(Path(tmp) / "stats.jsonl"), VK_LAYER_PATH=str(layer))
+            env["VK_INSTANCE_LAYERS"] = ":".join(filter(None, [env.get("VK_INSTANCE_LAYERS"), LAYER]))
+            env["__GL_SHADER_DISK_CACHE"] = "0"  # NVIDIA: compile every pipeline, never take it from the disk cache
+            return subprocess.run(
+                [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])], env=env
+            ).returncode
+    rows = _measure(plans, layouts, args.size, Path(out_path))
+    print_table("GEMM kernels as the driver compiled them (VK_KHR_pipeline_executable_properties)", COLUMNS, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

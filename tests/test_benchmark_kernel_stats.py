@@ -1,0 +1,65 @@
+"""benchmarks/kernel_stats.py: its Vulkan layer builds and loads, and the driver's statistics are read right.
+
+On a driver with ``VK_KHR_pipeline_executable_properties`` (NVIDIA) the table has each kernel's registers; lavapipe
+lacks the extension, and the script must say so (which it can only know once its layer has loaded)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import requires_vulkan
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("kernel_stats", ROOT / "benchmarks/kernel_stats.py")
+assert _spec is not None and _spec.loader is not None
+ks = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ks)
+
+
+def test_summary_reads_the_drivers_statistics() -> None:
+    # NVIDIA's local memory carries bit 36: 2**36 is no spill, 2**36 + 752 is 752 bytes (driver 580.159.04)
+    stats = {"Register Count": 235, "Binary Size": 52608, "Local Memory Size": 2**36, "Shared Memory Size": 49152}
+    assert ks.summary(stats) == (235, 0, 52608)
+    assert ks.summary({**stats, "Local Memory Size": 2**36 + 752}) == (235, 752, 52608)
+    assert ks.summary({"Code size": 10}) == ("-", "-", "-")
+
+
+def test_workgroups_per_sm_by_registers() -> None:
+    assert ks.per_sm(235, 256) == 1  # the 4096^3 tile: 8 warps of 7,680 registers
+    assert ks.per_sm(128, 256) == 2
+    assert ks.per_sm(255, 128) == 2
+    assert ks.per_sm(79, 128) == 6  # 80 a thread in 256-register units
+    assert ks.per_sm("-", 256) == "-"
+
+
+def _have_tools() -> bool:
+    return shutil.which("gcc") is not None and Path("/usr/include/vulkan/vk_layer.h").exists()
+
+
+@requires_vulkan
+def test_the_layer_builds_loads_and_reports(tmp_path: Path) -> None:
+    if not _have_tools():
+        if os.environ.get("VKBLAS_REQUIRE_LAYER_TOOLS") == "1":
+            pytest.fail("VKBLAS_REQUIRE_LAYER_TOOLS=1 but gcc or the Vulkan headers are missing")
+        pytest.skip("gcc or the Vulkan headers are missing (apt-get install gcc libvulkan-dev)")
+    built = ks.build_layer(tmp_path / "vkstats")
+    assert (built / "libvkstats.so").exists() and (built / "layer.json").exists()
+    cmd = [sys.executable, str(ROOT / "benchmarks/kernel_stats.py"), "--plans", "32x64k16.4x4.db", "--layouts",
+           "nn,tn"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    text = proc.stdout + proc.stderr
+    assert "did not load" not in text, text
+    if proc.returncode == 0:  # a driver with the statistics: one row per layout, registers a number
+        rows = [line for line in proc.stdout.splitlines() if "32x64k16.4x4.db" in line]
+        assert len(rows) == 2, text
+        cells = [c.strip() for c in rows[0].strip("|").split("|")]
+        assert cells[ks.COLUMNS.index("registers")].isdigit(), text
+    else:  # the layer loaded (it wrote the device's line) and found the extension missing
+        assert proc.returncode == 1 and "does not report pipeline statistics" in text, text
