@@ -42,12 +42,17 @@ _LOCAL_FLAG = 1 << 36
 
 
 def build_layer(dest: Path = BUILD) -> Path:
-    """The layer's folder (its manifest and ``libvkstats.so``), compiled if missing or older than its source;
-    SystemExit naming what is missing where it cannot be built."""
+    """The layer's folder (its manifest and ``libvkstats.so``), compiled if missing or older than its source. A
+    built layer is used as it is where there is no compiler: one carried to a machine without gcc, whose copied
+    timestamps may come out older than the source's. SystemExit naming what is missing where it cannot be built."""
     lib = dest / "libvkstats.so"
-    if lib.exists() and lib.stat().st_mtime >= SOURCE.stat().st_mtime:
+    built = lib.exists() and (dest / "layer.json").exists()
+    if built and lib.stat().st_mtime >= SOURCE.stat().st_mtime:
         return dest
     cc = shutil.which(os.environ.get("CC", "gcc"))
+    if cc is None and built:
+        print(f"kernel_stats: no C compiler; using the layer already built in {dest}", file=sys.stderr)
+        return dest
     if cc is None:
         raise SystemExit("kernel_stats: no C compiler to build the layer with (apt-get install gcc)")
     dest.mkdir(parents=True, exist_ok=True)
@@ -126,7 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--plans", default="128x256k16.8x16.db.p0", help="GEMM tiles by name, comma-separated")
     p.add_argument("--layouts", default="nn,tn,nt", help="operand layouts (nn: A @ B, tn: A.T @ B, nt: A @ B.T)")
     p.add_argument("--size", type=int, default=512, help="M = N = K of the operands the kernels are made for")
-    p.add_argument("--build-only", action="store_true", help="build the layer into build/vkstats and stop")
+    p.add_argument("--layer-dir", type=Path, default=BUILD, help="where the layer is built (default: build/vkstats)")
+    p.add_argument("--build-only", action="store_true", help="build the layer into --layer-dir and stop")
     args = p.parse_args(argv)
     plans = [x.strip() for x in args.plans.split(",") if x.strip()]
     layouts = [x.strip() for x in args.layouts.split(",") if x.strip()]
@@ -135,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--layouts takes nn, tn, nt, tt (got {bad}); --plans at least one; --size at least 4")
     out_path = os.environ.get("VKSTATS_OUT")
     if out_path is None:  # run again under the layer
-        layer = build_layer()
+        layer = build_layer(args.layer_dir)
         if args.build_only:
             print(f"kernel_stats: layer built in {layer}")
             return 0

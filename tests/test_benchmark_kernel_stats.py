@@ -39,6 +39,20 @@ def test_workgroups_per_sm_by_registers() -> None:
     assert ks.per_sm("-", 256) == "-"
 
 
+def test_a_built_layer_is_used_where_there_is_no_compiler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A layer carried to a machine without gcc (the lent GPU machine) whose copied timestamps are older than the
+    source's is used as it is; with no layer and no compiler the error says what to install."""
+    monkeypatch.setattr(ks.shutil, "which", lambda name: None)
+    with pytest.raises(SystemExit, match="no C compiler to build the layer with"):
+        ks.build_layer(tmp_path / "none")
+    dest = tmp_path / "carried"
+    dest.mkdir()
+    for name in ("libvkstats.so", "layer.json"):
+        (dest / name).write_bytes(b"")
+        os.utime(dest / name, (0, 0))  # older than vkstats.c
+    assert ks.build_layer(dest) == dest
+
+
 def _have_tools() -> bool:
     return shutil.which("gcc") is not None and Path("/usr/include/vulkan/vk_layer.h").exists()
 
@@ -52,7 +66,7 @@ def test_the_layer_builds_loads_and_reports(tmp_path: Path) -> None:
     built = ks.build_layer(tmp_path / "vkstats")
     assert (built / "libvkstats.so").exists() and (built / "layer.json").exists()
     cmd = [sys.executable, str(ROOT / "benchmarks/kernel_stats.py"), "--plans", "32x64k16.4x4.db", "--layouts",
-           "nn,tn"]  # fmt: skip
+           "nn,tn", "--layer-dir", str(built)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     text = proc.stdout + proc.stderr
     assert "did not load" not in text, text

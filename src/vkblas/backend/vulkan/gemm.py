@@ -36,7 +36,9 @@ Kernel structure (why each piece is there):
   threads of 8x8 (at most 128 registers each: 0.81 of cuBLAS against the 8x16 tile's 0.87), rows-first loads of
   a K-contiguous operand (conflict-free transposing stores: +1 % on one tile, 3-10 % slower elsewhere), the next K
   step's reads emitted before this step's FMAs (level: the driver schedules them), and a K-contiguous A kept
-  K-contiguous in workgroup memory (15 % slower).
+  K-contiguous in workgroup memory (15 % slower). On an H100 (2026-12-08) at 4096^3: the inner product rolled into
+  a loop of 1-8 unrolled K steps (half the code: 11-21 % slower; the instruction cache is not the limit), and the
+  next K tile loaded in 2-16 phases between the K steps instead of all before them (16-27 % slower).
 * Registers (the driver's own counts, ``benchmarks/kernel_stats.py``; H100, driver 580.159.04): of the 17 tiles
   read, only ``256x256k8.8x16`` (not a candidate) spills. The 4096^3 tile takes 234-238 registers a thread, so
   its 256 threads fill an SM's register file alone; the 8x8 tiles of 256 threads take 139-153 at a K step of 16
