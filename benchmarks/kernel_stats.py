@@ -13,14 +13,23 @@ On a machine without gcc (the lent GPU machine), build the layer here first (``-
 ``build/vkstats`` along. The "per SM" column is the register file's limit on an NVIDIA SM (64K 32-bit registers,
 allocated per warp in units of 256): workgroup memory and the driver's shared-memory carveout may hold a tile to
 fewer.
+
+``--sass DIR`` also writes each kernel's machine code (``PLAN.LAYOUT.code``) and, where ``nvdisasm`` is found
+(``$NVDISASM``, the PATH, or Triton's copy), its disassembly (``.sass``), and prints the main loop's instruction
+mix. The code comes from the pipeline cache data the driver gives (the layer compiles each pipeline once more
+into a cache of its own): on NVIDIA a zstd-compressed container, read by its layout on driver 580.159.04
+(:func:`nvidia_code`; ``zstandard`` or the ``zstd`` command decompresses it).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
+import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -79,6 +88,85 @@ def summary(stats: dict[str, Any]) -> tuple[Any, Any, Any]:
     return stats.get("Register Count", "-"), spilled, stats.get("Binary Size", "-")
 
 
+#: NVIDIA's pipeline cache entry, decompressed (driver 580.159.04): this magic, then at byte 76 the code's size
+#: and offset (u32, little-endian); the code starts 8 bytes past the offset
+_NV_MAGIC = b"NVDANVVMNVuc"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _unzstd(frame: bytes) -> bytes:
+    try:
+        import zstandard  # type: ignore[import-not-found]
+    except ImportError:
+        zstd = shutil.which("zstd")
+        if zstd is None:
+            msg = "kernel_stats: --sass needs zstandard (pip) or the zstd command (apt-get install zstd)"
+            raise SystemExit(msg) from None
+        return subprocess.run([zstd, "-d", "-c", "-q"], input=frame, capture_output=True, check=True).stdout
+    return zstandard.ZstdDecompressor().decompressobj().decompress(frame)
+
+
+def nvidia_code(blob: bytes) -> bytes:
+    """The machine code in one pipeline's cache data from NVIDIA's driver; ValueError for data of another form."""
+    z = blob.find(_ZSTD_MAGIC)
+    raw = _unzstd(blob[z:]) if z >= 0 else b""
+    if not raw.startswith(_NV_MAGIC) or len(raw) < 84:
+        raise ValueError(f"not NVIDIA's pipeline cache entry ({len(blob)} bytes, zstd frame at {z})")
+    size, offset = struct.unpack_from("<2I", raw, 76)
+    if offset + 8 + size > len(raw):
+        raise ValueError(f"NVIDIA's pipeline cache entry: code of {size} bytes at {offset} is past its end")
+    return raw[offset + 8 : offset + 8 + size]
+
+
+_SASS = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;\s*/\* 0x([0-9a-f]{16}) \*/\s*\n\s*/\* 0x([0-9a-f]{16}) \*/")
+
+
+def main_loop(sass: str) -> dict[str, Any]:
+    """The instruction mix of the longest loop (the span of the backward branch that jumps furthest) in ``nvdisasm
+    -hex`` output: instructions, stall cycles (the control bits' 4-bit stall count, summed) and opcodes by count."""
+    ins = [(int(a, 16), text, int(hi, 16)) for a, text, _, hi in _SASS.findall(sass)]
+    loops = []
+    for a, text, _ in ins:
+        m = re.search(r"\bBRA\b\s+(?:`\()?0x([0-9a-f]+)", text)
+        if m and int(m.group(1), 16) < a:
+            loops.append((int(m.group(1), 16), a))
+    if not loops:
+        return {"instructions": len(ins), "loop": 0, "stalls": 0, "ops": collections.Counter()}
+    lo, hi = max(loops, key=lambda x: x[1] - x[0])
+    body = [(text, (h >> 41) & 0xF) for a, text, h in ins if lo <= a <= hi]
+    ops = collections.Counter((t.split()[1] if t.startswith("@") else t.split()[0]).split(".")[0] for t, _ in body)
+    return {"instructions": len(ins), "loop": len(body), "stalls": sum(s for _, s in body), "ops": ops}
+
+
+def _nvdisasm() -> str | None:
+    found = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
+    if found:
+        return found
+    try:
+        import triton  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+    return str(tool) if tool.exists() else None
+
+
+def _write_sass(blob: bytes, stem: Path, arch: str) -> str:
+    """``stem``.code and, where nvdisasm is found, ``stem``.sass; a line on the main loop for the table's notes."""
+    code = nvidia_code(blob)
+    stem.with_suffix(".code").write_bytes(code)
+    tool = _nvdisasm()
+    if tool is None:
+        return f"{stem.name}: {len(code)} B of code (no nvdisasm: set $NVDISASM)"
+    done = subprocess.run([tool, "-b", arch, "-hex", str(stem.with_suffix(".code"))], capture_output=True, text=True)
+    stem.with_suffix(".sass").write_text(done.stdout + done.stderr)
+    loop = main_loop(done.stdout)
+    mix = ", ".join(f"{k} {v}" for k, v in loop["ops"].most_common(8))
+    return (
+        f"{stem.name}: {loop['instructions']} instructions; main loop {loop['loop']}, "
+        f"{loop['stalls']} stall cycles a turn: {mix}"
+    )
+
+
 def per_sm(registers: Any, threads: int) -> Any:
     """Workgroups of ``threads`` that an NVIDIA SM's 64K registers hold at ``registers`` a thread."""
     if not isinstance(registers, int) or registers <= 0:
@@ -88,7 +176,9 @@ def per_sm(registers: Any, threads: int) -> Any:
     return 65536 // (warps * per_warp)
 
 
-def _measure(plans: Sequence[str], layouts: Sequence[str], size: int, out_path: Path) -> list[list[Any]]:
+def _measure(
+    plans: Sequence[str], layouts: Sequence[str], size: int, out_path: Path, sass: Path | None = None, arch: str = ""
+) -> tuple[list[list[Any]], list[str]]:
     import numpy as np
 
     from vkblas.backend.vulkan import gemm
@@ -104,6 +194,7 @@ def _measure(plans: Sequence[str], layouts: Sequence[str], size: int, out_path: 
             f"kernel_stats: the driver of {vk.name} ({vk.be.dev.info.get('driver')}) does not report pipeline "
             "statistics (it lacks VK_KHR_pipeline_executable_properties)"
         )
+    notes: list[str] = []
     rng = np.random.default_rng(0)
     a = rng.standard_normal((size, size), dtype=np.float32)
     b = rng.standard_normal((size, size), dtype=np.float32)
@@ -120,10 +211,13 @@ def _measure(plans: Sequence[str], layouts: Sequence[str], size: int, out_path: 
             if len(new) != 1:
                 raise SystemExit(f"kernel_stats: expected one pipeline record for {name} {layout}, got {len(new)}")
             regs, spilled, code = summary(new[0]["stats"])
+            if sass is not None:
+                blob = (Path(os.environ["VKSTATS_CACHE_DIR"]) / f"pipe{new[0]['pipeline']:04d}.bin").read_bytes()
+                notes.append(_write_sass(blob, sass / f"{name}.{layout}", arch))
             loads = f"{spec.a_mode},{spec.b_mode}"
             wg = gemm.workgroup_bytes(v, spec)
             rows.append([name, layout, loads, v.threads, wg, regs, spilled, code, per_sm(regs, v.threads)])
-    return rows
+    return rows, notes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -133,6 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=512, help="M = N = K of the operands the kernels are made for")
     p.add_argument("--layer-dir", type=Path, default=BUILD, help="where the layer is built (default: build/vkstats)")
     p.add_argument("--build-only", action="store_true", help="build the layer into --layer-dir and stop")
+    p.add_argument("--sass", type=Path, help="write each kernel's machine code and disassembly into this folder")
+    p.add_argument("--arch", default="SM90", help="nvdisasm's architecture for --sass (default SM90: H100, H200)")
     args = p.parse_args(argv)
     plans = [x.strip() for x in args.plans.split(",") if x.strip()]
     layouts = [x.strip() for x in args.layouts.split(",") if x.strip()]
@@ -149,11 +245,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             env = dict(os.environ, VKSTATS_OUT=str(Path(tmp) / "stats.jsonl"), VK_LAYER_PATH=str(layer))
             env["VK_INSTANCE_LAYERS"] = ":".join(filter(None, [env.get("VK_INSTANCE_LAYERS"), LAYER]))
             env["__GL_SHADER_DISK_CACHE"] = "0"  # NVIDIA: compile every pipeline, never take it from the disk cache
+            if args.sass is not None:  # the layer writes each pipeline's cache data there
+                args.sass.mkdir(parents=True, exist_ok=True)
+                (Path(tmp) / "cache").mkdir()
+                env["VKSTATS_CACHE_DIR"] = str(Path(tmp) / "cache")
             return subprocess.run(
                 [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])], env=env
             ).returncode
-    rows = _measure(plans, layouts, args.size, Path(out_path))
+    rows, notes = _measure(plans, layouts, args.size, Path(out_path), args.sass, args.arch)
     print_table("GEMM kernels as the driver compiled them (VK_KHR_pipeline_executable_properties)", COLUMNS, rows)
+    for line in notes:
+        print(line)
     return 0
 
 

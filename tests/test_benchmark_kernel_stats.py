@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,63 @@ def test_workgroups_per_sm_by_registers() -> None:
     assert ks.per_sm(255, 128) == 2
     assert ks.per_sm(79, 128) == 6  # 80 a thread in 256-register units
     assert ks.per_sm("-", 256) == "-"
+
+
+def _nvidia_entry(code: bytes, offset: int = 400) -> bytes:
+    """A pipeline cache entry laid out as NVIDIA's driver 580.159.04 writes one: a header, then a zstd frame of the
+    container (its magic, the code's size and offset at byte 76, the code 8 bytes past the offset)."""
+    raw = bytearray(ks._NV_MAGIC + bytes(offset + 8 - len(ks._NV_MAGIC))) + code + b"tail"
+    struct.pack_into("<2I", raw, 76, len(code), offset)
+    frame = subprocess.run(["zstd", "-c", "-q"], input=bytes(raw), capture_output=True, check=True).stdout
+    return bytes(100) + frame
+
+
+def _need_zstd() -> None:
+    if shutil.which("zstd") is None:
+        if os.environ.get("VKBLAS_REQUIRE_LAYER_TOOLS") == "1":
+            pytest.fail("VKBLAS_REQUIRE_LAYER_TOOLS=1 but the zstd command is missing")
+        pytest.skip("the zstd command is missing (apt-get install zstd)")
+
+
+def test_the_machine_code_is_read_from_nvidias_pipeline_cache_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    _need_zstd()
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # the zstd command's path, which CI has
+    code = bytes(range(256)) * 3
+    assert ks.nvidia_code(_nvidia_entry(code)) == code
+    with pytest.raises(ValueError, match="not NVIDIA's pipeline cache entry"):
+        ks.nvidia_code(bytes(32) + b"lavapipe's cache data")
+    bad = bytearray(
+        subprocess.run(["zstd", "-d", "-c", "-q"], input=_nvidia_entry(code)[100:], capture_output=True).stdout
+    )
+    struct.pack_into("<2I", bad, 76, 10**6, 400)
+    frame = subprocess.run(["zstd", "-c", "-q"], input=bytes(bad), capture_output=True, check=True).stdout
+    with pytest.raises(ValueError, match="code of 1000000 bytes at 400 is past its end"):
+        ks.nvidia_code(frame)
+
+
+_LOOP = """
+        /*0000*/                   S2R R0, SR_TID.X ;                       /* 0x0000000000007919 */
+                                                                            /* 0x000e220000002100 */
+        /*0010*/                   LDS.128 R4, [R0] ;                       /* 0x0000000000047984 */
+                                                                            /* 0x000e280000000c00 */
+        /*0020*/                   FFMA.FTZ R8, R4, R5, R8 ;                /* 0x0000000504087223 */
+                                                                            /* 0x001fc20000010008 */
+        /*0030*/                   FFMA.FTZ R9, R4, R6, R9 ;                /* 0x0000000604097223 */
+                                                                            /* 0x000fc20000010009 */
+        /*0040*/              @!P0 BRA 0x10 ;                               /* 0xfffffffc00f08947 */
+                                                                            /* 0x000fea000383ffff */
+        /*0050*/                   EXIT ;                                   /* 0x000000000000794d */
+                                                                            /* 0x000fea0003800000 */
+"""
+
+
+def test_the_main_loops_instruction_mix_is_read_from_the_disassembly() -> None:
+    loop = ks.main_loop(_LOOP)
+    assert (loop["instructions"], loop["loop"]) == (6, 4)  # 0x10..0x40: LDS, two FFMAs, the branch back
+    assert loop["ops"] == {"FFMA": 2, "LDS": 1, "BRA": 1}
+    # the stall counts are bits 41-44 of each instruction's second word: 4 + 1 + 1 + 5
+    assert loop["stalls"] == 11
+    assert ks.main_loop(_LOOP.replace("@!P0 BRA 0x10", "@!P0 BRA 0x50"))["loop"] == 0
 
 
 def test_a_built_layer_is_used_where_there_is_no_compiler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

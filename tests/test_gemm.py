@@ -861,6 +861,9 @@ def test_a_variant_is_found_by_its_name_in_the_tables_notation():
     )
     assert gemm.variant_named("64x64k32.4x4.ss").stages == 1
     assert gemm.variant_named("64x64k16.4x4.h16").f16_math
+    v = gemm.variant_named("128x256k16.8x16.db.p0.hl.sk132")
+    assert (v.hoist, v.stream, v.name) == (True, 132, "128x256k16.8x16.db.p0.hl.sk132")
+    assert not gemm.variant_named("128x256k16.8x16.db.p0").hoist
 
 
 @pytest.mark.parametrize(
@@ -879,10 +882,23 @@ def test_a_name_that_spells_no_variant_is_refused_saying_why(name, message):
         gemm.variant_named(name)
 
 
-@pytest.mark.parametrize("name", ["32x48k16.4x12.db", "48x32k12.12x4.db.p0", "32x32k32.4x4.ss", "64x32k8.8x4.db.p2"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "32x48k16.4x12.db",
+        "48x32k12.12x4.db.p0",
+        "32x32k32.4x4.ss",
+        "64x32k8.8x4.db.p2",
+        "32x32k16.4x4.db.hl",
+        "48x32k12.12x4.db.p0.hl",
+        "32x32k32.4x4.ss.hl",
+        "16x16k8.4x4.db.p0.hl.kg4",
+    ],
+)
 def test_tiles_outside_the_table_are_exact_in_every_load_mode(vk, name):
     """The generator takes any tile the notation spells (widths of 3 vec4s, K steps of 12 and 32, single-staged,
-    padding 0 and 2), not only the table's: each load mode, split-K and both store widths against numpy."""
+    padding 0 and 2, hoisted load addresses, K groups), not only the table's: each load mode, split-K and both
+    store widths against numpy."""
     v = gemm.variant_named(name)
     for i, (a_mode, b_mode) in enumerate(MODES):
         spec = gemm.Spec(D.float32, i % 2, a_mode, b_mode, i != 1, i == 3)
@@ -902,6 +918,7 @@ _STREAMS = [
     (64, 16, 64, "32x32k16.4x4.db", 16),
     (130, 400, 66, "32x32k16.4x4.ss", 13),
     (70, 50, 90, "64x64k8.4x4.db", 200),
+    (100, 333, 70, "32x64k16.4x4.db.hl", 7),
 ]
 
 

@@ -8,7 +8,9 @@
 //
 // Lines: {"device": 1, "supported": 0|1} once per device, then {"pipeline": N, "executable": "CS",
 // "subgroup": 32, "stats": {"Register Count": 235, ...}} per executable. $VKSTATS_SPIRV_DIR: also write each
-// shader module's SPIR-V there (modNNNN.spv, for spirv-dis).
+// shader module's SPIR-V there (modNNNN.spv, for spirv-dis). $VKSTATS_CACHE_DIR: also compile each pipeline once
+// more into a pipeline cache of its own and write that cache's data there (pipeNNNN.bin, NNNN the "pipeline" number:
+// on NVIDIA the compiled machine code, which kernel_stats.py --sass extracts).
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +27,10 @@ static PFN_vkCreateComputePipelines next_ccp;
 static PFN_vkCreateShaderModule next_csm;
 static PFN_vkGetPipelineExecutablePropertiesKHR next_props;  // NULL: the device has no statistics to give
 static PFN_vkGetPipelineExecutableStatisticsKHR next_stats;
+static PFN_vkCreatePipelineCache next_cpc;
+static PFN_vkGetPipelineCacheData next_gpcd;
+static PFN_vkDestroyPipelineCache next_dpc;
+static PFN_vkDestroyPipeline next_dp;
 static VkInstance last_instance;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int npipelines, nmodules;
@@ -96,6 +102,10 @@ static VKAPI_ATTR VkResult VKAPI_CALL create_device(VkPhysicalDevice pd, const V
   if (r != VK_SUCCESS) return r;
   next_ccp = (PFN_vkCreateComputePipelines)next_gdpa(*dev, "vkCreateComputePipelines");
   next_csm = (PFN_vkCreateShaderModule)next_gdpa(*dev, "vkCreateShaderModule");
+  next_cpc = (PFN_vkCreatePipelineCache)next_gdpa(*dev, "vkCreatePipelineCache");
+  next_gpcd = (PFN_vkGetPipelineCacheData)next_gdpa(*dev, "vkGetPipelineCacheData");
+  next_dpc = (PFN_vkDestroyPipelineCache)next_gdpa(*dev, "vkDestroyPipelineCache");
+  next_dp = (PFN_vkDestroyPipeline)next_gdpa(*dev, "vkDestroyPipeline");
   next_props = supported ? (PFN_vkGetPipelineExecutablePropertiesKHR)next_gdpa(*dev, "vkGetPipelineExecutablePropertiesKHR") : NULL;
   next_stats = supported ? (PFN_vkGetPipelineExecutableStatisticsKHR)next_gdpa(*dev, "vkGetPipelineExecutableStatisticsKHR") : NULL;
   if (!next_stats) next_props = NULL;
@@ -166,6 +176,30 @@ static void report(VkDevice d, VkPipeline p) {
   free(props);
 }
 
+// $VKSTATS_CACHE_DIR: each pipeline compiled once more into a pipeline cache of its own, whose data (the driver's
+// compiled form, in its own container) is written there as pipeNNNN.bin
+static void dump_cache(VkDevice d, const VkComputePipelineCreateInfo *ci, const VkAllocationCallbacks *a, int id) {
+  const char *dir = getenv("VKSTATS_CACHE_DIR");
+  if (!dir) return;
+  VkPipelineCacheCreateInfo cci = {VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO, NULL, 0, 0, NULL};
+  VkPipelineCache cache;
+  if (next_cpc(d, &cci, a, &cache) != VK_SUCCESS) return;
+  VkPipeline p;
+  if (next_ccp(d, cache, 1, ci, a, &p) == VK_SUCCESS) {
+    next_dp(d, p, a);
+    size_t size = 0;
+    next_gpcd(d, cache, &size, NULL);
+    void *data = malloc(size);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/pipe%04d.bin", dir, id);
+    FILE *f = fopen(path, "wb");
+    if (data && f && next_gpcd(d, cache, &size, data) == VK_SUCCESS) fwrite(data, 1, size, f);
+    if (f) fclose(f);
+    free(data);
+  }
+  next_dpc(d, cache, a);
+}
+
 static VKAPI_ATTR VkResult VKAPI_CALL create_compute_pipelines(VkDevice d, VkPipelineCache cache, uint32_t n,
                                                                const VkComputePipelineCreateInfo *ci,
                                                                const VkAllocationCallbacks *a, VkPipeline *p) {
@@ -177,7 +211,10 @@ static VKAPI_ATTR VkResult VKAPI_CALL create_compute_pipelines(VkDevice d, VkPip
   free(info);
   if (r == VK_SUCCESS) {
     pthread_mutex_lock(&lock);
-    for (uint32_t i = 0; i < n; i++) report(d, p[i]);
+    for (uint32_t i = 0; i < n; i++) {
+      dump_cache(d, &ci[i], a, npipelines);
+      report(d, p[i]);
+    }
     pthread_mutex_unlock(&lock);
   }
   return r;

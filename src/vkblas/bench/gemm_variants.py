@@ -153,8 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--variants",
         default="",
         help="also time these plans at every shape, comma-separated NAME or NAME/SPLITS (tiles outside the table: "
-        "BMxBNkBK.TMxTN[.db|.ss][.pPAD][.kgN][.skG], e.g. 128x192k16.8x12.db.p0/1; .kgN: N K groups in a "
-        "workgroup; .skG: stream-K over G workgroups)",
+        "BMxBNkBK.TMxTN[.db|.ss][.pPAD][.hl][.kgN][.skG], e.g. 128x192k16.8x12.db.p0/1; .hl: load addresses "
+        "hoisted out of the K loop; .kgN: N K groups in a workgroup; .skG: stream-K over G workgroups)",
     )
     args = p.parse_args(argv)
     if args.top < 1 or args.rounds < 1:

@@ -31,7 +31,8 @@ Kernel structure (why each piece is there):
   more than 3 % faster than its base tile at any shape timed):
   ``warp`` lays a subgroup's 32 threads out as a block of the thread grid instead of along its rows, so each
   workgroup-memory read touches fewer distinct vec4s; ``band`` walks the workgroups down bands of tile rows,
-  column by column, so that the workgroups in flight share operand tiles in L2.
+  column by column, so that the workgroups in flight share operand tiles in L2; ``hoist`` (``.hl``, not yet timed)
+  computes the parts of the strided loads' addresses and guards that do not change along K once, before the K loop.
 * Measured on an H100 and an H200 at 4096³ and the layer shapes and not kept (BENCHMARKS.md, 2026-12-07): 512
   threads of 8x8 (at most 128 registers each: 0.81 of cuBLAS against the 8x16 tile's 0.87), rows-first loads of
   a K-contiguous operand (conflict-free transposing stores: +1 % on one tile, 3-10 % slower elsewhere), the next K
@@ -101,6 +102,9 @@ class Variant:
     #: workgroup's K range, summed in workgroup memory at the end (a power of two; 1: none). A product of a few
     #: small output tiles and a long K (a small layer's weight gradient) then takes one dispatch, not split-K's two
     kgroups: int = 1
+    #: strided loads with the parts of their addresses and guards that do not change along K computed once, before
+    #: the K loop (``_load_code``); a knob to time (``.hl``), not yet measured
+    hoist: bool = False
 
     def __post_init__(self) -> None:
         qx, qy = self.warp
@@ -228,14 +232,15 @@ def rearranged(v: Variant, warp: tuple[int, int] = (0, 0), band: int = 0) -> Var
 
 _NAME = re.compile(
     r"(?P<base>(?P<bm>\d+)x(?P<bn>\d+)k(?P<bk>\d+)\.(?P<tm>\d+)x(?P<tn>\d+)(?:\.(?P<stages>db|ss))?"
-    r"(?:\.p(?P<pad>\d+))?(?P<h16>\.h16)?)(?:\.w(?P<qx>\d+)x(?P<qy>\d+))?(?:\.b(?P<band>\d+))?(?:\.kg(?P<kg>\d+))?"
+    r"(?:\.p(?P<pad>\d+))?(?P<h16>\.h16)?(?P<hl>\.hl)?)(?:\.w(?P<qx>\d+)x(?P<qy>\d+))?(?:\.b(?P<band>\d+))?(?:\.kg(?P<kg>\d+))?"
     r"(?:\.sk(?P<sk>\d+))?"
 )
 
 
 def variant_named(name: str) -> Variant:
     """The variant a name spells, in the table's notation (``128x256k16.8x16.db.p0``: a 128x256 tile, K step 16,
-    8x16 per thread, double-buffered (the default), no padding; ``.ss`` single-staged, ``.h16`` f16 math, ``.w8x4``
+    8x16 per thread, double-buffered (the default), no padding; ``.ss`` single-staged, ``.h16`` f16 math, ``.hl``
+    hoisted load addresses, ``.w8x4``
     and ``.b8`` the layouts of :func:`rearranged`, ``.kg8`` eight K groups (:func:`k_grouped`), ``.sk132``
     stream-K over 132 workgroups (:func:`streamed`)),
     whether or not it is in :data:`VARIANTS`: a tile to time before it becomes a candidate (``vkblas bench
@@ -245,7 +250,7 @@ def variant_named(name: str) -> Variant:
     m = _NAME.fullmatch(name)
     if m is None:
         raise ValueError(
-            f"GEMM variant {name!r}: expected BMxBNkBK.TMxTN[.db|.ss][.pPAD][.h16][.wQXxQY][.bBAND][.kgGROUPS]"
+            f"GEMM variant {name!r}: expected BMxBNkBK.TMxTN[.db|.ss][.pPAD][.h16][.hl][.wQXxQY][.bBAND][.kgGROUPS]"
             "[.skWORKGROUPS], "
             "e.g. 128x256k16.8x16.db.p0"
         )
@@ -257,7 +262,7 @@ def variant_named(name: str) -> Variant:
         )
     v = Variant(
         m["base"], bm, bn, bk, tm, tn, stages=1 if m["stages"] == "ss" else 2,
-        pad=int(m["pad"] or 1), f16_math=bool(m["h16"]),
+        pad=int(m["pad"] or 1), f16_math=bool(m["h16"]), hoist=bool(m["hl"]),
     )  # fmt: skip
     warp = (int(m["qx"]), int(m["qy"])) if m["qx"] else (0, 0)
     v = rearranged(v, warp, int(m["band"] or 0)) if warp[0] or m["band"] else v
@@ -484,16 +489,33 @@ def _sum_lanes(v: Variant) -> int:
 
 
 def _load_code(
-    op: str, mode: str, tile: int, bk: int, nt: int, smem: str, ctype: str, row_v: int, gather: Gather | None = None
-) -> tuple[list[str], list[str]]:
-    """(load-into-registers lines, store-to-workgroup-memory lines) for one operand tile of ``tile x bk``.
+    op: str,
+    mode: str,
+    tile: int,
+    bk: int,
+    nt: int,
+    smem: str,
+    ctype: str,
+    row_v: int,
+    gather: Gather | None = None,
+    hoist: bool = False,
+) -> tuple[list[str], list[str], list[str]]:
+    """(setup lines, load-into-registers lines, store-to-workgroup-memory lines) for one operand tile of ``tile x
+    bk``; the setup goes once before the K loop (after the tile's ``i0``), the loads and stores in every K step.
 
     ``op`` is "a" (tile rows = M) or "b" (tile rows = N); registers are ``{op}r{i}``; ``sbase`` is the vec4 offset
     of the workgroup buffer being filled. Globals used: {op}o (element offset), {op}si / {op}sk (strides), i0 (tile
-    start along M or N), k0, kend, I (M or N). A ``gather`` replaces the strided address (scalar modes only)."""
+    start along M or N), k0, kend, I (M or N). A ``gather`` replaces the strided address (scalar modes only).
+
+    ``hoist`` (strided operands): the parts of each load's address and guard that do not change along K are
+    computed once in the setup, and a K step adds ``k0``'s offset. Without it every K step computes the whole
+    address, and on an H100 the driver's compiler did not hoist it (the 4096^3 tile's SASS, 2026-12-08: each of
+    its six loads a K step is about 19 instructions, ten of them a dependent chain, and two branches: about 115 of
+    the main loop's 333 instructions besides its 2,048 FMAs)."""
     vec = mode[0] == "v"
     count = tile * bk // (4 if vec else 1)
     reps = -(-count // nt)
+    setup: list[str] = []
     loads, stores = [], []
     tv = f"vec4<{ctype}>"
     # element l = lid + r*nt of the tile is (l % period, l / period) along (fast, slow); when nt is a multiple of
@@ -501,9 +523,12 @@ def _load_code(
     # coordinate, spelled the same, so a gather's arithmetic on it is computed once (strided loads keep the
     # plain spelling their tuning was measured with)
     period = {"vi": tile // 4, "vk": bk // 4, "si": tile, "sk": bk}[mode]
+    unit = " >> 2" if vec else ""  # vec4 operands are indexed in vec4s: every such address is a multiple of 4
+    if gather is None and hoist:  # the K step's offset, shared by the operand's loads
+        setup_k = f"    let kq{op} = (i32(k0) * {op}sk){unit};"
     for r in range(reps):
         guard = f"l{op}{r} < {count}u" if count % nt else ""
-        loads.append(f"    let l{op}{r} = lid + {r * nt}u;")
+        coords = [f"    let l{op}{r} = lid + {r * nt}u;"]
         if gather is not None and nt % period == 0:
             fast, slow = f"(lid % {period}u)", f"(lid / {period}u + {r * nt // period}u)"
         else:
@@ -516,23 +541,30 @@ def _load_code(
             ii, kk = fast, slow
         else:
             ii, kk = slow, fast
-        loads.append(f"    let i{op}{r} = {ii}; let k{op}{r} = {kk};")
-        cond = f"i0{op} + i{op}{r} < I{op} && k0 + k{op}{r} < kend" + (f" && {guard}" if guard else "")
+        coords.append(f"    let i{op}{r} = {ii}; let k{op}{r} = {kk};")
+        zero = f"    var {op}r{r} = {tv}({ctype}(0));" if vec else f"    var {op}r{r} = {ctype}(0);"
         if gather is not None:
+            cond = f"i0{op} + i{op}{r} < I{op} && k0 + k{op}{r} < kend" + (f" && {guard}" if guard else "")
             lines, valid, offset = gather.code(
                 f"g{op}{r}", f"(i0{op} + i{op}{r})", f"(k0 + k{op}{r})", ("k0", f"k{op}{r}", bk)
             )
-            loads += lines
-            loads.append(f"    var {op}r{r} = {ctype}(0);")
-            loads.append(f"    if ({cond} && {valid}) {{ {op}r{r} = {ctype}(g{op}[u32({op}o) + {offset}]); }}")
-        elif vec:
-            addr = f"u32(({op}o + i32(i0{op} + i{op}{r}) * {op}si + i32(k0 + k{op}{r}) * {op}sk) >> 2)"
-            loads.append(f"    var {op}r{r} = {tv}({ctype}(0));")
-            loads.append(f"    if ({cond}) {{ {op}r{r} = {tv}(g{op}[{addr}]); }}")
+            loads.append(
+                [*coords, *lines, zero]
+                + [f"    if ({cond} && {valid}) {{ {op}r{r} = {ctype}(g{op}[u32({op}o) + {offset}]); }}"]
+            )
+        elif not hoist:
+            cond = f"i0{op} + i{op}{r} < I{op} && k0 + k{op}{r} < kend" + (f" && {guard}" if guard else "")
+            at = f"{op}o + i32(i0{op} + i{op}{r}) * {op}si + i32(k0 + k{op}{r}) * {op}sk"
+            at = f"u32(({at}){unit})" if vec else f"u32({at})"
+            loads.append([*coords, zero, f"    if ({cond}) {{ {op}r{r} = {tv if vec else ctype}(g{op}[{at}]); }}"])
         else:
-            addr = f"u32({op}o + i32(i0{op} + i{op}{r}) * {op}si + i32(k0 + k{op}{r}) * {op}sk)"
-            loads.append(f"    var {op}r{r} = {ctype}(0);")
-            loads.append(f"    if ({cond}) {{ {op}r{r} = {ctype}(g{op}[{addr}]); }}")
+            row_ok = f"i0{op} + i{op}{r} < I{op}" + (f" && {guard}" if guard else "")
+            at = f"({op}o + i32(i0{op} + i{op}{r}) * {op}si + i32(k{op}{r}) * {op}sk){unit}"
+            setup += [*coords, f"    let ok{op}{r} = {row_ok}; let q{op}{r} = {at};"]
+            value = f"{tv}(g{op}[u32(q{op}{r} + kq{op})])" if vec else f"{ctype}(g{op}[u32(q{op}{r} + kq{op})])"
+            loads.append(
+                [setup_k] * (r == 0) + [zero, f"    if (ok{op}{r} && k0 + k{op}{r} < kend) {{ {op}r{r} = {value}; }}"]
+            )
         pre = f"if ({guard}) {{ " if guard else ""
         post = " }" if guard else ""
         if mode == "vi":
@@ -547,7 +579,11 @@ def _load_code(
             stores.append(
                 f"    {pre}{smem}[sbase + k{op}{r} * {row_v}u + (i{op}{r} >> 2u)][i{op}{r} & 3u] = {op}r{r};{post}"
             )
-    return loads, stores
+    return setup, loads, stores
+
+
+def flat(groups: list[list[str]]) -> list[str]:
+    return [line for group in groups for line in group]
 
 
 def source(v: Variant, spec: Spec) -> str:
@@ -642,8 +678,9 @@ def source(v: Variant, spec: Spec) -> str:
     for i in range(gm * 4):
         for j in range(gn):
             src += f"    var c{i}_{j} = vec4<{acc}>({acc}(0));\n"
-    la, sa = _load_code("a", spec.a_mode, v.bm, v.bk, nt, "As", ctype, row_a, spec.a_gather)
-    lb, sb = _load_code("b", spec.b_mode, v.bn, v.bk, nt, "Bs", ctype, row_b, spec.b_gather)
+    pa, la_, sa = _load_code("a", spec.a_mode, v.bm, v.bk, nt, "As", ctype, row_a, spec.a_gather, v.hoist)
+    pb, lb_, sb = _load_code("b", spec.b_mode, v.bn, v.bk, nt, "Bs", ctype, row_b, spec.b_gather, v.hoist)
+    la, lb, setup = flat(la_), flat(lb_), "".join(line + "\n" for line in pa + pb)
 
     def products(buf: str, guarded: bool) -> list[str]:
         """The unrolled product of one K tile, each K step in its own block so the a*/b* names can repeat;
@@ -716,7 +753,7 @@ def source(v: Variant, spec: Spec) -> str:
     base_a, base_b = ("kga", "kgb") if kg > 1 else ("0u", "0u")
     at_a, at_b = ("kga + ", "kgb + ") if kg > 1 else ("", "")
     if v.stages == 2:
-        src += "    var k0 = kbeg;\n    var sbase = 0u;\n"
+        src += "    var k0 = kbeg;\n    var sbase = 0u;\n" + setup
         src += "\n".join(la + lb) + "\n"
         src += "\n".join(sa).replace("sbase", base_a) + "\n" + "\n".join(sb).replace("sbase", base_b) + "\n"
         src += flag("0u", "1u") + "    workgroupBarrier();\n"
@@ -730,7 +767,7 @@ def source(v: Variant, spec: Spec) -> str:
         src += f"    sbase = {other_b};\n" + "\n".join(sb) + "\n" + flag("1u - (t & 1u)", "t + 2u") + "    }\n"
         src += "    workgroupBarrier();\n    }\n"
     else:
-        src += f"    let cura = {base_a}; let curb = {base_b};\n"
+        src += f"    let cura = {base_a}; let curb = {base_b};\n" + setup
         src += "    for (var t = 0u; t < ntiles; t++) {\n"
         src += f"    let k0 = kbeg + t * {v.bk}u;\n"
         stores = [x.replace("sbase", base_a) for x in sa] + [x.replace("sbase", base_b) for x in sb]
