@@ -151,14 +151,20 @@ def _nvdisasm() -> str | None:
 
 
 def _write_sass(blob: bytes, stem: Path, arch: str) -> str:
-    """``stem``.code and, where nvdisasm is found, ``stem``.sass; a line on the main loop for the table's notes."""
-    code = nvidia_code(blob)
-    stem.with_suffix(".code").write_bytes(code)
+    """``stem``.code and, where nvdisasm is found, ``stem``.sass; a line on the main loop for the table's notes.
+    Another driver's cache data is written as it is (``stem``.bin), its form unread."""
+    code_path, sass_path, bin_path = (stem.parent / f"{stem.name}.{ext}" for ext in ("code", "sass", "bin"))
+    try:
+        code = nvidia_code(blob)
+    except ValueError as e:
+        bin_path.write_bytes(blob)
+        return f"{stem.name}: {e}; the cache data is in {bin_path.name}"
+    code_path.write_bytes(code)
     tool = _nvdisasm()
     if tool is None:
         return f"{stem.name}: {len(code)} B of code (no nvdisasm: set $NVDISASM)"
-    done = subprocess.run([tool, "-b", arch, "-hex", str(stem.with_suffix(".code"))], capture_output=True, text=True)
-    stem.with_suffix(".sass").write_text(done.stdout + done.stderr)
+    done = subprocess.run([tool, "-b", arch, "-hex", str(code_path)], capture_output=True, text=True)
+    sass_path.write_text(done.stdout + done.stderr)
     loop = main_loop(done.stdout)
     mix = ", ".join(f"{k} {v}" for k, v in loop["ops"].most_common(8))
     return (

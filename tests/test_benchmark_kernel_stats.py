@@ -88,6 +88,27 @@ _LOOP = """
 """
 
 
+def test_another_drivers_cache_data_is_kept_as_it_is(tmp_path: Path) -> None:
+    note = ks._write_sass(b"radv cache data", tmp_path / "32x64k16.4x4.db.nn", "SM90")
+    assert "not NVIDIA's pipeline cache entry" in note and "32x64k16.4x4.db.nn.bin" in note
+    assert (tmp_path / "32x64k16.4x4.db.nn.bin").read_bytes() == b"radv cache data"
+
+
+def test_the_code_and_its_disassembly_are_written_per_plan_and_layout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both layouts of one plan keep their own files (the layout is part of the name, not a suffix)."""
+    _need_zstd()
+    monkeypatch.setenv("NVDISASM", str(tmp_path / "nvdisasm"))
+    (tmp_path / "nvdisasm").write_text(f"#!/bin/sh\ncat <<'EOF'\n{_LOOP}EOF\n")
+    (tmp_path / "nvdisasm").chmod(0o755)
+    for layout, code in (("nn", b"\x01" * 32), ("tn", b"\x02" * 48)):
+        note = ks._write_sass(_nvidia_entry(code), tmp_path / f"128x256k16.8x16.db.p0.{layout}", "SM90")
+        assert note.startswith(f"128x256k16.8x16.db.p0.{layout}: 6 instructions; main loop 4, 11 stall cycles")
+        assert (tmp_path / f"128x256k16.8x16.db.p0.{layout}.code").read_bytes() == code
+        assert "FFMA.FTZ" in (tmp_path / f"128x256k16.8x16.db.p0.{layout}.sass").read_text()
+
+
 def test_the_main_loops_instruction_mix_is_read_from_the_disassembly() -> None:
     loop = ks.main_loop(_LOOP)
     assert (loop["instructions"], loop["loop"]) == (6, 4)  # 0x10..0x40: LDS, two FFMAs, the branch back

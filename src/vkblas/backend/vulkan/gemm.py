@@ -232,17 +232,16 @@ def rearranged(v: Variant, warp: tuple[int, int] = (0, 0), band: int = 0) -> Var
 
 _NAME = re.compile(
     r"(?P<base>(?P<bm>\d+)x(?P<bn>\d+)k(?P<bk>\d+)\.(?P<tm>\d+)x(?P<tn>\d+)(?:\.(?P<stages>db|ss))?"
-    r"(?:\.p(?P<pad>\d+))?(?P<h16>\.h16)?(?P<hl>\.hl)?)(?:\.w(?P<qx>\d+)x(?P<qy>\d+))?(?:\.b(?P<band>\d+))?(?:\.kg(?P<kg>\d+))?"
-    r"(?:\.sk(?P<sk>\d+))?"
+    r"(?:\.p(?P<pad>\d+))?(?P<h16>\.h16)?(?P<hl>\.hl)?)"
+    r"(?:\.w(?P<qx>\d+)x(?P<qy>\d+))?(?:\.b(?P<band>\d+))?(?:\.kg(?P<kg>\d+))?(?:\.sk(?P<sk>\d+))?"
 )
 
 
 def variant_named(name: str) -> Variant:
     """The variant a name spells, in the table's notation (``128x256k16.8x16.db.p0``: a 128x256 tile, K step 16,
     8x16 per thread, double-buffered (the default), no padding; ``.ss`` single-staged, ``.h16`` f16 math, ``.hl``
-    hoisted load addresses, ``.w8x4``
-    and ``.b8`` the layouts of :func:`rearranged`, ``.kg8`` eight K groups (:func:`k_grouped`), ``.sk132``
-    stream-K over 132 workgroups (:func:`streamed`)),
+    hoisted load addresses, ``.w8x4`` and ``.b8`` the layouts of :func:`rearranged`, ``.kg8`` eight K groups
+    (:func:`k_grouped`), ``.sk132`` stream-K over 132 workgroups (:func:`streamed`)),
     whether or not it is in :data:`VARIANTS`: a tile to time before it becomes a candidate (``vkblas bench
     gemm-variants --variants``). ValueError naming the problem otherwise."""
     if name in BY_NAME:
@@ -582,7 +581,8 @@ def _load_code(
     return setup, loads, stores
 
 
-def flat(groups: list[list[str]]) -> list[str]:
+def _flat(groups: list[list[str]]) -> list[str]:
+    """The lines of :func:`_load_code`'s loads, one list per load, in order."""
     return [line for group in groups for line in group]
 
 
@@ -680,7 +680,7 @@ def source(v: Variant, spec: Spec) -> str:
             src += f"    var c{i}_{j} = vec4<{acc}>({acc}(0));\n"
     pa, la_, sa = _load_code("a", spec.a_mode, v.bm, v.bk, nt, "As", ctype, row_a, spec.a_gather, v.hoist)
     pb, lb_, sb = _load_code("b", spec.b_mode, v.bn, v.bk, nt, "Bs", ctype, row_b, spec.b_gather, v.hoist)
-    la, lb, setup = flat(la_), flat(lb_), "".join(line + "\n" for line in pa + pb)
+    la, lb, setup = _flat(la_), _flat(lb_), "".join(line + "\n" for line in pa + pb)
 
     def products(buf: str, guarded: bool) -> list[str]:
         """The unrolled product of one K tile, each K step in its own block so the a*/b* names can repeat;
